@@ -1,0 +1,3 @@
+from docket.cli import main
+
+raise SystemExit(main())

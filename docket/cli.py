@@ -1,0 +1,107 @@
+"""The `docket` command: an argparse front with one small function per verb.
+
+Verbs import their machinery lazily so `docket --help` stays instant and so
+the recorder never loads the chaos harness unless a chaos verb is asked for.
+Every failure is one line on stderr; exit codes are documented in --help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from docket import __version__
+from docket.errors import EXIT_USAGE, DocketError
+
+EPILOG = """exit codes:
+  0   ok
+  1   a check failed (verify found a break, doctor found damage)
+  2   usage or input error (missing, empty, binary or malformed input)
+  42  a supervised run was stopped by a cap
+  70  internal error (a bug in docket: please report it)
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line, like every other error."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's signature
+        raise DocketError(f"{message} (see {self.prog} --help)")
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from docket.receipt import verify_command
+
+    return verify_command(args.receipt, args.ledger)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from docket.ledger.doctor import doctor_command
+
+    return doctor_command(args.ledger, quarantine=args.quarantine_torn_tail)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from docket.demo import demo_command
+
+    return demo_command(args.dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="docket",
+        description="A flight recorder and chaos harness for AI agent runs.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"docket {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+
+    p = verbs.add_parser("verify", help="re-derive a receipt's claims from its ledger")
+    p.add_argument("receipt", help="the receipt (JSON) to check")
+    p.add_argument("--ledger", help="the ledger to check it against (default: the one it names)")
+    p.set_defaults(func=cmd_verify)
+
+    p = verbs.add_parser("doctor", help="classify a ledger: clean, torn tail, corrupt, locked")
+    p.add_argument("ledger", help="the ledger file (JSON lines)")
+    p.add_argument(
+        "--quarantine-torn-tail",
+        action="store_true",
+        help="move a torn tail to a sidecar and write the readable prefix beside the original",
+    )
+    p.set_defaults(func=cmd_doctor)
+
+    p = verbs.add_parser("demo", help="write a ledger and receipt, verify, tamper, verify again")
+    p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
+        return args.func(args)
+    except DocketError as exc:
+        print(f"docket: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("docket: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`docket ... | head`); nothing to say.
+        sys.stderr.close()
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
+        import os
+
+        if os.environ.get("DOCKET_DEBUG"):
+            raise
+        print(
+            f"docket: internal error: {type(exc).__name__}: {exc} (set DOCKET_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return 70

@@ -1,0 +1,33 @@
+"""Errors a user sees as one line on stderr, each with its exit code.
+
+Exit codes are part of the interface (README, `docket --help`):
+0 ok; 1 a check failed; 2 usage or input error; 42 a run stopped by a cap.
+"""
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CAP_KILL = 42
+
+
+class DocketError(Exception):
+    """A problem the user can act on; the CLI prints `docket: <message>` and exits."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, exit_code: int | None = None):
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class InputError(DocketError):
+    """A missing, empty, unreadable or malformed input file or argument (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class CheckFailed(DocketError):
+    """A verification or classification that ran and found a problem (exit 1)."""
+
+    exit_code = EXIT_CHECK_FAILED

@@ -1,0 +1,171 @@
+"""The hash chain, with no I/O: how a line is encoded, hashed and checked.
+
+A line's hash is SHA-256 over its exact bytes without the trailing newline, and
+every line carries `prev`, the hash of the line before it (64 zeros for the
+first). Verifying therefore needs no JSON canonicalisation: an implementation in
+any language hashes the bytes it read. spec/docket-receipt-1.md is the normative
+text; this module is its reference implementation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+FORMAT_VERSION = 1
+GENESIS = "0" * 64
+COMMON_FIELDS = ("v", "seq", "ts", "mono_ms", "type", "prev")
+
+# Events that record why and how a run started and stopped. They are exempt
+# from the event ceiling (never from the byte ceiling) so that the record of
+# why a run stopped always fits.
+CONTROL_TYPES = frozenset(
+    {"session.start", "session.end", "process.spawn", "process.exit", "signal.forwarded"}
+)
+
+# The vocabulary of DESIGN.md section 3. Extend, never repurpose.
+EVENT_TYPES = CONTROL_TYPES | frozenset(
+    {
+        "model.request",
+        "model.response",
+        "model.error",
+        "cap.warning",
+        "cap.exceeded",
+        "policy.denied",
+        "breaker.state",
+        "x-docket.breaker-open",
+        "x-docket.rate-limited",
+        "load.shed",
+        "net.connect",
+        "net.denied",
+        "fault.injected",
+        "agent.backoff",
+        "evidence.gap",
+        "cache.hit",
+    }
+)
+
+# Failure codes shared by verify and doctor (spec/docket-receipt-1.md lists them).
+MALFORMED_LINE = "malformed_line"
+UNSUPPORTED_VERSION = "unsupported_version"
+SEQ_GAP = "seq_gap"
+CHAIN_BREAK = "chain_break"
+MONO_REGRESSION = "mono_regression"
+TORN_TAIL = "torn_tail"
+EMPTY_LEDGER = "empty_ledger"
+
+_HEX = frozenset("0123456789abcdef")
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def line_hash(line: bytes) -> str:
+    """Hex SHA-256 of one line's bytes, newline excluded."""
+    return hashlib.sha256(line).hexdigest()
+
+
+def encode_body(fields: dict) -> bytes:
+    """Encode an event's own fields (everything but the common ones) as a JSON object.
+
+    Done once, when the event is accepted, so that its exact size is known
+    before a seq or prev is assigned to it.
+    """
+    clash = [k for k in COMMON_FIELDS if k in fields]
+    if clash:
+        raise ValueError(f"event fields may not be named {', '.join(clash)}")
+    return _ENCODER.encode(fields).encode("utf-8")
+
+
+def encode_line(*, seq: int, ts: str, mono_ms: int, type: str, prev: str, body: bytes) -> bytes:
+    """Assemble one ledger line (without its newline) from the common fields and a body."""
+    head = (
+        f'{{"v":{FORMAT_VERSION},"seq":{seq},"ts":{_ENCODER.encode(ts)},'
+        f'"mono_ms":{mono_ms},"type":{_ENCODER.encode(type)},"prev":"{prev}"'
+    ).encode("utf-8")
+    if body == b"{}":
+        return head + b"}"
+    return head + b"," + body[1:]
+
+
+def line_overhead(seq: int, ts: str, type: str, mono_ms: int) -> int:
+    """Bytes a line adds beyond its body, newline included (for ceiling arithmetic)."""
+    return len(encode_line(seq=seq, ts=ts, mono_ms=mono_ms, type=type, prev=GENESIS, body=b"{}")) + 1
+
+
+@dataclass(frozen=True)
+class ChainError(Exception):
+    """The first line at which a ledger stops being a valid chain."""
+
+    code: str
+    seq: int | None  # the seq the line should have had
+    offset: int  # byte offset of the line's first byte
+    detail: str
+
+    def __str__(self) -> str:
+        where = f"seq {self.seq}, " if self.seq is not None else ""
+        return f"{self.code} at {where}byte {self.offset}: {self.detail}"
+
+
+class ChainVerifier:
+    """Feed complete lines in order; each is checked against the chain so far.
+
+    Pure and incremental: memory does not grow with the ledger. `feed` returns
+    the decoded event or raises ChainError for the first line that does not hold.
+    """
+
+    __slots__ = ("count", "head", "offset", "last_mono_ms")
+
+    def __init__(self) -> None:
+        self.count = 0  # lines accepted; also the seq the next line must carry
+        self.head = GENESIS  # hash of the last accepted line
+        self.offset = 0  # byte offset where the next line starts
+        self.last_mono_ms = 0
+
+    def feed(self, line: bytes) -> dict:
+        """Check one line (without its newline) at the current offset."""
+        seq, offset = self.count, self.offset
+        try:
+            event = json.loads(line)
+        except ValueError as exc:  # includes invalid UTF-8
+            raise ChainError(MALFORMED_LINE, seq, offset, f"not a JSON line ({exc})") from None
+        problem = _common_field_problem(event)
+        if problem:
+            raise ChainError(MALFORMED_LINE, seq, offset, problem)
+        if event["v"] != FORMAT_VERSION:
+            raise ChainError(UNSUPPORTED_VERSION, seq, offset, f"v is {event['v']!r}")
+        if event["seq"] != seq:
+            raise ChainError(SEQ_GAP, seq, offset, f"expected seq {seq}, found {event['seq']}")
+        if event["prev"] != self.head:
+            raise ChainError(
+                CHAIN_BREAK, seq, offset, "prev does not match the hash of the line before"
+            )
+        if event["mono_ms"] < self.last_mono_ms:
+            raise ChainError(
+                MONO_REGRESSION,
+                seq,
+                offset,
+                f"mono_ms {event['mono_ms']} is below {self.last_mono_ms}",
+            )
+        self.count += 1
+        self.head = line_hash(line)
+        self.offset += len(line) + 1
+        self.last_mono_ms = event["mono_ms"]
+        return event
+
+
+def _common_field_problem(event: object) -> str | None:
+    if not isinstance(event, dict):
+        return "a line must be a JSON object"
+    for name in COMMON_FIELDS:
+        if name not in event:
+            return f"missing field {name!r}"
+    for name in ("v", "seq", "mono_ms"):
+        value = event[name]
+        if type(value) is not int or value < 0:
+            return f"{name} must be a non-negative integer"
+    if not isinstance(event["ts"], str) or not isinstance(event["type"], str) or not event["type"]:
+        return "ts and type must be strings"
+    prev = event["prev"]
+    if not isinstance(prev, str) or len(prev) != 64 or not _HEX.issuperset(prev):
+        return "prev must be 64 lowercase hex digits"
+    return None
