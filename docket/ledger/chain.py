@@ -89,7 +89,9 @@ def encode_line(*, seq: int, ts: str, mono_ms: int, type: str, prev: str, body: 
 
 def line_overhead(seq: int, ts: str, type: str, mono_ms: int) -> int:
     """Bytes a line adds beyond its body, newline included (for ceiling arithmetic)."""
-    return len(encode_line(seq=seq, ts=ts, mono_ms=mono_ms, type=type, prev=GENESIS, body=b"{}")) + 1
+    return (
+        len(encode_line(seq=seq, ts=ts, mono_ms=mono_ms, type=type, prev=GENESIS, body=b"{}")) + 1
+    )
 
 
 @dataclass(frozen=True)

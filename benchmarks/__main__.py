@@ -1,0 +1,63 @@
+"""Run the benchmarks: `python -m benchmarks [NAME ...] [--quick]` (what `nox -s bench` runs).
+
+Each module benchmarks/bench_<name>.py exposes `run(quick: bool) -> dict`. The
+result, with the machine's description, goes to benchmarks/results/<name>.json
+and a one-line summary per figure is printed. Ratios are measured side by side
+inside one module's run, never across runs: this 2-core machine is noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def machine() -> dict:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    parser.add_argument("names", nargs="*", help="which benchmarks (default: all)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--out", default=str(HERE / "results"))
+    args = parser.parse_args()
+    available = sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
+    names = args.names or available
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        print(
+            f"benchmarks: unknown {', '.join(unknown)}; have {', '.join(available)}",
+            file=sys.stderr,
+        )
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        module = importlib.import_module(f"benchmarks.bench_{name}")
+        print(f"== {name}", flush=True)
+        result = {"benchmark": name, "machine": machine(), "quick": args.quick}
+        result.update(module.run(quick=args.quick))
+        path = out / f"{name}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        for key, value in result.get("summary", {}).items():
+            print(f"   {key}: {value}")
+        print(f"   -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
