@@ -81,7 +81,7 @@ def encode_line(*, seq: int, ts: str, mono_ms: int, type: str, prev: str, body: 
     head = (
         f'{{"v":{FORMAT_VERSION},"seq":{seq},"ts":{_ENCODER.encode(ts)},'
         f'"mono_ms":{mono_ms},"type":{_ENCODER.encode(type)},"prev":"{prev}"'
-    ).encode("utf-8")
+    ).encode()
     if body == b"{}":
         return head + b"}"
     return head + b"," + body[1:]
