@@ -47,6 +47,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo_command(args.dir)
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from docket.policy import init_command
+
+    return init_command(args.path, force=args.force)
+
+
+def cmd_prices(args: argparse.Namespace) -> int:
+    from docket.pricing import prices_command
+
+    return prices_command(args)
+
+
+def cmd_stub(args: argparse.Namespace) -> int:
+    from chaos.stub.cli import stub_command  # the harness, loaded only for this verb
+
+    return stub_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="docket",
@@ -74,6 +92,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser("demo", help="write a ledger and receipt, verify, tamper, verify again")
     p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
     p.set_defaults(func=cmd_demo)
+
+    p = verbs.add_parser("init", help="write a commented docket.toml covering every policy key")
+    p.add_argument("path", nargs="?", default="docket.toml")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(func=cmd_init)
+
+    p = verbs.add_parser("prices", help="print the price table, its date and provenance")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_prices)
+
+    p = verbs.add_parser("stub", help="run a stub model provider (OpenAI- or Anthropic-shaped)")
+    p.add_argument("--kind", choices=["openai", "anthropic"], default="openai")
+    p.add_argument("--port", type=int, default=0, help="0 picks a free port (printed)")
+    p.add_argument("--latency", default="0ms", help="delay before the first byte, e.g. 50ms")
+    p.add_argument("--token-delay", default="0ms", help="delay between streamed tokens")
+    p.add_argument("--log", default=None, help="append every request received to this JSONL file")
+    p.set_defaults(func=cmd_stub)
     return parser
 
 
