@@ -17,7 +17,8 @@ EPILOG = """exit codes:
   0   ok
   1   a check failed (verify found a break, doctor found damage)
   2   usage or input error (missing, empty, binary or malformed input)
-  42  a supervised run was stopped by a cap
+  42  a supervised run was stopped by a cap or a ledger ceiling
+  43  a supervised run was stopped because evidence could not be written
   70  internal error (a bug in docket: please report it)
 """
 
@@ -38,13 +39,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from docket.ledger.doctor import doctor_command
 
-    return doctor_command(args.ledger, quarantine=args.quarantine_torn_tail)
+    return doctor_command(args.ledger, quarantine=args.quarantine_torn_tail, as_json=args.json)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from docket.demo import demo_command
 
     return demo_command(args.dir)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from docket.supervisor import run_command
+
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    return run_command(args)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -63,6 +72,14 @@ def cmd_stub(args: argparse.Namespace) -> int:
     from chaos.stub.cli import stub_command  # the harness, loaded only for this verb
 
     return stub_command(args)
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from docket.agent import FLAGS, agent_command
+
+    return agent_command(
+        {env: getattr(args, flag[2:].replace("-", "_")) for env, flag in FLAGS.items()}
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,11 +104,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="move a torn tail to a sidecar and write the readable prefix beside the original",
     )
+    p.add_argument("--json", action="store_true", help="print the diagnosis as one JSON object")
     p.set_defaults(func=cmd_doctor)
 
     p = verbs.add_parser("demo", help="write a ledger and receipt, verify, tamper, verify again")
     p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
     p.set_defaults(func=cmd_demo)
+
+    p = verbs.add_parser("run", help="supervise an agent: boundary, ledger, caps, receipt")
+    p.add_argument("--policy", default=None, help="docket.toml (default: built-in defaults)")
+    p.add_argument("--ledger-dir", default=None, help="where the ledger and receipt go")
+    p.add_argument(
+        "--max-wall-clock", type=float, default=None, help="stop the run after S seconds"
+    )
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.set_defaults(func=cmd_run)
 
     p = verbs.add_parser("init", help="write a commented docket.toml covering every policy key")
     p.add_argument("path", nargs="?", default="docket.toml")
@@ -109,6 +136,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-delay", default="0ms", help="delay between streamed tokens")
     p.add_argument("--log", default=None, help="append every request received to this JSONL file")
     p.set_defaults(func=cmd_stub)
+
+    p = verbs.add_parser(
+        "agent",
+        help="the reference agent: drive a boundary (settings from the environment; flags override)",
+    )
+    p.add_argument("--mode", help="once | stream | loop | hammer | backoff (DOCKET_AGENT_MODE)")
+    p.add_argument("--provider", help="openai | anthropic (DOCKET_AGENT_PROVIDER)")
+    p.add_argument("--base-url", help="instead of OPENAI_BASE_URL / ANTHROPIC_BASE_URL")
+    p.add_argument("--calls", help="calls for loop, hammer, backoff (DOCKET_AGENT_CALLS)")
+    p.add_argument("--concurrency", help="hammer's workers (DOCKET_AGENT_CONCURRENCY)")
+    p.add_argument("--model", help="DOCKET_AGENT_MODEL")
+    p.add_argument("--max-tokens", help="DOCKET_AGENT_MAX_TOKENS")
+    p.add_argument("--timeout", help="seconds per call (DOCKET_AGENT_TIMEOUT)")
+    p.add_argument("--seed", help="the jitter's seed (DOCKET_AGENT_SEED)")
+    p.add_argument("--backoff-base", help="seconds (DOCKET_AGENT_BACKOFF_BASE)")
+    p.add_argument("--backoff-cap", help="seconds (DOCKET_AGENT_BACKOFF_CAP)")
+    p.add_argument(
+        "--max-attempts", help="per call, the first included (DOCKET_AGENT_MAX_ATTEMPTS)"
+    )
+    p.add_argument(
+        "--max-retry-after", help="longest Retry-After honoured (DOCKET_AGENT_MAX_RETRY_AFTER)"
+    )
+    p.set_defaults(func=cmd_agent)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""The chaos harness: stub providers, faults, game days. Drives the recorder from outside."""

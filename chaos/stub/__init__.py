@@ -1,0 +1,27 @@
+"""Stub model providers: OpenAI- and Anthropic-shaped, deterministic, with a request log.
+
+`Stub(StubConfig(kind=...))` serves under a trio nursery; `docket stub` runs one
+from the command line. The wire shapes live in openai.py and anthropic.py.
+"""
+
+from chaos.stub.server import (
+    Arrival,
+    Behaviour,
+    Chooser,
+    RequestLog,
+    Stub,
+    StubConfig,
+    fingerprint,
+    steady,
+)
+
+__all__ = [
+    "Arrival",
+    "Behaviour",
+    "Chooser",
+    "RequestLog",
+    "Stub",
+    "StubConfig",
+    "fingerprint",
+    "steady",
+]

@@ -1,0 +1,381 @@
+"""The boundary: the local HTTP endpoint an agent's SDK is pointed at.
+
+Routes: `/<provider>/...` forwards a model call to that provider (the guards
+first, then forward.ModelCall); `/docket/...` are the boundary's own endpoints
+(healthz, readyz, metrics, agent/backoff). Every refusal is answered in the
+provider's own error shape with a docket_* type and recorded with the rule that
+refused it.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import trio
+
+from docket.boundary import providers
+from docket.boundary.forward import ModelCall, request_digest
+from docket.boundary.metrics import Metrics
+from docket.guards.caps import CapsGuard
+from docket.guards.redact import sanitize_url
+from docket.http.client import UpstreamPool
+from docket.http.server import BodyTooLarge, serve
+from docket.ledger.writer import EvidenceLost, LedgerFull
+
+MAX_REQUEST_BYTES = 32 << 20
+EXIT_EVIDENCE_LOST = 43
+
+
+@dataclass
+class Route:
+    """One configured provider: where `/<name>/...` goes and with which key."""
+
+    name: str
+    kind: str
+    api_key: str
+    pool: UpstreamPool
+    host_header: str
+    path_prefix: str
+
+    def target(self, rest: str, query: str) -> str:
+        return f"{self.path_prefix}/{rest}" + (f"?{query}" if query else "")
+
+
+def make_route(provider, *, connect_timeout: float, read_timeout: float, env) -> Route:
+    parts = urlsplit(provider.base_url)
+    default_port = 443 if parts.scheme == "https" else 80
+    host = parts.hostname or ""
+    host_header = host if (parts.port or default_port) == default_port else f"{host}:{parts.port}"
+    pool = UpstreamPool(
+        f"{parts.scheme}://{parts.netloc}",
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+    )
+    return Route(
+        name=provider.name,
+        kind=provider.kind,
+        api_key=env.get(provider.key_env, ""),
+        pool=pool,
+        host_header=host_header,
+        path_prefix=parts.path.rstrip("/"),
+    )
+
+
+class Boundary:
+    def __init__(self, policy, ledger, *, token: str, clock, stop, prices=None, env=None) -> None:
+        from docket.pricing import default_price_table
+        from docket.supervisor import StopRequest
+
+        self.policy = policy
+        self.ledger = ledger
+        self.token = token
+        self.clock = clock
+        self._stop = stop
+        self._stop_request = StopRequest
+        self.prices = prices or default_price_table()
+        self.caps = CapsGuard(policy.caps, self.prices)
+        self.metrics = Metrics()
+        env = os.environ if env is None else env
+        self.routes = {
+            name: make_route(
+                p,
+                connect_timeout=policy.boundary.connect_timeout,
+                read_timeout=policy.boundary.upstream_timeout,
+                env=env,
+            )
+            for name, p in policy.providers.items()
+        }
+        self._call_ids = itertools.count(1)
+        self._call_prefix = secrets.token_hex(3)
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; reports the base URL (http://127.0.0.1:PORT)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                listening = await nursery.start(
+                    functools.partial(
+                        serve,
+                        self.handle,
+                        host=self.policy.boundary.host,
+                        port=self.policy.boundary.port,
+                    )
+                )
+                self.url = listening.url
+                task_status.started(listening.url)
+        finally:
+            with trio.CancelScope(shield=True):
+                for route in self.routes.values():
+                    await route.pool.aclose()
+
+    # ------------------------------------------------------------------ recording
+
+    async def record(self, type: str, **fields) -> int | None:
+        """Append an event. Losing evidence under fail_fast_evidence stops the run."""
+        try:
+            return await self.ledger.append(type, **fields)
+        except EvidenceLost:
+            self.stop(
+                "evidence could not be written (fail_fast_evidence)", None, EXIT_EVIDENCE_LOST
+            )
+            raise
+
+    async def cap_events(self, outcome) -> None:
+        for event in outcome.events:
+            await self.record(event.type, **event.fields())
+        if outcome.stop_run:
+            cap = self.caps.stopped_by
+            self.stop(f"cap {cap} breached (on_breach = kill)", cap)
+
+    def stop(self, reason: str, cap: str | None, exit_status: int = 42) -> None:
+        self._stop(self._stop_request(reason, cap=cap, exit_status=exit_status))
+
+    async def refuse(
+        self,
+        respond,
+        kind: str,
+        error_type: str,
+        message: str,
+        *,
+        rule: str,
+        provider: str,
+        model: str | None,
+        extra: dict | None = None,
+        retry_after_s: float | None = None,
+        record: bool = True,
+    ) -> None:
+        if record:
+            try:
+                await self.record(
+                    "policy.denied",
+                    rule=rule,
+                    provider=provider,
+                    model=model or "",
+                    error_type=error_type,
+                    reason=message,
+                    **(extra or {}),
+                )
+            except (LedgerFull, EvidenceLost):
+                pass_through = "the refusal itself could not be recorded"
+                message = f"{message} ({pass_through})"
+        answer = providers.refusal(
+            kind, error_type, message, extra=extra, retry_after_s=retry_after_s
+        )
+        self.metrics.refused(provider, error_type)
+        await respond.simple(answer.status, answer.headers, answer.body)
+
+    # ------------------------------------------------------------------ routing
+
+    async def handle(self, request, respond) -> None:
+        path = request.path
+        if path.startswith("/docket/"):
+            await self.ops(request, respond, path)
+            return
+        name, _, rest = path.lstrip("/").partition("/")
+        route = self.routes.get(name)
+        if route is None:
+            await self.refuse(
+                respond,
+                "openai",
+                "docket_bad_request",
+                f"no provider named {name!r} at this boundary; configured: {', '.join(self.routes)}",
+                rule="route",
+                provider=name,
+                model=None,
+            )
+            return
+        await self.model_call(route, rest, request, respond)
+
+    async def model_call(self, route: Route, rest: str, request, respond) -> None:
+        kind = route.kind
+        token = providers.presented_token(request.headers)
+        if not providers.token_matches(token, self.token):
+            await self.refuse(
+                respond,
+                kind,
+                "docket_unauthorized",
+                "this boundary needs the run's token (DOCKET_RUN_TOKEN), sent as the API key",
+                rule="auth",
+                provider=route.name,
+                model=None,
+            )
+            return
+        try:
+            body = await request.read_body(limit=MAX_REQUEST_BYTES)
+        except BodyTooLarge:
+            await self.refuse(
+                respond,
+                kind,
+                "docket_bad_request",
+                f"request body over {MAX_REQUEST_BYTES} bytes",
+                rule="max_request_bytes",
+                provider=route.name,
+                model=None,
+            )
+            return
+        try:
+            facts = providers.request_facts(
+                kind, "/" + rest, request.headers, body, method=request.method
+            )
+        except providers.BadRequest as exc:
+            await self.refuse(
+                respond,
+                kind,
+                "docket_bad_request",
+                str(exc),
+                rule="bad_request",
+                provider=route.name,
+                model=None,
+            )
+            return
+        if facts.endpoint == "other" or facts.model is None:
+            await self.refuse(
+                respond,
+                kind,
+                "docket_bad_request",
+                f"{request.method} /{rest} is not a model call this boundary records",
+                rule="endpoint",
+                provider=route.name,
+                model=None,
+            )
+            return
+        decision = self.caps.reserve(
+            model=facts.model, request_bytes=len(body), max_output_tokens=facts.output_tokens_bound
+        )
+        try:
+            await self.cap_events(decision)
+        except EvidenceLost:
+            await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
+            return
+        if not decision.allowed:
+            refusal = decision.refusal
+            await self.refuse(
+                respond,
+                kind,
+                "docket_policy_denied",
+                refusal.reason,
+                rule=refusal.rule,
+                provider=route.name,
+                model=facts.model,
+                extra={"cap": refusal.cap},
+            )
+            return
+        call_id = f"{self._call_prefix}-{next(self._call_ids)}"
+        try:
+            await self.record(
+                "model.request",
+                call_id=call_id,
+                provider=route.name,
+                model=facts.model,
+                endpoint=facts.endpoint,
+                stream=facts.stream,
+                request_bytes=len(body),
+                request_sha256=request_digest(body),
+                max_output_tokens=facts.output_tokens_bound,
+                url=sanitize_url(route.target(rest, request.query)),
+            )
+        except LedgerFull as full:
+            self.caps.cancel(decision.reservation)
+            self.stop(f"ledger full ({full.reason})", full.reason)
+            await self.refuse(
+                respond,
+                kind,
+                "docket_ledger_full",
+                str(full),
+                rule=f"ledger.{full.reason}",
+                provider=route.name,
+                model=facts.model,
+                extra={"code": full.reason},
+                record=False,
+            )
+            return
+        except EvidenceLost:
+            await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
+            return
+        call = ModelCall(self, route, facts, decision.reservation, body, call_id)
+        await call.run(route.target(rest, request.query), request.headers, respond)
+
+    async def _evidence_refusal(self, respond, kind, route, facts, reservation) -> None:
+        if reservation is not None:
+            self.caps.cancel(reservation)
+        await self.refuse(
+            respond,
+            kind,
+            "docket_evidence_lost",
+            "the ledger could not be written and fail_fast_evidence is set: the run is stopping",
+            rule="ledger.fail_fast_evidence",
+            provider=route.name,
+            model=facts.model,
+            record=False,
+        )
+
+    # ------------------------------------------------------------------ /docket/...
+
+    async def ops(self, request, respond, path: str) -> None:
+        if path == "/docket/healthz":
+            await _json(respond, 200, {"status": "alive"})
+        elif path == "/docket/readyz":
+            problems = self.readiness_problems()
+            await _json(
+                respond, 503 if problems else 200, {"ready": not problems, "problems": problems}
+            )
+        elif path == "/docket/metrics":
+            body = self.metrics.render(self).encode()
+            await respond.simple(200, [(b"content-type", b"text/plain; version=0.0.4")], body)
+        elif path == "/docket/agent/backoff" and request.method == "POST":
+            await self.agent_backoff(request, respond)
+        else:
+            await _json(respond, 404, {"error": f"no such endpoint {path}"})
+
+    def readiness_problems(self) -> list[str]:
+        problems = []
+        stats = self.ledger.stats
+        if not stats.ledger_complete:
+            problems.append(
+                f"ledger: {stats.unwritten_events} events unwritten since seq {stats.first_failing_seq}"
+            )
+        try:
+            vfs = os.statvfs(os.path.dirname(os.path.abspath(self.ledger.path)))
+            free = vfs.f_bavail * vfs.f_frsize
+            if free < self.policy.ledger.min_free_bytes:
+                problems.append(
+                    f"ledger volume: {free} bytes free, below min_free_bytes "
+                    f"{self.policy.ledger.min_free_bytes}"
+                )
+        except OSError as exc:
+            problems.append(f"ledger volume: cannot stat ({exc.strerror})")
+        try:
+            self.ledger.check_room("model.request", 512)
+        except (LedgerFull, EvidenceLost) as exc:
+            problems.append(f"ledger: {exc}")
+        return problems
+
+    async def agent_backoff(self, request, respond) -> None:
+        if not providers.token_matches(providers.presented_token(request.headers), self.token):
+            await _json(respond, 401, {"error": "the run's token is required"})
+            return
+        try:
+            report = json.loads(await request.read_body(limit=4096))
+            fields = {
+                "attempt": int(report["attempt"]),
+                "wait_s": float(report["wait_s"]),
+                "retry_after": None
+                if report.get("retry_after") is None
+                else float(report["retry_after"]),
+                "status": None if report.get("status") is None else int(report["status"]),
+            }
+        except (ValueError, KeyError, TypeError) as exc:
+            await _json(respond, 400, {"error": f"bad backoff report: {exc}"})
+            return
+        await self.record("agent.backoff", **fields)
+        await _json(respond, 200, {"recorded": True})
+
+
+async def _json(respond, status: int, obj: dict) -> None:
+    body = json.dumps(obj).encode()
+    await respond.simple(status, [(b"content-type", b"application/json")], body)

@@ -1,0 +1,180 @@
+"""Provider adapters: what the boundary must understand of OpenAI and Anthropic traffic.
+
+Sans-IO and cheap enough for the hot path. The boundary, for one call:
+
+    facts = request_facts(kind, path, headers, body)       # BadRequest -> refusal(...)
+    body, strip = prepare(facts, body)
+    token, headers = swap_auth(kind, headers, api_key=..., upstream_host=...,
+                               content_length=len(body))
+    ... forward ...
+    usage_from_body(kind, facts.endpoint, response_body)    # or, streamed:
+    tracker = stream_tracker(facts, strip_usage_chunk=strip)
+    send(tracker.feed(chunk)) ...; send(tracker.flush()); tracker.usage / .finished / .error
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+from typing import NamedTuple
+
+from docket.boundary.providers import anthropic, openai
+from docket.boundary.providers.base import (
+    DOCKET_ERRORS,
+    BadRequest,
+    ProviderError,
+    RefusalKind,
+    RequestFacts,
+    StreamTracker,
+    Usage,
+    loads,
+)
+from docket.boundary.providers.headers import (
+    Headers,
+    outgoing_headers,
+    presented_token,
+    token_matches,
+)
+from docket.boundary.providers.sse import SSEEvent, SSEParser
+
+__all__ = [
+    "DOCKET_ERRORS",
+    "KINDS",
+    "BadRequest",
+    "ProviderError",
+    "Refusal",
+    "RefusalKind",
+    "RequestFacts",
+    "SSEEvent",
+    "SSEParser",
+    "StreamTracker",
+    "Usage",
+    "error_body",
+    "error_from_body",
+    "prepare",
+    "refusal",
+    "request_facts",
+    "stream_tracker",
+    "swap_auth",
+    "token_matches",
+    "usage_from_body",
+]
+
+_ADAPTERS: dict[str, ModuleType] = {"openai": openai, "anthropic": anthropic}
+KINDS = tuple(_ADAPTERS)
+
+
+def _adapter(kind: str) -> ModuleType:
+    try:
+        return _ADAPTERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown provider kind {kind!r}; expected one of {KINDS}") from None
+
+
+def request_facts(
+    kind: str, path: str, headers, body: bytes, *, method: str = "POST"
+) -> RequestFacts:
+    """Model, stream flag, declared output limit and endpoint of one request.
+
+    `path` is what follows the provider prefix ("/v1/chat/completions"); a query
+    string and one trailing slash are ignored. Raises BadRequest when a model
+    endpoint gets a body that is not a JSON object, lacks a model, or declares a
+    stream flag or token limit of the wrong type.
+    """
+    path = path.partition("?")[0]
+    if len(path) > 1 and path.endswith("/"):
+        path = path[:-1]
+    return _adapter(kind).request_facts(path, headers, body, method=method)
+
+
+def prepare(facts: RequestFacts, body: bytes) -> tuple[bytes, bool]:
+    """The body to forward, and whether the stream's usage chunk must be hidden from the client.
+
+    The body is re-encoded only when changed: an OpenAI streamed chat or
+    completion that did not ask for usage is made to, so usage is always recorded.
+    """
+    return _adapter(facts.kind).prepare(facts, body)
+
+
+def swap_auth(
+    kind: str,
+    headers,
+    *,
+    api_key: str,
+    upstream_host: str,
+    content_length: int | None,
+) -> tuple[str | None, Headers]:
+    """(the token the client presented or None, the headers to send upstream).
+
+    The client's credentials are dropped and the real key inserted in the
+    provider's own header; see headers.outgoing_headers for everything else removed.
+    """
+    adapter = _adapter(kind)
+    return presented_token(headers), outgoing_headers(
+        headers,
+        credential=adapter.credential(api_key),
+        upstream_host=upstream_host,
+        content_length=content_length,
+    )
+
+
+def usage_from_body(kind: str, endpoint: str, body: bytes) -> Usage | None:
+    """Usage of a non-streamed response, or None when the body carries none."""
+    return _adapter(kind).usage_from_body(endpoint, body)
+
+
+def stream_tracker(facts: RequestFacts, *, strip_usage_chunk: bool = False, **kw) -> StreamTracker:
+    """A tracker for the streamed response to this request (kw: max_event_bytes)."""
+    return _adapter(facts.kind).stream_tracker(facts, strip_usage_chunk=strip_usage_chunk, **kw)
+
+
+def error_body(
+    kind: str, status: int, error_type: str, message: str, extra: dict | None = None
+) -> bytes:
+    """An error body in the provider's own shape. `extra` fields (such as the rule
+    that refused: {"cap": "max_usd"}) go inside the error object; for OpenAI,
+    extra "param" and "code" fill those standard fields."""
+    return _adapter(kind).error_body(status, error_type, message, extra)
+
+
+def error_from_body(kind: str, body: bytes) -> ProviderError | None:
+    """The error an upstream error response carries, if its body has the provider's shape."""
+    try:
+        obj = loads(body)
+    except ValueError:
+        return None
+    return _adapter(kind).error_from_object(obj)
+
+
+class Refusal(NamedTuple):
+    """A docket_* refusal, ready for the boundary to send."""
+
+    status: int
+    headers: Headers
+    body: bytes
+
+
+def refusal(
+    kind: str,
+    error_type: str,
+    message: str,
+    *,
+    extra: dict | None = None,
+    retry_after_s: float | None = None,
+) -> Refusal:
+    """A complete answer for a docket_* refusal: status from DOCKET_ERRORS, JSON body,
+    Content-Length, Retry-After when given (whole seconds, rounded up), and `x-should-retry: false` when no
+    retry can succeed."""
+    spec = DOCKET_ERRORS.get(error_type)
+    if spec is None:
+        raise ValueError(f"unknown docket error type {error_type!r}")
+    body = error_body(kind, spec.status, error_type, message, extra)
+    headers: Headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode("ascii")),
+    ]
+    if retry_after_s is not None:
+        headers.append((b"retry-after", str(max(0, math.ceil(retry_after_s))).encode("ascii")))
+    if not spec.retryable:
+        headers.append((b"x-should-retry", b"false"))
+    return Refusal(spec.status, headers, body)

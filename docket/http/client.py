@@ -1,0 +1,445 @@
+"""A keep-alive HTTP/1.1 connection pool for one upstream origin, on trio and h11.
+
+    pool = UpstreamPool("https://api.openai.com", max_connections=32)
+    async with pool.request("POST", "/v1/chat/completions", headers, body) as resp:
+        resp.status, resp.headers
+        async for chunk in resp.body():
+            ...
+    await pool.aclose()
+
+The pool is the bulkhead: `max_connections` is the one place the number of
+concurrent upstream exchanges is limited. A connection goes back to the pool
+only after a complete response on a connection both sides mean to keep; on a
+timeout, a cancellation, a protocol error or an early exit from the block it is
+closed, which also stops the upstream's work on it.
+
+Failures are typed so the boundary can name them in `model.error`:
+ConnectTimeout, ConnectError, ReadTimeout, WriteTimeout, ConnectionReset,
+ProtocolError, PoolTimeout (all UpstreamError, each with a `reason`).
+
+Every outbound connection Docket makes is opened by `open_upstream_stream`, and
+only there: the egress guard sits in front of it, and a test walks the syntax
+tree to keep it that way.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import h11
+import trio
+
+RECEIVE_SIZE = 65536
+HeaderPairs = Iterable[tuple[bytes | str, bytes | str]]
+
+
+class UpstreamError(Exception):
+    """An upstream exchange that failed; `reason` is the name a ledger records."""
+
+    reason = "upstream_error"
+
+
+class ConnectTimeout(UpstreamError):
+    reason = "connect_timeout"
+
+
+class ConnectError(UpstreamError):
+    """Refused, unreachable, unresolvable, or a failed TLS handshake."""
+
+    reason = "connect_error"
+
+
+class ReadTimeout(UpstreamError):
+    """No bytes from the upstream within read_timeout (between any two reads)."""
+
+    reason = "read_timeout"
+
+
+class WriteTimeout(UpstreamError):
+    """The upstream accepted no request bytes within write_timeout."""
+
+    reason = "write_timeout"
+
+
+class ConnectionReset(UpstreamError):
+    """The upstream reset or closed the connection before the response was complete."""
+
+    reason = "connection_reset"
+
+
+class ProtocolError(UpstreamError):
+    """The upstream sent something that is not HTTP/1.1."""
+
+    reason = "protocol_error"
+
+
+class PoolTimeout(UpstreamError):
+    """Every connection stayed busy for longer than the caller would wait."""
+
+    reason = "pool_timeout"
+
+
+@dataclass(frozen=True)
+class Origin:
+    scheme: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        """`http://host[:port]` or `https://host[:port]`; a path is ignored."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) origin: {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return cls(parts.scheme, parts.hostname, port)
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme == "https"
+
+    @property
+    def host_header(self) -> bytes:
+        default = 443 if self.tls else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host.encode("idna").decode("ascii")
+        return (host if self.port == default else f"{host}:{self.port}").encode("ascii")
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.host_header.decode()}"
+
+
+async def open_upstream_stream(
+    host: str,
+    port: int,
+    *,
+    tls: bool,
+    connect_timeout: float,
+    ssl_context: ssl.SSLContext | None = None,
+) -> trio.abc.Stream:
+    """Open one outbound connection (TCP, then TLS with SNI when `tls`), or raise
+    ConnectTimeout / ConnectError. The only place Docket opens one."""
+    where = f"{host}:{port}"
+    with trio.move_on_after(connect_timeout):
+        try:
+            stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+        except OSError as exc:
+            raise ConnectError(f"cannot connect to {where}: {exc.strerror or exc}") from None
+        if not tls:
+            return stream
+        context = ssl_context or ssl.create_default_context()
+        tls_stream = trio.SSLStream(stream, context, server_hostname=host, https_compatible=True)
+        try:
+            await tls_stream.do_handshake()
+        except trio.BrokenResourceError as exc:
+            await trio.aclose_forcefully(stream)
+            raise ConnectError(f"TLS handshake with {where} failed: {exc.__cause__}") from None
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        return tls_stream
+    raise ConnectTimeout(f"no connection to {where} within {connect_timeout:g}s")
+
+
+def _raw_socket(stream: trio.abc.Stream):
+    inner = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    return inner.socket  # type: ignore[attr-defined]
+
+
+class _UpstreamConnection:
+    """One connection: the stream, its h11 state, and whether the peer hung up."""
+
+    __slots__ = ("stream", "h11", "eof", "idle_since")
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.eof = False
+        self.idle_since = 0.0
+
+    def looks_alive(self) -> bool:
+        """A kept connection the upstream has not closed meanwhile: nothing is
+        readable on it (a readable idle socket means EOF, a reset or garbage)."""
+        if self.h11.our_state is not h11.IDLE:
+            return False
+        try:
+            return not _raw_socket(self.stream).is_readable()
+        except OSError:
+            return False
+
+    async def send(self, data: bytes | None, write_timeout: float) -> None:
+        if not data:
+            return
+        with trio.move_on_after(write_timeout):
+            try:
+                await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise ConnectionReset(
+                    f"upstream closed the connection while the request was sent ({_cause(exc)})"
+                ) from None
+            return
+        raise WriteTimeout(f"upstream took no request bytes for {write_timeout:g}s")
+
+    async def next_event(self, read_timeout: float):
+        while True:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                if self.eof:
+                    raise ConnectionReset(f"upstream closed the connection early: {exc}") from None
+                raise ProtocolError(f"upstream spoke bad HTTP: {exc}") from None
+            if event is not h11.NEED_DATA:
+                if isinstance(event, h11.ConnectionClosed):
+                    raise ConnectionReset("upstream closed the connection before responding")
+                return event
+            with trio.move_on_after(read_timeout):
+                try:
+                    data = await self.stream.receive_some(RECEIVE_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    raise ConnectionReset(f"upstream connection broke ({_cause(exc)})") from None
+                if not data:
+                    self.eof = True
+                self.h11.receive_data(data)
+                continue
+            raise ReadTimeout(f"upstream sent nothing for {read_timeout:g}s")
+
+
+def _cause(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    return f"{type(cause).__name__}: {cause}" if cause else str(exc) or type(exc).__name__
+
+
+class UpstreamResponse:
+    """A response head, and its body streamed on demand (one pass)."""
+
+    __slots__ = ("status", "reason", "headers", "http_version", "complete", "_conn", "_timeout")
+
+    def __init__(self, event: h11.Response, conn: _UpstreamConnection, read_timeout: float):
+        self.status: int = event.status_code
+        self.reason: bytes = event.reason
+        self.headers: list[tuple[bytes, bytes]] = list(event.headers)
+        self.http_version: bytes = event.http_version
+        self.complete = False
+        self._conn = conn
+        self._timeout = read_timeout
+
+    def header(self, name: bytes) -> bytes | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    def body(self) -> _ResponseBody:
+        """`async for chunk in resp.body():` each chunk as it arrives."""
+        return _ResponseBody(self)
+
+    async def read(self, limit: int | None = None) -> bytes:
+        """The whole body; ProtocolError if it is longer than `limit`."""
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in self.body():
+            size += len(chunk)
+            if limit is not None and size > limit:
+                raise ProtocolError(f"upstream body is longer than {limit} bytes")
+            parts.append(chunk)
+        return b"".join(parts)
+
+
+class _ResponseBody:
+    __slots__ = ("_response",)
+
+    def __init__(self, response: UpstreamResponse) -> None:
+        self._response = response
+
+    def __aiter__(self) -> _ResponseBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        response = self._response
+        if response.complete:
+            raise StopAsyncIteration
+        event = await response._conn.next_event(response._timeout)
+        if isinstance(event, h11.Data):
+            return bytes(event.data)
+        if isinstance(event, h11.EndOfMessage):
+            response.complete = True
+            raise StopAsyncIteration
+        raise ProtocolError(f"unexpected {type(event).__name__} in a response body")
+
+
+@dataclass
+class PoolStats:
+    opened: int = 0  # connections made
+    reused: int = 0  # exchanges on a kept connection
+    closed: int = 0  # connections closed (by either side, for any reason)
+    in_use: int = 0
+    waiting: int = 0  # callers queued for a slot
+
+
+class UpstreamPool:
+    """Keep-alive connections to one origin, at most `max_connections` at once.
+
+    connect_timeout bounds TCP + TLS setup; read_timeout bounds each wait for
+    the next bytes of a response; write_timeout each wait to send request bytes;
+    idle_timeout how long a kept connection may sit unused (kept short of
+    typical server keep-alive timeouts, so we close first).
+    """
+
+    def __init__(
+        self,
+        origin: str | Origin,
+        *,
+        max_connections: int = 32,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 120.0,
+        write_timeout: float = 60.0,
+        idle_timeout: float = 15.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self.origin = origin if isinstance(origin, Origin) else Origin.parse(origin)
+        self.max_connections = max_connections
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.write_timeout = write_timeout
+        self.idle_timeout = idle_timeout
+        self.ssl_context = ssl_context
+        self.stats = PoolStats()
+        self._slots = trio.Semaphore(max_connections)
+        self._idle: deque[_UpstreamConnection] = deque()
+        self._closed = False
+
+    @asynccontextmanager
+    async def request(
+        self,
+        method: str,
+        target: str | bytes,
+        headers: HeaderPairs = (),
+        body: bytes | AsyncIterable[bytes] = b"",
+        *,
+        wait_timeout: float | None = None,
+    ) -> AsyncIterator[UpstreamResponse]:
+        """One exchange. `body` is bytes (content-length is added) or an async
+        iterable of chunks (sent chunked). A host header is added if missing."""
+        if self._closed:
+            raise RuntimeError("the upstream pool is closed")
+        await self._acquire_slot(wait_timeout)
+        try:
+            conn = await self._checkout()
+            reusable = False
+            try:
+                await self._send_request(conn, method, target, headers, body)
+                event = await conn.next_event(self.read_timeout)
+                while isinstance(event, h11.InformationalResponse):
+                    event = await conn.next_event(self.read_timeout)
+                response = UpstreamResponse(event, conn, self.read_timeout)
+                yield response
+                reusable = (
+                    response.complete
+                    and conn.h11.our_state is h11.DONE
+                    and conn.h11.their_state is h11.DONE
+                    and not self._closed
+                )
+            finally:
+                if reusable:
+                    conn.h11.start_next_cycle()
+                    conn.idle_since = trio.current_time()
+                    self._idle.append(conn)
+                else:
+                    await self._discard(conn)
+        finally:
+            self.stats.in_use -= 1
+            self._slots.release()
+
+    async def _acquire_slot(self, wait_timeout: float | None) -> None:
+        self.stats.waiting += 1
+        try:
+            if wait_timeout is None:
+                await self._slots.acquire()
+            else:
+                with trio.move_on_after(wait_timeout) as scope:
+                    await self._slots.acquire()
+                if scope.cancelled_caught:
+                    raise PoolTimeout(
+                        f"all {self.max_connections} connections to {self.origin} stayed busy "
+                        f"for {wait_timeout:g}s"
+                    )
+        finally:
+            self.stats.waiting -= 1
+        self.stats.in_use += 1
+
+    async def _checkout(self) -> _UpstreamConnection:
+        """The most recently used live idle connection, else a new one."""
+        now = trio.current_time()
+        while self._idle:
+            conn = self._idle.pop()
+            if now - conn.idle_since < self.idle_timeout and conn.looks_alive():
+                self.stats.reused += 1
+                return conn
+            await self._discard(conn)
+        stream = await open_upstream_stream(
+            self.origin.host,
+            self.origin.port,
+            tls=self.origin.tls,
+            connect_timeout=self.connect_timeout,
+            ssl_context=self.ssl_context,
+        )
+        self.stats.opened += 1
+        return _UpstreamConnection(stream)
+
+    async def _send_request(
+        self,
+        conn: _UpstreamConnection,
+        method: str,
+        target: str | bytes,
+        headers: HeaderPairs,
+        body: bytes | AsyncIterable[bytes],
+    ) -> None:
+        pairs = list(headers)
+        names = {_lower(name) for name, _ in pairs}
+        if b"host" not in names:
+            pairs.insert(0, (b"host", self.origin.host_header))
+        streamed = not isinstance(body, bytes | bytearray | memoryview)
+        if b"content-length" not in names and b"transfer-encoding" not in names:
+            if streamed:
+                pairs.append((b"transfer-encoding", b"chunked"))
+            elif body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
+                pairs.append((b"content-length", str(len(body)).encode()))
+        try:
+            data = conn.h11.send(h11.Request(method=method, target=target, headers=pairs))
+        except h11.LocalProtocolError as exc:
+            raise ValueError(f"cannot send {method} {target!r} as HTTP/1.1: {exc}") from None
+        if not streamed:
+            if body:
+                data += conn.h11.send(h11.Data(data=body))
+            data += conn.h11.send(h11.EndOfMessage())
+            await conn.send(data, self.write_timeout)
+            return
+        await conn.send(data, self.write_timeout)
+        async for chunk in body:
+            if chunk:
+                await conn.send(conn.h11.send(h11.Data(data=chunk)), self.write_timeout)
+        await conn.send(conn.h11.send(h11.EndOfMessage()), self.write_timeout)
+
+    async def _discard(self, conn: _UpstreamConnection) -> None:
+        self.stats.closed += 1
+        await trio.aclose_forcefully(conn.stream)
+
+    @property
+    def idle_connections(self) -> int:
+        return len(self._idle)
+
+    async def aclose(self) -> None:
+        """Close the kept connections; exchanges under way close theirs when done."""
+        self._closed = True
+        while self._idle:
+            await self._discard(self._idle.pop())
+
+
+def _lower(name: bytes | str) -> bytes:
+    return (name.encode("latin-1") if isinstance(name, str) else name).lower()
