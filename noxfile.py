@@ -10,7 +10,6 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-
 @nox.session
 def tests(session: nox.Session) -> None:
     """The suite, including short versions of the long loops. Under ten minutes on 2 cores."""
@@ -27,7 +26,7 @@ def slow(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    session.install("ruff==0.17.6")  # pinned: formatting must not drift between machines
     session.run("ruff", "check", "docket", "chaos", "tests", "benchmarks", "noxfile.py")
     session.run("ruff", "format", "--check", "docket", "chaos", "tests", "benchmarks", "noxfile.py")
 
