@@ -44,8 +44,12 @@ class LedgerLock:
             os.close(fd)
             who = f"pid {pid}" if pid is not None else "a process that has not written its pid yet"
             raise LedgerLocked(f"ledger {self.ledger} is locked by {who}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            os.close(fd)  # on a full disk, say: do not keep a lock we cannot name
+            raise
         self._fd = fd
 
     def release(self) -> None:

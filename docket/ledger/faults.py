@@ -1,0 +1,67 @@
+"""The one place a write failure can be injected into the ledger writer.
+
+The chaos harness (and the tests) hand `open_ledger(..., faults=...)` an object
+with a `before_write` method. While composing each batch the writer asks it
+once about every event it is about to write; an `OSError` answer makes that
+event's write fail exactly as a real one would (the event goes on the unwritten
+list, the stats disclose it, the next write is preceded by an `evidence.gap`
+record). `None` lets the real write go ahead: the I/O path is the same either way.
+
+Why events are named by ordinal, not seq: after a loss the chain continues from
+the last durable line, so seqs are reused and a hook keyed on "seq 40.." would
+fail for ever. Why not per batch: batch boundaries depend on timing, so a fault
+keyed on them would not replay. The ordinal is the event's place in the order
+events were offered to the writer (the first event of a new ledger is ordinal
+0, and until the first loss an event's ordinal equals its seq); a failed event
+is never retried, so each ordinal is asked about exactly once.
+"""
+
+from __future__ import annotations
+
+import errno as errno_module
+import os
+from typing import Protocol
+
+
+class WriteFaults(Protocol):
+    def before_write(self, ordinal: int, type: str) -> OSError | None:
+        """An error to fail this event's write with, or None to write it for real."""
+
+
+def os_error(code: int) -> OSError:
+    """The OSError the kernel would raise for errno `code`, e.g. os_error(errno.ENOSPC)."""
+    return OSError(code, os.strerror(code))
+
+
+class FailOrdinals:
+    """Fail every event whose ordinal is in [start, stop); stop=None means for ever."""
+
+    def __init__(self, code: int, start: int = 0, stop: int | None = None) -> None:
+        self.code, self.start, self.stop = code, start, stop
+        self.injected = 0
+
+    def before_write(self, ordinal: int, type: str) -> OSError | None:
+        if ordinal >= self.start and (self.stop is None or ordinal < self.stop):
+            self.injected += 1
+            return os_error(self.code)
+        return None
+
+
+class FailNext:
+    """Fail the next `count` events offered, whatever their ordinal; then write for real."""
+
+    def __init__(self, code: int, count: int = 1) -> None:
+        self.code, self.remaining = code, count
+        self.injected = 0
+
+    def before_write(self, ordinal: int, type: str) -> OSError | None:
+        if self.remaining <= 0:
+            return None
+        self.remaining -= 1
+        self.injected += 1
+        return os_error(self.code)
+
+
+def fail_always(code: int = errno_module.EIO) -> FailOrdinals:
+    """A disk that never takes another byte."""
+    return FailOrdinals(code, 0, None)
