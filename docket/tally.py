@@ -1,0 +1,395 @@
+"""The running fold of a ledger's events into the figures a receipt states.
+
+Pure and bounded: `add` takes one decoded event at a time and keeps counters
+per model, per cap and per fault, never the events, so ten million events cost
+the same memory as ten. The ledger writer folds every durable event as it
+lands; `docket verify` folds the file the same way; a receipt is honest when
+the two agree. spec/docket-receipt-1.md ("Event contents", "Claims") is the
+normative text for what is read and how it adds up.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_INT = 2**53 - 1  # every integer the spec interprets fits a double exactly
+
+# Counters kept per model; the overall totals are their sums.
+COUNTERS = (
+    "model_calls",
+    "responses",
+    "errors",
+    "refused",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "cost_nusd",
+    "unpriced_calls",
+)
+_CALLS, _RESPONSES, _ERRORS, _REFUSED, _INPUT, _OUTPUT, _CACHED, _COST, _UNPRICED = range(9)
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_tokens")
+PRICE_FIELDS = ("input", "output", "cached_input")
+EVIDENCE_FIELDS = ("ledger_complete", "unwritten_events", "first_failing_seq", "write_failures")
+
+# USD per million tokens, at most 3 decimals: then a token costs a whole number of nano-USD.
+PRICE_PATTERN = re.compile(r"(0|[1-9][0-9]{0,8})(\.[0-9]{1,3})?")
+
+
+class TallyError(ValueError):
+    """An event the tally reads lacks a field it needs or holds one of the wrong type."""
+
+
+class _Unbacked:
+    """Marks a claim the ledger cannot back: the event it comes from was never written."""
+
+    def __repr__(self) -> str:
+        return "UNBACKED"
+
+    def __copy__(self) -> _Unbacked:  # one marker, compared by identity
+        return self
+
+    def __deepcopy__(self, memo: dict) -> _Unbacked:
+        return self
+
+    def __reduce__(self) -> str:
+        return "UNBACKED"
+
+
+UNBACKED = _Unbacked()
+_UNSEEN = object()
+
+
+def usd(nusd: int) -> str:
+    """Nano-USD as a decimal string with 9 places: 1234000 -> '0.001234000'."""
+    return f"{nusd // 1_000_000_000}.{nusd % 1_000_000_000:09d}"
+
+
+def _count(value: object, where: str) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_INT:
+        raise TallyError(f"{where} must be an integer from 0 to 2^53-1")
+    return value
+
+
+def _text(value: object, where: str) -> str:
+    if type(value) is not str:
+        raise TallyError(f"{where} must be a string")
+    return value
+
+
+def _text_or_null(value: object, where: str) -> str | None:
+    return None if value is None else _text(value, where)
+
+
+def _object(value: object, where: str) -> dict:
+    if type(value) is not dict:
+        raise TallyError(f"{where} must be an object")
+    return value
+
+
+def _model(event: dict) -> str:
+    # A call whose model is not known (a refusal before the body was read) counts under "".
+    model = event.get("model")
+    return "" if model is None else _text(model, f"{event['type']}.model")
+
+
+def _usage(event: dict) -> tuple[int, int, int]:
+    # Absent usage, or an absent member, is zero: a failed call may know only part of it.
+    usage = event.get("usage")
+    if usage is None:
+        return 0, 0, 0
+    where = f"{event['type']}.usage"
+    _object(usage, where)
+    return (
+        _count(usage.get("input_tokens", 0), f"{where}.input_tokens"),
+        _count(usage.get("output_tokens", 0), f"{where}.output_tokens"),
+        _count(usage.get("cached_tokens", 0), f"{where}.cached_tokens"),
+    )
+
+
+def _charge(event: dict) -> tuple[str, int, int, int, int]:
+    """model, input, output and cached tokens, and cost_nusd of a response or error."""
+    model, usage, cost = event.get("model"), event.get("usage"), event.get("cost_nusd")
+    # The common case, checked inline: verify folds millions of these.
+    if type(model) is str and type(usage) is dict and type(cost) is int and 0 <= cost <= MAX_INT:
+        i = usage.get("input_tokens", 0)
+        o = usage.get("output_tokens", 0)
+        c = usage.get("cached_tokens", 0)
+        if (
+            type(i) is int
+            and type(o) is int
+            and type(c) is int
+            and 0 <= i <= MAX_INT
+            and 0 <= o <= MAX_INT
+            and 0 <= c <= MAX_INT
+        ):
+            return model, i, o, c, cost
+    i, o, c = _usage(event)  # normalises an absent model or usage, or names the bad field
+    return _model(event), i, o, c, _count(cost, f"{event['type']}.cost_nusd")
+
+
+def check_evidence(value: object, where: str) -> dict:
+    """The ops.evidence object: the writer's own account of what it could not write."""
+    evidence = _object(value, where)
+    missing = [k for k in EVIDENCE_FIELDS if k not in evidence]
+    if missing:
+        raise TallyError(f"{where} lacks {', '.join(missing)}")
+    if type(evidence["ledger_complete"]) is not bool:
+        raise TallyError(f"{where}.ledger_complete must be true or false")
+    _count(evidence["unwritten_events"], f"{where}.unwritten_events")
+    _count(evidence["write_failures"], f"{where}.write_failures")
+    if evidence["first_failing_seq"] is not None:
+        _count(evidence["first_failing_seq"], f"{where}.first_failing_seq")
+    return {k: evidence[k] for k in EVIDENCE_FIELDS}
+
+
+def _session_start(event: dict) -> dict:
+    where = "session.start"
+    pricing = _object(event.get("pricing"), f"{where}.pricing")
+    chaos = event.get("chaos")
+    seed = None
+    if chaos is not None:
+        _object(chaos, f"{where}.chaos")
+        seed = chaos.get("seed")
+        if seed is not None and (type(seed) is not int or abs(seed) > MAX_INT):
+            raise TallyError(f"{where}.chaos.seed must be an integer or null")
+    return {
+        "run_id": _text(event.get("run_id"), f"{where}.run_id"),
+        "docket_version": _text(event.get("docket_version"), f"{where}.docket_version"),
+        "policy_digest": _text(event.get("policy_digest"), f"{where}.policy_digest"),
+        "table_date": _text_or_null(pricing.get("table_date"), f"{where}.pricing.table_date"),
+        "provenance": _text_or_null(pricing.get("provenance"), f"{where}.pricing.provenance"),
+        "limits": _object(event.get("caps"), f"{where}.caps"),
+        "seed": seed,
+        "ts": _text(event.get("ts"), f"{where}.ts"),
+        "mono_ms": _count(event.get("mono_ms"), f"{where}.mono_ms"),
+    }
+
+
+def _session_end(event: dict) -> dict:
+    where = "session.end"
+    status = event.get("exit_status")
+    if status is not None and (type(status) is not int or abs(status) > MAX_INT):
+        raise TallyError(f"{where}.exit_status must be an integer or null")
+    return {
+        "reason": _text(event.get("reason"), f"{where}.reason"),
+        "exit_status": status,
+        "cap": _text_or_null(event.get("cap"), f"{where}.cap"),
+        "evidence": check_evidence(event.get("evidence"), f"{where}.evidence"),
+        "ts": _text(event.get("ts"), f"{where}.ts"),
+        "mono_ms": _count(event.get("mono_ms"), f"{where}.mono_ms"),
+    }
+
+
+class Tally:
+    """Feed decoded events in seq order with `add`; read the figures with `to_claims`.
+
+    An event is the decoded ledger line: the common fields (`seq`, `ts`,
+    `mono_ms`, `type`, ...) and the event's own. `add` validates everything it
+    reads before it changes anything, so an event it rejects leaves no trace.
+    """
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.start: dict | None = None
+        self.end: dict | None = None
+        self.models: dict[str, list[int]] = {}
+        self.unit_prices: dict[str, dict[str, str]] = {}
+        self._raw_prices: dict[str, object] = {}  # as last seen, extra members and all
+        self.warnings: dict[str, dict] = {}  # the first cap.warning per cap
+        self.breaches: dict[str, dict] = {}  # the first cap.exceeded per cap
+        self.faults: dict[str, int] = {}
+        self.fault_seed: int | None = None
+        self.gaps = 0
+        self.lost = 0
+        self.first_gap_seq: int | None = None
+        self._fold = {
+            "session.start": self._on_start,
+            "session.end": self._on_end,
+            "model.request": self._on_request,
+            "model.response": self._on_response,
+            "model.error": self._on_error,
+            "policy.denied": self._on_denied,
+            "cap.warning": self._on_cap,
+            "cap.exceeded": self._on_cap,
+            "fault.injected": self._on_fault,
+            "evidence.gap": self._on_gap,
+        }
+
+    def add(self, event: dict) -> None:
+        if self.end is not None:
+            raise TallyError(f"{event['type']} after session.end, which must be the last event")
+        fold = self._fold.get(event["type"])
+        if fold is not None:  # types the receipt does not sum are counted and otherwise ignored
+            fold(event)
+        self.events += 1
+
+    def _counters(self, model: str) -> list[int]:
+        counters = self.models.get(model)
+        if counters is None:
+            counters = self.models[model] = [0] * len(COUNTERS)
+        return counters
+
+    def _on_start(self, event: dict) -> None:
+        if self.events:
+            raise TallyError("session.start must be the first event, and there is only one")
+        self.start = _session_start(event)
+
+    def _on_end(self, event: dict) -> None:
+        self.end = _session_end(event)
+
+    def _on_request(self, event: dict) -> None:
+        model = event.get("model")
+        counters = self.models.get(model) if type(model) is str else None
+        if counters is None:
+            counters = self._counters(_model(event))
+        counters[_CALLS] += 1
+
+    def _on_response(self, event: dict) -> None:
+        model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
+        priced = event.get("priced")
+        if priced is not True and priced is not False:
+            raise TallyError("model.response.priced must be true or false")
+        if priced:
+            prices = event.get("unit_prices")
+            if prices != self._raw_prices.get(model, _UNSEEN):  # else: as last time, checked then
+                checked = _check_prices(prices)
+                known = self.unit_prices.get(model)
+                if known is not None and checked != known:
+                    raise TallyError(
+                        f"model.response.unit_prices for {model!r} differ from an earlier response's"
+                    )
+                self._raw_prices[model] = prices
+                self.unit_prices[model] = checked
+        counters = self.models.get(model) or self._counters(model)
+        counters[_RESPONSES] += 1
+        counters[_INPUT] += tokens_in
+        counters[_OUTPUT] += tokens_out
+        counters[_CACHED] += tokens_cached
+        counters[_COST] += cost
+        if not priced:
+            counters[_UNPRICED] += 1
+
+    def _on_error(self, event: dict) -> None:
+        model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
+        counters = self.models.get(model) or self._counters(model)
+        counters[_ERRORS] += 1
+        counters[_INPUT] += tokens_in
+        counters[_OUTPUT] += tokens_out
+        counters[_CACHED] += tokens_cached
+        counters[_COST] += cost
+
+    def _on_denied(self, event: dict) -> None:
+        self._counters(_model(event))[_REFUSED] += 1
+
+    def _on_cap(self, event: dict) -> None:
+        kind = event["type"]
+        cap = _text(event.get("cap"), f"{kind}.cap")
+        for name in ("limit", "observed"):
+            if name not in event:
+                raise TallyError(f"{kind} lacks {name}")
+        firsts = self.warnings if kind == "cap.warning" else self.breaches
+        if cap not in firsts:
+            firsts[cap] = {
+                "cap": cap,
+                "seq": event["seq"],
+                "limit": event["limit"],
+                "observed": event["observed"],
+            }
+
+    def _on_fault(self, event: dict) -> None:
+        fault = _text(event.get("fault"), "fault.injected.fault")
+        seed = event.get("seed")
+        if seed is not None and (type(seed) is not int or abs(seed) > MAX_INT):
+            raise TallyError("fault.injected.seed must be an integer or null")
+        # One run, one seed: the seed session.start declares, else the first fault's.
+        if self.start is not None or self.faults:
+            expected = self.start["seed"] if self.start is not None else self.fault_seed
+            if seed != expected:
+                raise TallyError(f"fault.injected.seed {seed} is not the run's seed {expected}")
+        self.fault_seed = seed
+        self.faults[fault] = self.faults.get(fault, 0) + 1
+
+    def _on_gap(self, event: dict) -> None:
+        lost = _count(event.get("lost"), "evidence.gap.lost")
+        first = _count(event.get("first_failing_seq"), "evidence.gap.first_failing_seq")
+        if self.first_gap_seq is None:
+            self.first_gap_seq = first
+        self.gaps += 1
+        self.lost += lost
+
+    def to_claims(self, *, start: dict | None = None, end: dict | None = None) -> dict:
+        """The receipt's derivable fields, in the receipt's own shape.
+
+        A claim that comes from a session.start or session.end the ledger lacks
+        is UNBACKED, unless the writer passes the event it could not write as
+        `start`/`end` (a dict shaped like the line would have been).
+        """
+        s = self.start or (_session_start(start) if start is not None else None)
+        e = self.end or (_session_end(end) if end is not None else None)
+        if s is None:
+            # Its claims are unbacked, but a fault's seed is still on the faults' own lines.
+            seed = self.fault_seed if self.faults else UNBACKED
+            s = dict.fromkeys(_START_CLAIMS, UNBACKED) | {"seed": seed, "mono_ms": None}
+        totals = [0] * len(COUNTERS)
+        by_model = {}
+        for model in sorted(self.models):
+            counters = self.models[model]
+            for i, n in enumerate(counters):
+                totals[i] += n
+            by_model[model] = _counter_dict(counters)
+        return {
+            "run_id": s["run_id"],
+            "docket_version": s["docket_version"],
+            "started_at": s["ts"],
+            "ended_at": UNBACKED if e is None else e["ts"],
+            "duration_ms": UNBACKED
+            if e is None or s["mono_ms"] is None
+            else e["mono_ms"] - s["mono_ms"],
+            "exit": UNBACKED
+            if e is None
+            else {"status": e["exit_status"], "reason": e["reason"], "cap": e["cap"]},
+            "totals": _counter_dict(totals) | {"by_model": by_model},
+            "pricing": {
+                "table_date": s["table_date"],
+                "provenance": s["provenance"],
+                "unit_prices": {m: dict(self.unit_prices[m]) for m in sorted(self.unit_prices)},
+            },
+            "caps": {
+                "limits": s["limits"],
+                "warnings": sorted(self.warnings.values(), key=lambda w: w["seq"]),
+                "breaches": sorted(self.breaches.values(), key=lambda b: b["seq"]),
+            },
+            "policy_digest": s["policy_digest"],
+            "faults": {
+                "seed": s["seed"],
+                "injected": sum(self.faults.values()),
+                "by_fault": {f: self.faults[f] for f in sorted(self.faults)},
+            },
+        }
+
+
+_START_CLAIMS = (
+    "run_id",
+    "docket_version",
+    "policy_digest",
+    "table_date",
+    "provenance",
+    "limits",
+    "ts",
+)
+
+
+def _check_prices(prices: object) -> dict[str, str]:
+    where = "model.response.unit_prices"
+    _object(prices, where)
+    for name in PRICE_FIELDS:
+        value = prices.get(name)
+        if type(value) is not str or not PRICE_PATTERN.fullmatch(value):
+            raise TallyError(f"{where}.{name} must be a decimal string with at most 3 decimals")
+    return {k: prices[k] for k in PRICE_FIELDS}
+
+
+def _counter_dict(counters: list[int]) -> dict:
+    out = dict(zip(COUNTERS, counters, strict=True))
+    out["usd"] = usd(counters[_COST])
+    return out

@@ -1,0 +1,1152 @@
+"""Generate the docket-receipt-1 test vectors: `python spec/vectors/make_vectors.py [OUTDIR]`.
+
+Each vector is a folder holding a ledger (ledger.jsonl) and a receipt
+(receipt.json), and an entry in manifest.json with the verdict, failure code,
+seq and byte offset that verification must report. The expectations are
+declared here, from how each vector is made (which line was edited, where it
+starts), never by running a verifier. Honest runs are encoded with
+docket.ledger.chain.encode_line and their receipts built with docket.tally and
+docket.receipt, as the recorder does; tampered ones are edited afterwards, as
+bytes or as events re-chained by a forger. Output is deterministic: the
+committed files must equal a fresh run (tests/test_vectors.py checks).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from docket.clock import rfc3339
+from docket.ledger.chain import GENESIS, encode_body, encode_line, line_hash
+from docket.receipt import build_receipt, encode_receipt
+from docket.tally import Tally
+
+HERE = Path(__file__).resolve().parent
+VERSION = "0.1.0"  # pinned: vectors must not change when the package version does
+WALL0 = 1_795_000_000.0  # 2026-11-18T11:06:40Z, the first wall-clock reading of each run
+POLICY = "sha256:5f0c6e2b9d8a7c4e3f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e"
+PRICES = {
+    "gpt-4o": {"input": "2.50", "output": "10.00", "cached_input": "1.25"},
+    "gpt-4o-mini": {"input": "0.15", "output": "0.60", "cached_input": "0.075"},
+    "claude-sonnet-4": {"input": "3.00", "output": "15.00", "cached_input": "0.30"},
+}
+COMPLETE = {
+    "ledger_complete": True,
+    "unwritten_events": 0,
+    "first_failing_seq": None,
+    "write_failures": 0,
+}
+
+
+def cost_nusd(prices: dict, tokens_in: int, tokens_out: int, cached: int) -> int:
+    """Nano-USD for one call: a price per million tokens is price*1000 nano-USD per token."""
+
+    def per_token(text: str) -> int:
+        whole, _, frac = text.partition(".")
+        return int(whole) * 1000 + int((frac + "000")[:3])
+
+    fresh = tokens_in - cached
+    return (
+        fresh * per_token(prices["input"])
+        + cached * per_token(prices["cached_input"])
+        + tokens_out * per_token(prices["output"])
+    )
+
+
+@dataclass
+class Entry:
+    """One line to be: its common fields, its own fields, and an optional byte edit."""
+
+    type: str
+    mono_ms: int
+    fields: dict
+    seq: int | None = None  # None: its position
+    edit: Callable[[bytes], bytes] | None = None  # applied before the next line hashes it
+
+
+@dataclass
+class Ledger:
+    lines: list[bytes]  # without newlines
+    events: list[dict]  # as the recorder's tally saw them (honest runs only)
+    data: bytes = b""
+    offsets: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.data = b"".join(line + b"\n" for line in self.lines)
+        at = 0
+        for line in self.lines:
+            self.offsets.append(at)
+            at += len(line) + 1
+
+    @property
+    def head(self) -> str:
+        return line_hash(self.lines[-1])
+
+
+def chain(entries: list[Entry]) -> Ledger:
+    """Encode entries as the recorder would, each line's prev the hash of the line before."""
+    prev, lines, events = GENESIS, [], []
+    for position, e in enumerate(entries):
+        seq = position if e.seq is None else e.seq
+        ts = rfc3339(WALL0 + e.mono_ms / 1000)
+        line = encode_line(
+            seq=seq, ts=ts, mono_ms=e.mono_ms, type=e.type, prev=prev, body=encode_body(e.fields)
+        )
+        if e.edit is not None:
+            line = e.edit(line)
+        lines.append(line)
+        events.append(
+            {"v": 1, "seq": seq, "ts": ts, "mono_ms": e.mono_ms, "type": e.type} | e.fields
+        )
+        prev = line_hash(line)
+    return Ledger(lines, events)
+
+
+def start(run_id: str = "run-2026-11-18-0001", *, caps: dict | None = None, chaos=None) -> Entry:
+    fields = {
+        "run_id": run_id,
+        "docket_version": VERSION,
+        "policy_digest": POLICY,
+        "pricing": {"table_date": "2026-11-01", "provenance": "docket/data/prices.json 2026-11-01"},
+        "caps": caps if caps is not None else {"usd": "2.00", "calls": 50},
+    }
+    if chaos is not None:
+        fields["chaos"] = chaos
+    return Entry("session.start", 0, fields)
+
+
+def end(mono_ms: int, *, reason="child exited", status=0, cap=None, evidence=None) -> Entry:
+    return Entry(
+        "session.end",
+        mono_ms,
+        {
+            "reason": reason,
+            "exit_status": status,
+            "cap": cap,
+            "evidence": evidence or COMPLETE,
+        },
+    )
+
+
+def call(mono_ms: int, call_id: str, model: str, tokens_in: int, tokens_out: int, cached: int = 0):
+    """A forwarded call that succeeded: a model.request and its model.response."""
+    provider = "anthropic" if model.startswith("claude") else "openai"
+    prices = PRICES.get(model)
+    response = {
+        "call_id": call_id,
+        "provider": provider,
+        "model": model,
+        "status": 200,
+        "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out, "cached_tokens": cached},
+        "cost_nusd": cost_nusd(prices, tokens_in, tokens_out, cached) if prices else 0,
+        "priced": prices is not None,
+        "duration_ms": 900 + tokens_out,
+        "ttfb_ms": 210,
+        "bytes": 600 + 4 * tokens_out,
+    }
+    if prices:
+        response["unit_prices"] = prices
+    return [
+        Entry(
+            "model.request",
+            mono_ms,
+            {
+                "call_id": call_id,
+                "provider": provider,
+                "model": model,
+                "endpoint": "/v1/messages" if provider == "anthropic" else "/v1/chat/completions",
+                "stream": False,
+                "request_bytes": 1200 + tokens_in,
+                "request_sha256": line_hash(call_id.encode()),
+                "max_output_tokens": 1024,
+            },
+        ),
+        Entry("model.response", mono_ms + 900 + tokens_out, response),
+    ]
+
+
+def failed_call(mono_ms: int, call_id: str, model: str, status: int, charged: int):
+    provider = "anthropic" if model.startswith("claude") else "openai"
+    return [
+        Entry(
+            "model.request",
+            mono_ms,
+            {
+                "call_id": call_id,
+                "provider": provider,
+                "model": model,
+                "endpoint": "/v1/chat/completions",
+                "stream": True,
+                "request_bytes": 1830,
+                "request_sha256": line_hash(call_id.encode()),
+                "max_output_tokens": 512,
+            },
+        ),
+        Entry(
+            "model.error",
+            mono_ms + 40,
+            {
+                "call_id": call_id,
+                "provider": provider,
+                "model": model,
+                "reason": f"upstream answered {status}",
+                "status": status,
+                "usage": {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0},
+                "cost_nusd": charged,
+                "bytes": 187,
+                "duration_ms": 40,
+            },
+        ),
+    ]
+
+
+# ---------------------------------------------------------------- the honest runs
+
+
+def basic_run() -> list[Entry]:
+    return [
+        start(),
+        Entry(
+            "process.spawn", 3, {"pid": 31337, "argv": ["python", "agent.py", "--task", "triage"]}
+        ),
+        *call(120, "call-0001", "gpt-4o", 1812, 240, cached=1024),
+        *call(1400, "call-0002", "gpt-4o-mini", 950, 88),
+        Entry("policy.denied", 2600, {"rule": "egress", "provider": "openai", "model": "gpt-4o"}),
+        *failed_call(2700, "call-0003", "claude-sonnet-4", 529, 0),
+        *call(3100, "call-0004", "claude-sonnet-4", 2400, 610, cached=1800),
+        Entry(
+            "cap.warning",
+            4800,
+            {"cap": "calls", "limit": 50, "observed": 40, "threshold": "80%"},
+        ),
+        *call(4900, "call-0005", "gpt-4o", 3020, 412),
+        Entry("process.exit", 6300, {"pid": 31337, "status": 0, "reason": "exited"}),
+        end(6302),
+    ]
+
+
+def cap_kill_run() -> list[Entry]:
+    return [
+        start("run-2026-11-18-0002", caps={"usd": "0.01", "calls": 50}),
+        Entry("process.spawn", 2, {"pid": 4100, "argv": ["node", "agent.js"]}),
+        *call(100, "call-0001", "gpt-4o", 1500, 300),
+        Entry("cap.warning", 1401, {"cap": "usd", "limit": "0.01", "observed": "0.006750000"}),
+        *call(1500, "call-0002", "gpt-4o", 1500, 300),
+        Entry("cap.exceeded", 2801, {"cap": "usd", "limit": "0.01", "observed": "0.013500000"}),
+        Entry("cap.exceeded", 2900, {"cap": "usd", "limit": "0.01", "observed": "0.013500000"}),
+        Entry("signal.forwarded", 2901, {"pid": 4100, "signal": "SIGTERM"}),
+        Entry("process.exit", 3050, {"pid": 4100, "status": -15, "reason": "signal SIGTERM"}),
+        end(3051, reason="cap exceeded: usd", status=42, cap="usd"),
+    ]
+
+
+GAP_EVIDENCE = {
+    "ledger_complete": False,
+    "unwritten_events": 2,
+    "first_failing_seq": 7,
+    "write_failures": 2,
+}
+
+
+def chaos_run() -> list[Entry]:
+    seed = 20261118
+    fault = "upstream:status(503, retry_after=2s)@call 2"
+    return [
+        start(
+            "run-2026-11-18-0003",
+            chaos={"seed": seed, "faults": [fault, "ledger:enospc@seq 7..8"]},
+        ),
+        Entry("process.spawn", 2, {"pid": 5150, "argv": ["python", "agent.py"]}),
+        *call(50, "call-0001", "gpt-4o-mini", 700, 90),
+        Entry("fault.injected", 1100, {"fault": fault, "seed": seed, "ordinal": 2}),
+        *failed_call(1101, "call-0002", "gpt-4o-mini", 503, 0),
+        # seq 7 and 8 (a model.request and model.response) failed to write: ENOSPC
+        Entry(
+            "evidence.gap",
+            3500,
+            {
+                "lost": 2,
+                "first_failing_seq": 7,
+                "by_type": {"model.request": 1, "model.response": 1},
+                "error": "OSError: [Errno 28] No space left on device (injected)",
+            },
+        ),
+        *call(3600, "call-0004", "gpt-4o-mini", 720, 95),
+        Entry("process.exit", 4800, {"pid": 5150, "status": 0, "reason": "exited"}),
+        end(4801, evidence=GAP_EVIDENCE),
+    ]
+
+
+UNWRITTEN_END = {
+    "ledger_complete": False,
+    "unwritten_events": 1,
+    "first_failing_seq": 7,
+    "write_failures": 1,
+}
+
+
+def no_end_run() -> tuple[list[Entry], dict]:
+    """A run whose session.end could not be written: the receipt discloses it."""
+    entries = [
+        start("run-2026-11-18-0004"),
+        Entry("process.spawn", 2, {"pid": 6001, "argv": ["./agent"]}),
+        *call(60, "call-0001", "gpt-4o", 400, 50),
+        *call(1100, "call-0002", "gpt-4o", 410, 55),
+        Entry("process.exit", 2300, {"pid": 6001, "status": 1, "reason": "exited"}),
+    ]
+    unwritten = {
+        "v": 1,
+        "seq": len(entries),
+        "ts": rfc3339(WALL0 + 2.301),
+        "mono_ms": 2301,
+        "type": "session.end",
+        "reason": "child exited",
+        "exit_status": 1,
+        "cap": None,
+        "evidence": UNWRITTEN_END,
+    }
+    return entries, unwritten
+
+
+def minimal_run() -> list[Entry]:
+    return [start("run-2026-11-18-0005", caps={}), end(17, reason="child exited", status=0)]
+
+
+def unicode_run() -> list[Entry]:
+    return [
+        start("run-é-ü-中文-🚀", caps={"usd": 1.5, "tokens": 100000, "per_model": {"x": [1, 2.5]}}),
+        # 64 levels deep in all, the most a line may nest
+        Entry(
+            "process.spawn",
+            1,
+            {"pid": 7, "argv": ["agent", "--prompt", "naïve café ☕"], "nested": nested(63)},
+        ),
+        *call(10, "call-0001", "local/llama-3.1-8b-ü", 300, 40),  # not in the price table
+        Entry(
+            "policy.denied", 1000, {"rule": "unknown model", "provider": "openai", "model": None}
+        ),
+        *call(1100, "call-0002", "gpt-4o-mini", 120, 30),
+        end(2100, reason="child exited: 完成"),
+    ]
+
+
+# ---------------------------------------------------------------- receipts
+
+
+def receipt_for(
+    led: Ledger, evidence: dict, *, end_event: dict | None = None, ledger_file="ledger.jsonl"
+) -> dict:
+    tally = Tally()
+    for event in led.events:
+        tally.add(event)
+    return build_receipt(
+        tally,
+        ledger_path=ledger_file,
+        head=led.head,
+        count=len(led.lines),
+        size=len(led.data),
+        evidence=evidence,
+        version=VERSION,
+        end=end_event,
+    )
+
+
+def edited(receipt: dict, path: str, value: object) -> dict:
+    """A copy of the receipt with the field at a dotted path set to value."""
+    out = copy.deepcopy(receipt)
+    *parents, last = path.split(".")
+    node = out
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return out
+
+
+def nested(depth: int) -> object:
+    """Arrays nested `depth` levels deep around a string."""
+    value: object = "x"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def flip_prev_digit(line: bytes) -> bytes:
+    at = line.index(b'"prev":"') + len(b'"prev":"')
+    digit = b"1" if line[at : at + 1] == b"0" else b"0"
+    return line[:at] + digit + line[at + 1 :]
+
+
+def replace_once(old: bytes, new: bytes) -> Callable[[bytes], bytes]:
+    def edit(line: bytes) -> bytes:
+        if old not in line:
+            raise ValueError(f"{old!r} is not in the line")
+        return line.replace(old, new, 1)
+
+    return edit
+
+
+# ---------------------------------------------------------------- the vectors
+
+
+class Vectors:
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.manifest: list[dict] = []
+
+    def add(
+        self,
+        name: str,
+        description: str,
+        *,
+        ledger: bytes | None,
+        receipt: dict | bytes | None,
+        verdict: str,
+        code: str | None = None,
+        seq: int | None = None,
+        offset: int | None = None,
+        field: str | None = None,
+        receipt_path: str | None = None,
+        ledger_arg: str | None = None,
+        ledger_name: str = "ledger.jsonl",
+        figures: Ledger | None = None,
+        unbacked: list[str] | None = None,
+    ) -> None:
+        folder = self.out / name
+        folder.mkdir(parents=True, exist_ok=True)
+        if ledger is not None:
+            (folder / ledger_name).write_bytes(ledger)
+        if receipt is not None:
+            data = receipt if isinstance(receipt, bytes) else encode_receipt(receipt)
+            (folder / "receipt.json").write_bytes(data)
+        entry = {
+            "name": name,
+            "description": description,
+            "receipt": receipt_path or f"{name}/receipt.json",
+            "ledger": ledger_arg,
+            "verdict": verdict,
+            "exit": {"ok": 0, "fail": 1, "input_error": 2}[verdict],
+            "code": code,
+            "seq": seq,
+            "offset": offset,
+            "field": field,
+        }
+        if figures is not None:
+            entry |= {
+                "events": len(figures.lines),
+                "head": figures.head,
+                "bytes": len(figures.data),
+                "unbacked": unbacked or [],
+            }
+        self.manifest.append(entry)
+
+    def ok(self, name: str, description: str, led: Ledger, receipt: dict, **kw) -> None:
+        self.add(
+            name, description, ledger=led.data, receipt=receipt, verdict="ok", figures=led, **kw
+        )
+
+    def fail(self, name: str, description: str, ledger: bytes, receipt, code: str, **kw) -> None:
+        self.add(name, description, ledger=ledger, receipt=receipt, verdict="fail", code=code, **kw)
+
+    def input_error(self, name: str, description: str, code: str, **kw) -> None:
+        self.add(
+            name,
+            description,
+            verdict="input_error",
+            code=code,
+            **({"ledger": None, "receipt": None} | kw),
+        )
+
+    def write_manifest(self) -> None:
+        doc = {
+            "format": "docket-receipt-1 test vectors",
+            "spec": "spec/docket-receipt-1.md",
+            "paths": "relative to the folder holding this manifest",
+            "vectors": self.manifest,
+        }
+        text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+        (self.out / "manifest.json").write_text(text, encoding="utf-8")
+
+
+def make(out: Path) -> None:
+    v = Vectors(out)
+
+    # -- valid pairs: verify must answer ok (exit 0)
+    basic = chain(basic_run())
+    basic_receipt = receipt_for(basic, COMPLETE)
+    v.ok(
+        "ok-basic",
+        "a complete run: three models, an error, a refusal, a cap warning",
+        basic,
+        basic_receipt,
+    )
+
+    capped = chain(cap_kill_run())
+    capped_receipt = receipt_for(capped, COMPLETE)
+    v.ok("ok-cap-kill", "a run stopped by the usd cap (exit 42)", capped, capped_receipt)
+
+    chaos = chain(chaos_run())
+    chaos_receipt = receipt_for(chaos, GAP_EVIDENCE)
+    v.ok(
+        "ok-chaos-gap",
+        "faults injected with a seed; two events lost to ENOSPC, disclosed by an evidence.gap",
+        chaos,
+        chaos_receipt,
+    )
+
+    entries, unwritten_end = no_end_run()
+    no_end = chain(entries)
+    no_end_receipt = receipt_for(no_end, UNWRITTEN_END, end_event=unwritten_end)
+    v.ok(
+        "ok-no-session-end",
+        "session.end could not be written; the receipt says so; its exit claims stand unbacked",
+        no_end,
+        no_end_receipt,
+        unbacked=["ended_at", "duration_ms", "exit"],
+    )
+
+    minimal = chain(minimal_run())
+    v.ok(
+        "ok-minimal", "session.start and session.end only", minimal, receipt_for(minimal, COMPLETE)
+    )
+
+    uni = chain(unicode_run())
+    v.ok(
+        "ok-unicode-unpriced",
+        "non-ASCII text hashed as UTF-8 bytes, an unpriced model, a refusal with no model, float caps",
+        uni,
+        receipt_for(uni, COMPLETE),
+    )
+
+    v.add(
+        "ok-explicit-ledger",
+        "the ledger is not where the receipt says; --ledger names it",
+        ledger=basic.data,
+        receipt=basic_receipt,
+        ledger_name="renamed.jsonl",
+        ledger_arg="ok-explicit-ledger/renamed.jsonl",
+        verdict="ok",
+        figures=basic,
+    )
+
+    # -- a tampered ledger, the receipt as the recorder wrote it (exit 1)
+    def ledger_only(name: str, description: str, ledger: bytes, code: str, **kw) -> None:
+        """A tampered ledger checked against ok-basic's receipt, named with --ledger."""
+        v.add(
+            name,
+            description,
+            ledger=ledger,
+            receipt=None,
+            receipt_path="ok-basic/receipt.json",
+            ledger_arg=f"{name}/ledger.jsonl",
+            verdict="fail",
+            code=code,
+            **kw,
+        )
+
+    lines, offs = basic.lines, basic.offsets
+    n = len(lines)
+
+    def joined(new_lines: list[bytes]) -> bytes:
+        return b"".join(line + b"\n" for line in new_lines)
+
+    def with_line(i: int, line: bytes) -> bytes:
+        return joined(lines[:i] + [line] + lines[i + 1 :])
+
+    r = lines[3]  # the first model.response
+    ledger_only(
+        "edited-field",
+        "output_tokens edited in the line at seq 3: the next line's prev no longer matches",
+        with_line(3, r.replace(b'"output_tokens":240', b'"output_tokens":24', 1)),
+        "chain_break",
+        seq=4,
+        offset=offs[4] - 1,  # the edited line is one byte shorter
+    )
+    ledger_only(
+        "edited-last-line",
+        "the session.end reason edited: no line follows, so the head differs",
+        with_line(n - 1, lines[-1].replace(b"child exited", b"child exiteD", 1)),
+        "head_mismatch",
+        seq=n - 1,
+        offset=offs[n - 1],
+        field="ledger.head",
+    )
+    ledger_only(
+        "deleted-line",
+        "the line at seq 6 (a policy.denied) deleted",
+        joined(lines[:6] + lines[7:]),
+        "seq_gap",
+        seq=6,
+        offset=offs[6],
+    )
+    ledger_only(
+        "deleted-last-line",
+        "the last line deleted: the chain holds but is one event short",
+        joined(lines[:-1]),
+        "count_mismatch",
+        seq=n - 1,
+        offset=offs[n - 1],
+        field="ledger.events",
+    )
+    ledger_only(
+        "reordered-lines",
+        "the lines at seq 4 and 5 swapped",
+        joined(lines[:4] + [lines[5], lines[4]] + lines[6:]),
+        "seq_gap",
+        seq=4,
+        offset=offs[4],
+    )
+    ledger_only(
+        "torn-last-line",
+        "the last line cut short with no newline, as by a crash mid-write",
+        joined(lines[:-1]) + lines[-1][:40],
+        "torn_tail",
+        seq=n - 1,
+        offset=offs[n - 1],
+    )
+    ledger_only(
+        "missing-final-newline",
+        "only the final newline removed: a final line without newline is a torn tail",
+        basic.data[:-1],
+        "torn_tail",
+        seq=n - 1,
+        offset=offs[n - 1],
+    )
+    ledger_only(
+        "changed-prev",
+        "one hex digit of prev changed in the line at seq 5",
+        with_line(5, flip_prev_digit(lines[5])),
+        "chain_break",
+        seq=5,
+        offset=offs[5],
+    )
+    ledger_only(
+        "crlf-line-endings",
+        "every newline turned into CRLF: each line gains a \\r, JSON still parses, hashes change",
+        basic.data.replace(b"\n", b"\r\n"),
+        "chain_break",
+        seq=1,
+        offset=offs[1] + 1,
+    )
+    ledger_only(
+        "malformed-line",
+        "a brace removed from the line at seq 8: not JSON",
+        with_line(8, lines[8][:-1]),
+        "malformed_line",
+        seq=8,
+        offset=offs[8],
+    )
+    ledger_only(
+        "invalid-utf8",
+        "a byte that is not UTF-8 inside a string at seq 1",
+        with_line(1, replace_once(b"triage", b"tri\xffge")(lines[1])),
+        "malformed_line",
+        seq=1,
+        offset=offs[1],
+    )
+    ledger_only(
+        "byte-order-mark",
+        "a UTF-8 byte-order mark before the line at seq 3",
+        with_line(3, b"\xef\xbb\xbf" + lines[3]),
+        "malformed_line",
+        seq=3,
+        offset=offs[3],
+    )
+
+    # Forgeries: the forger re-chains every line after the edit, so only the rule
+    # the edit breaks (or the receipt) can catch it.
+    run = basic_run()
+
+    def forged(position: int, **changes) -> Ledger:
+        entries = copy.deepcopy(run)
+        for key, value in changes.items():
+            setattr(entries[position], key, value)
+        return chain(entries)
+
+    gap = forged(5, seq=6)  # renumbered: seq 5 skipped
+    ledger_only(
+        "seq-gap-rechained",
+        "seq 5 carries 6 (the chain re-computed): a gap in seq",
+        gap.data,
+        "seq_gap",
+        seq=5,
+        offset=gap.offsets[5],
+    )
+    back = forged(5, mono_ms=100)
+    ledger_only(
+        "mono-regression-rechained",
+        "mono_ms at seq 5 goes back below the line before (re-chained)",
+        back.data,
+        "mono_regression",
+        seq=5,
+        offset=back.offsets[5],
+    )
+    dup = forged(3, edit=replace_once(b'"status":200', b'"status":200,"status":500'))
+    ledger_only(
+        "duplicate-key-rechained",
+        'a second "status" key in the line at seq 3 (re-chained): ambiguous, so malformed',
+        dup.data,
+        "malformed_line",
+        seq=3,
+        offset=dup.offsets[3],
+    )
+    nan = forged(3, edit=replace_once(b'"ttfb_ms":210', b'"ttfb_ms":NaN'))
+    ledger_only(
+        "nan-rechained",
+        "NaN, which is not JSON, in the line at seq 3 (re-chained)",
+        nan.data,
+        "malformed_line",
+        seq=3,
+        offset=nan.offsets[3],
+    )
+    deep = forged(1, fields=run[1].fields | {"nested": nested(64)})
+    ledger_only(
+        "too-deep-rechained",
+        "the line at seq 1 nests 65 levels deep, an array 64 deep in the line's object (re-chained)",
+        deep.data,
+        "malformed_line",
+        seq=1,
+        offset=deep.offsets[1],
+    )
+    v2 = forged(4, edit=replace_once(b'{"v":1,', b'{"v":2,'))
+    ledger_only(
+        "unsupported-version-rechained",
+        "the line at seq 4 says v 2 (re-chained)",
+        v2.data,
+        "unsupported_version",
+        seq=4,
+        offset=v2.offsets[4],
+    )
+    longer = chain([*run[:-1], Entry("agent.backoff", 6301, {"ms": 500}), run[-1]])
+    ledger_only(
+        "inserted-line-rechained",
+        "an agent.backoff inserted before session.end, the chain re-computed: one event too many",
+        longer.data,
+        "count_mismatch",
+        seq=n,
+        offset=longer.offsets[n],
+        field="ledger.events",
+    )
+    cheaper = forged(
+        3,
+        fields=run[3].fields
+        | {"usage": {"input_tokens": 1812, "output_tokens": 24, "cached_tokens": 1024}},
+    )
+    ledger_only(
+        "forged-usage-rechained",
+        "output_tokens lowered at seq 3 and the chain re-computed: the receipt's head no longer matches",
+        cheaper.data,
+        "head_mismatch",
+        seq=n - 1,
+        offset=cheaper.offsets[n - 1],
+        field="ledger.head",
+    )
+    v.fail(
+        "forged-usage-and-head",
+        "as forged-usage-rechained, and the receipt's head and bytes forged to match: the totals do not",
+        cheaper.data,
+        edited(
+            edited(basic_receipt, "ledger.head", cheaper.head), "ledger.bytes", len(cheaper.data)
+        ),
+        "total_mismatch",
+        field="totals.by_model.gpt-4o.output_tokens",
+    )
+    bad_event = chain(
+        [
+            *run[:3],
+            Entry(run[3].type, run[3].mono_ms, run[3].fields | {"cost_nusd": "4425000"}),
+            *run[4:],
+        ]
+    )
+    v.fail(
+        "malformed-event",
+        "cost_nusd is a string in the model.response at seq 3 (re-chained, receipt re-pointed)",
+        bad_event.data,
+        edited(
+            edited(basic_receipt, "ledger.head", bad_event.head),
+            "ledger.bytes",
+            len(bad_event.data),
+        ),
+        "malformed_event",
+        seq=3,
+        offset=bad_event.offsets[3],
+    )
+    after_end = chain([*run, Entry("agent.backoff", 6400, {"ms": 10})])
+    after_receipt = edited(basic_receipt, "ledger.head", after_end.head)
+    after_receipt = edited(
+        edited(after_receipt, "ledger.bytes", len(after_end.data)), "ledger.events", n + 1
+    )
+    v.fail(
+        "event-after-session-end",
+        "an event after session.end (re-chained, receipt re-pointed): session.end is the last event",
+        after_end.data,
+        after_receipt,
+        "malformed_event",
+        seq=n,
+        offset=after_end.offsets[n],
+    )
+
+    # -- a tampered receipt, the ledger as written (exit 1)
+    # These share the ledgers of the valid vectors, named with --ledger.
+    folders = {id(basic): "ok-basic", id(capped): "ok-cap-kill", id(chaos): "ok-chaos-gap"}
+    folders[id(no_end)] = "ok-no-session-end"
+
+    def receipt_only(name, description, base_led, receipt, code, **kw):
+        ledger_arg = f"{folders[id(base_led)]}/ledger.jsonl"
+        v.fail(name, description, None, receipt, code, ledger_arg=ledger_arg, **kw)
+
+    def receipt_case(name, description, base_led, base_receipt, path, value, code, **kw):
+        receipt_only(name, description, base_led, edited(base_receipt, path, value), code, **kw)
+
+    t = basic_receipt["totals"]
+    receipt_case(
+        "receipt-total",
+        "totals.output_tokens raised by one",
+        basic,
+        basic_receipt,
+        "totals.output_tokens",
+        t["output_tokens"] + 1,
+        "total_mismatch",
+        field="totals.output_tokens",
+    )
+    receipt_case(
+        "receipt-usd",
+        "totals.usd lowered",
+        basic,
+        basic_receipt,
+        "totals.usd",
+        "0.000001000",
+        "total_mismatch",
+        field="totals.usd",
+    )
+    receipt_case(
+        "receipt-model-cost",
+        "one model's cost_nusd changed",
+        basic,
+        basic_receipt,
+        "totals.by_model.gpt-4o.cost_nusd",
+        t["by_model"]["gpt-4o"]["cost_nusd"] - 1,
+        "total_mismatch",
+        field="totals.by_model.gpt-4o.cost_nusd",
+    )
+    extra = copy.deepcopy(basic_receipt)
+    extra["totals"]["by_model"]["gpt-5"] = dict(t["by_model"]["gpt-4o-mini"])
+    receipt_only(
+        "receipt-extra-model",
+        "a model the ledger never saw claimed in totals.by_model",
+        basic,
+        extra,
+        "total_mismatch",
+        field="totals.by_model.gpt-5",
+    )
+    receipt_case(
+        "receipt-wrong-head",
+        "ledger.head is another line's hash",
+        basic,
+        basic_receipt,
+        "ledger.head",
+        line_hash(lines[0]),
+        "head_mismatch",
+        seq=n - 1,
+        offset=offs[n - 1],
+        field="ledger.head",
+    )
+    receipt_case(
+        "receipt-wrong-count",
+        "ledger.events one more than the ledger holds",
+        basic,
+        basic_receipt,
+        "ledger.events",
+        n + 1,
+        "count_mismatch",
+        seq=n,
+        offset=len(basic.data),
+        field="ledger.events",
+    )
+    receipt_case(
+        "receipt-wrong-bytes",
+        "ledger.bytes off by one",
+        basic,
+        basic_receipt,
+        "ledger.bytes",
+        len(basic.data) + 1,
+        "bytes_mismatch",
+        field="ledger.bytes",
+    )
+    receipt_case(
+        "receipt-exit-status",
+        "exit.status changed from 0 to 1",
+        basic,
+        basic_receipt,
+        "exit.status",
+        1,
+        "exit_mismatch",
+        field="exit.status",
+    )
+    receipt_case(
+        "receipt-duration",
+        "duration_ms shortened",
+        basic,
+        basic_receipt,
+        "duration_ms",
+        6000,
+        "duration_mismatch",
+        field="duration_ms",
+    )
+    receipt_case(
+        "receipt-run-id",
+        "run_id changed",
+        basic,
+        basic_receipt,
+        "run_id",
+        "run-2026-11-18-9999",
+        "run_mismatch",
+        field="run_id",
+    )
+    receipt_case(
+        "receipt-unit-price",
+        "a unit price lowered",
+        basic,
+        basic_receipt,
+        "pricing.unit_prices.gpt-4o.output",
+        "5.00",
+        "pricing_mismatch",
+        field="pricing.unit_prices.gpt-4o.output",
+    )
+    receipt_case(
+        "receipt-policy",
+        "policy_digest changed",
+        basic,
+        basic_receipt,
+        "policy_digest",
+        "sha256:" + "0" * 64,
+        "policy_mismatch",
+        field="policy_digest",
+    )
+    receipt_case(
+        "receipt-breach-hidden",
+        "the usd breach removed from caps.breaches",
+        capped,
+        capped_receipt,
+        "caps.breaches",
+        [],
+        "caps_mismatch",
+        field="caps.breaches[0]",
+    )
+    receipt_case(
+        "receipt-faults",
+        "faults.injected lowered to 0",
+        chaos,
+        chaos_receipt,
+        "faults.injected",
+        0,
+        "faults_mismatch",
+        field="faults.injected",
+    )
+    receipt_case(
+        "receipt-complete-despite-gap",
+        "the receipt claims a complete ledger; session.end and an evidence.gap say otherwise",
+        chaos,
+        chaos_receipt,
+        "ops.evidence",
+        COMPLETE,
+        "evidence_mismatch",
+        field="ops.evidence.ledger_complete",
+    )
+    liar_run = chaos_run()
+    liar_run[-1] = end(liar_run[-1].mono_ms, evidence=COMPLETE)
+    liar = chain(liar_run)
+    v.fail(
+        "complete-despite-gap",
+        "session.end and the receipt both claim a complete ledger, yet it holds an evidence.gap",
+        liar.data,
+        receipt_for(liar, COMPLETE),
+        "evidence_mismatch",
+        field="ops.evidence.ledger_complete",
+    )
+    receipt_case(
+        "receipt-unwritten-lowered",
+        "unwritten_events lowered to 1 in the receipt; session.end says 2",
+        chaos,
+        chaos_receipt,
+        "ops.evidence.unwritten_events",
+        1,
+        "evidence_mismatch",
+        field="ops.evidence.unwritten_events",
+    )
+    short_run = chaos_run()
+    short_run[-1] = end(short_run[-1].mono_ms, evidence=GAP_EVIDENCE | {"unwritten_events": 1})
+    short = chain(short_run)
+    v.fail(
+        "unwritten-below-lost",
+        "session.end and the receipt say 1 event unwritten; the evidence.gap records 2 lost",
+        short.data,
+        receipt_for(short, GAP_EVIDENCE | {"unwritten_events": 1}),
+        "evidence_mismatch",
+        field="ops.evidence.unwritten_events",
+    )
+    early_run = chaos_run()
+    early_run[-1] = end(early_run[-1].mono_ms, evidence=GAP_EVIDENCE | {"first_failing_seq": 5})
+    early = chain(early_run)
+    v.fail(
+        "first-failing-seq-not-the-gap",
+        "session.end and the receipt say the first failure was at seq 5; the evidence.gap says 7",
+        early.data,
+        receipt_for(early, GAP_EVIDENCE | {"first_failing_seq": 5}),
+        "evidence_mismatch",
+        field="ops.evidence.first_failing_seq",
+    )
+    receipt_case(
+        "receipt-complete-without-end",
+        "ledger_complete claimed for a ledger that lacks session.end",
+        no_end,
+        no_end_receipt,
+        "ops.evidence",
+        COMPLETE,
+        "evidence_mismatch",
+        field="ops.evidence.ledger_complete",
+    )
+    missing = copy.deepcopy(basic_receipt)
+    del missing["policy_digest"]
+    receipt_only(
+        "receipt-missing-field",
+        "policy_digest removed",
+        basic,
+        missing,
+        "receipt_malformed",
+        field="policy_digest",
+    )
+    unknown = edited(basic_receipt, "signature", "trust me")
+    receipt_only(
+        "receipt-unknown-field",
+        "a field docket-receipt-1 does not define",
+        basic,
+        unknown,
+        "receipt_malformed",
+        field="signature",
+    )
+    receipt_case(
+        "receipt-bool-for-int",
+        "ops.evidence.unwritten_events is false, not 0",
+        basic,
+        basic_receipt,
+        "ops.evidence.unwritten_events",
+        False,
+        "receipt_malformed",
+        field="ops.evidence.unwritten_events",
+    )
+    text = encode_receipt(basic_receipt).replace(
+        b'"run_id": ', b'"run_id": "run-other",\n  "run_id": ', 1
+    )
+    receipt_only(
+        "receipt-duplicate-key",
+        "run_id twice in the receipt: ambiguous, so malformed",
+        basic,
+        text,
+        "receipt_malformed",
+    )
+
+    # -- inputs that are not what they claim (exit 2)
+    v.add(
+        "input-receipt-not-json",
+        "the receipt is not JSON",
+        ledger=None,
+        receipt=b"ledger: ledger.jsonl\nok: yes\n",
+        verdict="input_error",
+        code="receipt_not_json",
+    )
+    v.add(
+        "input-receipt-array",
+        "the receipt is JSON, but an array",
+        ledger=None,
+        receipt=b"[1, 2, 3]\n",
+        verdict="input_error",
+        code="not_a_receipt",
+    )
+    v.add(
+        "input-receipt-other-format",
+        "a receipt of a format this docket does not read",
+        ledger=None,
+        receipt=edited(basic_receipt, "format", "docket-receipt-9"),
+        verdict="input_error",
+        code="not_a_receipt",
+    )
+    v.add(
+        "input-receipt-empty",
+        "the receipt is an empty file",
+        ledger=None,
+        receipt=b"",
+        verdict="input_error",
+        code="receipt_unreadable",
+    )
+    v.add(
+        "input-receipt-binary",
+        "the receipt holds NUL bytes",
+        ledger=None,
+        receipt=b"\x00\x01\x02docket\x00",
+        verdict="input_error",
+        code="receipt_unreadable",
+    )
+    v.input_error(
+        "input-receipt-directory",
+        "the receipt path is a folder",
+        "receipt_unreadable",
+        receipt_path="ok-basic",
+    )
+    v.add(
+        "input-ledger-missing",
+        "the ledger the receipt names does not exist",
+        ledger=None,
+        receipt=basic_receipt,
+        verdict="input_error",
+        code="ledger_unreadable",
+    )
+    v.add(
+        "input-ledger-empty",
+        "the ledger is an empty file",
+        ledger=b"",
+        receipt=basic_receipt,
+        verdict="input_error",
+        code="empty_ledger",
+    )
+    v.add(
+        "input-ledger-not-a-ledger",
+        "the ledger is a CSV file",
+        ledger=b"seq,type\n0,session.start\n",
+        receipt=basic_receipt,
+        verdict="input_error",
+        code="not_a_ledger",
+    )
+    v.add(
+        "input-ledger-first-line-malformed",
+        'the first line begins {"v": but is not JSON',
+        ledger=b'{"v":1,"seq":0,"ts":"2026-11-18T09:46:40.000Z","mono_ms":0,"type":"session.start"\n'
+        + basic.data,
+        receipt=basic_receipt,
+        verdict="input_error",
+        code="not_a_ledger",
+    )
+    v.add(
+        "input-ledger-version-2",
+        "the first line is format v 2, which this docket does not read",
+        ledger=forged(0, edit=replace_once(b'{"v":1,', b'{"v":2,')).data,
+        receipt=basic_receipt,
+        verdict="input_error",
+        code="not_a_ledger",
+    )
+
+    v.write_manifest()
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[1]) if len(argv) > 1 else HERE
+    make(out)
+    print(f"wrote {out / 'manifest.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

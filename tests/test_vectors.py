@@ -1,0 +1,142 @@
+"""Every committed vector in spec/vectors/manifest.json, through the library and the CLI.
+
+The vectors are bytes on disk that another implementation of
+spec/docket-receipt-1.md reads too; here the reference implementation must give
+each one's verdict, code, seq, byte offset and field, and `python -m docket
+verify` its exit code and line. The committed files must also be exactly what
+spec/vectors/make_vectors.py generates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import docket.receipt as receipt_module
+from docket.receipt import VerifyInputError, verify
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTORS = ROOT / "spec" / "vectors"
+MANIFEST = json.loads((VECTORS / "manifest.json").read_text(encoding="utf-8"))["vectors"]
+BY_NAME = {v["name"]: v for v in MANIFEST}
+
+
+def paths(vector: dict) -> tuple[Path, Path | None]:
+    ledger = VECTORS / vector["ledger"] if vector["ledger"] else None
+    return VECTORS / vector["receipt"], ledger
+
+
+@pytest.fixture(params=["default", "stdlib"])
+def parser(request, monkeypatch):
+    """The default JSON parser (jiter when installed), then the standard library's fallback."""
+    if request.param == "stdlib":
+        monkeypatch.setattr(receipt_module, "_decode", receipt_module.decode_json_stdlib)
+    return request.param
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_vector_through_the_library(name, parser):
+    vector = BY_NAME[name]
+    receipt, ledger = paths(vector)
+    if vector["verdict"] == "input_error":
+        with pytest.raises(VerifyInputError) as caught:
+            verify(receipt, ledger)
+        assert caught.value.code == vector["code"]
+        return
+    verdict = verify(receipt, ledger)
+    got = (verdict.ok, verdict.code, verdict.seq, verdict.offset, verdict.field)
+    want = (vector["verdict"] == "ok", vector["code"], vector["seq"], vector["offset"])
+    assert got == (*want, vector["field"]), verdict.summary()
+    if verdict.ok:
+        assert (verdict.events, verdict.head, verdict.bytes) == (
+            vector["events"],
+            vector["head"],
+            vector["bytes"],
+        )
+        assert list(verdict.unbacked) == vector["unbacked"]
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_vector_through_the_cli(name):
+    vector = BY_NAME[name]
+    receipt, ledger = paths(vector)
+    argv = [sys.executable, "-m", "docket", "verify", str(receipt)]
+    if ledger is not None:
+        argv += ["--ledger", str(ledger)]
+    env = {k: v for k, v in os.environ.items() if k != "DOCKET_DEBUG"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert done.returncode == vector["exit"], (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    if vector["verdict"] == "ok":
+        assert done.stdout.startswith(f"ok: {vector['events']} events, head {vector['head']}")
+        assert done.stderr == ""
+    elif vector["verdict"] == "fail":
+        where = []
+        if vector["seq"] is not None:
+            where.append(f"seq {vector['seq']}")
+        if vector["offset"] is not None:
+            where.append(f"byte {vector['offset']}")
+        at = f" at {', '.join(where)}" if where else ""
+        assert done.stdout.startswith(f"FAIL {vector['code']}{at}: "), done.stdout
+        assert done.stdout.count("\n") == 1
+    else:
+        assert done.stdout == ""
+        assert done.stderr.startswith("docket: ") and done.stderr.count("\n") == 1
+        assert done.stderr.rstrip().endswith(f"({vector['code']})")
+
+
+def test_the_manifest_covers_every_failure_the_spec_names():
+    codes = {v["code"] for v in MANIFEST}
+    assert codes >= {
+        "malformed_line",
+        "unsupported_version",
+        "seq_gap",
+        "chain_break",
+        "mono_regression",
+        "torn_tail",
+        "empty_ledger",
+        "receipt_malformed",
+        "count_mismatch",
+        "head_mismatch",
+        "bytes_mismatch",
+        "malformed_event",
+        "evidence_mismatch",
+        "run_mismatch",
+        "duration_mismatch",
+        "exit_mismatch",
+        "total_mismatch",
+        "pricing_mismatch",
+        "caps_mismatch",
+        "policy_mismatch",
+        "faults_mismatch",
+        "receipt_unreadable",
+        "receipt_not_json",
+        "not_a_receipt",
+        "ledger_unreadable",
+        "not_a_ledger",
+    }
+    assert sum(v["verdict"] == "ok" for v in MANIFEST) >= 5
+
+
+def test_committed_vectors_are_what_the_generator_makes(tmp_path):
+    make = runpy.run_path(str(VECTORS / "make_vectors.py"))["make"]
+    make(tmp_path)
+
+    def tree(root: Path) -> dict[str, bytes]:
+        return {
+            str(p.relative_to(root)): p.read_bytes()
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and p.suffix != ".py" and p.name != ".gitattributes"
+        }
+
+    made, committed = tree(tmp_path), tree(VECTORS)
+    committed = {k: v for k, v in committed.items() if "__pycache__" not in k}
+    assert sorted(made) == sorted(committed)
+    for name, data in made.items():
+        assert committed[name] == data, f"{name} differs: run spec/vectors/make_vectors.py"
