@@ -117,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-wall-clock", type=float, default=None, help="stop the run after S seconds"
     )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        help="seconds between SIGTERM and SIGKILL when the child is stopped (default 5)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=cmd_run)
 
