@@ -206,6 +206,33 @@ def test_iter_lines_matches_a_plain_split_at_any_chunk_size(tmp_path, data, chun
     assert list(reader.iter_lines(path, chunk=chunk)) == reference_lines(data)
 
 
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.lists(st.sampled_from([b"\n", b"a", b"bcdef", b"\n\n", b"xyz" * 3])).map(b"".join),
+    chunk=st.integers(1, 17),
+)
+def test_no_line_longer_than_the_limit_is_read_at_any_chunk_size(
+    tmp_path, monkeypatch, data, chunk
+):
+    # verify, doctor and the writer all read through reader.Lines: a line (or a
+    # tail) over the limit stops the reading at its offset, whatever the blocks.
+    monkeypatch.setattr(reader, "MAX_LINE_BYTES", 8)
+    path = write(tmp_path, data)
+    expected = reference_lines(data)
+    too_long = next((line for line in expected if len(line.data) > 8), None)
+    got = []
+    if too_long is None:
+        got.extend(reader.iter_lines(path, chunk=chunk))
+        assert got == expected
+        return
+    with pytest.raises(reader.LineTooLong) as caught:
+        got.extend(reader.iter_lines(path, chunk=chunk))
+    assert caught.value.offset == too_long.offset
+    assert got == [line for line in expected if line.offset < too_long.offset]
+
+
 @pytest.mark.parametrize(
     ("damage", "code", "seq"),
     [

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from docket.clock import FakeClock
 from docket.errors import InputError
-from docket.ledger import writer
+from docket.ledger import book as book_module
 from docket.ledger.chain import (
     CONTROL_TYPES,
     GENESIS,
@@ -283,7 +283,7 @@ async def test_a_crash_among_many_appenders_leaves_none_waiting(tmp_path):
 
 async def test_batches_are_split_at_their_cap(tmp_path, monkeypatch):
     """A leader whose own event did not fit in the batch it submitted waits for the next."""
-    monkeypatch.setattr(writer, "MAX_BATCH_LINES", 3)
+    monkeypatch.setattr(book_module, "MAX_BATCH_LINES", 3)
     path = tmp_path / "ledger.jsonl"
     with trio.fail_after(20):
         async with open_ledger(path) as ledger:

@@ -22,7 +22,6 @@ from docket.receipt import (
     VerifyInputError,
     build_receipt,
     decode_json,
-    decode_json_stdlib,
     encode_receipt,
     verify,
     write_receipt,
@@ -579,12 +578,12 @@ REFUSED = [
 @pytest.fixture(params=["jiter", "stdlib"])
 def parser(request, monkeypatch):
     """decode_json with each of its parsers: jiter when installed, else the standard library's."""
-    import docket.receipt as receipt_module
+    from docket.ledger import strict_json
 
-    if request.param == "jiter" and receipt_module.jiter is None:
+    if request.param == "jiter" and strict_json.JITER is None:
         pytest.skip("jiter is not installed")
     if request.param == "stdlib":
-        monkeypatch.setattr(receipt_module, "_decode", decode_json_stdlib)
+        monkeypatch.setattr(strict_json, "parsers", strict_json.STDLIB)
     return decode_json
 
 

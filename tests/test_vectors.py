@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-import docket.receipt as receipt_module
+from docket.ledger import strict_json
 from docket.receipt import VerifyInputError, verify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ def paths(vector: dict) -> tuple[Path, Path | None]:
 def parser(request, monkeypatch):
     """The default JSON parser (jiter when installed), then the standard library's fallback."""
     if request.param == "stdlib":
-        monkeypatch.setattr(receipt_module, "_decode", receipt_module.decode_json_stdlib)
+        monkeypatch.setattr(strict_json, "parsers", strict_json.STDLIB)
     return request.param
 
 

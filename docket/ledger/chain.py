@@ -4,7 +4,7 @@ A line's hash is SHA-256 over its exact bytes without the trailing newline, and
 every line carries `prev`, the hash of the line before it (64 zeros for the
 first). Verifying therefore needs no JSON canonicalisation: an implementation in
 any language hashes the bytes it read. spec/docket-receipt-1.md is the normative
-text; this module is its reference implementation.
+text; this module is its reference implementation, and strict_json its JSON.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+
+from docket.ledger import strict_json
+from docket.ledger.strict_json import MAX_INT
 
 FORMAT_VERSION = 1
 GENESIS = "0" * 64
@@ -57,6 +60,9 @@ EMPTY_LEDGER = "empty_ledger"
 
 _HEX = frozenset("0123456789abcdef")
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_sha256 = hashlib.sha256
+_too_deep = strict_json.too_deep
+_refusal = strict_json.refusal
 
 
 def line_hash(line: bytes) -> str:
@@ -111,25 +117,79 @@ class ChainError(Exception):
 class ChainVerifier:
     """Feed complete lines in order; each is checked against the chain so far.
 
-    Pure and incremental: memory does not grow with the ledger. `feed` returns
-    the decoded event or raises ChainError for the first line that does not hold.
+    The one verifier of spec section 4, used by verify, doctor and the writer
+    when it continues a file: strict JSON (strict_json), the common fields'
+    types and bounds, then version, seq, prev and mono_ms, in that order. Pure
+    and incremental: memory does not grow with the ledger. `feed` returns the
+    decoded event or raises ChainError for the first line that does not hold.
+
+    `exact`: non-integer numbers in the events come back as exact Decimals
+    (what verify compares claims with) rather than floats. It changes what is
+    returned, never what is accepted.
     """
 
-    __slots__ = ("count", "head", "offset", "last_mono_ms")
+    __slots__ = ("count", "head", "offset", "last_mono_ms", "exact", "_parse")
 
-    def __init__(self) -> None:
+    def __init__(self, *, exact: bool = False) -> None:
         self.count = 0  # lines accepted; also the seq the next line must carry
         self.head = GENESIS  # hash of the last accepted line
         self.offset = 0  # byte offset where the next line starts
         self.last_mono_ms = 0
+        self.exact = exact
+        self._parse = strict_json.parsers[exact]
+
+    def copy(self) -> ChainVerifier:
+        """A verifier in the same state, to try a line without committing to it."""
+        trial = ChainVerifier(exact=self.exact)
+        trial.count, trial.head = self.count, self.head
+        trial.offset, trial.last_mono_ms = self.offset, self.last_mono_ms
+        trial._parse = self._parse
+        return trial
 
     def feed(self, line: bytes) -> dict:
         """Check one line (without its newline) at the current offset."""
-        seq, offset = self.count, self.offset
-        try:
-            event = json.loads(line)
-        except ValueError as exc:  # includes invalid UTF-8
-            raise ChainError(MALFORMED_LINE, seq, offset, f"not a JSON line ({exc})") from None
+        seq = self.count
+        try:  # strict_json.decode_json, inlined: this runs once per line
+            event = self._parse(line)
+            if _too_deep(line, event):
+                raise strict_json.AmbiguousJSON(strict_json.TOO_DEEP)
+        except (ValueError, RecursionError) as exc:  # ValueError includes invalid UTF-8
+            detail = f"not a JSON line ({_refusal(exc)})"
+            raise ChainError(MALFORMED_LINE, seq, self.offset, detail) from None
+        # The fast path: a line that holds passes on equality checks alone (prev
+        # equal to the head is hex64; seq equal to the count is in bounds).
+        if type(event) is dict:
+            n, v, mono, kind = (
+                event.get("seq"),
+                event.get("v"),
+                event.get("mono_ms"),
+                event.get("type"),
+            )
+            holds = (
+                event.get("prev") == self.head
+                and type(n) is int
+                and n == seq
+                and type(v) is int
+                and v == FORMAT_VERSION
+                and type(mono) is int
+                and self.last_mono_ms <= mono <= MAX_INT
+                and type(event.get("ts")) is str
+                and type(kind) is str
+                and kind != ""
+            )
+        else:
+            holds = False
+        if not holds:
+            self._diagnose(event, seq)  # raises, naming the first check that fails
+        self.count = seq + 1
+        self.head = _sha256(line).hexdigest()
+        self.offset += len(line) + 1
+        self.last_mono_ms = mono
+        return event
+
+    def _diagnose(self, event: object, seq: int) -> None:
+        """The checks of spec section 4, steps 2 to 6, in order."""
+        offset = self.offset
         problem = _common_field_problem(event)
         if problem:
             raise ChainError(MALFORMED_LINE, seq, offset, problem)
@@ -148,11 +208,7 @@ class ChainVerifier:
                 offset,
                 f"mono_ms {event['mono_ms']} is below {self.last_mono_ms}",
             )
-        self.count += 1
-        self.head = line_hash(line)
-        self.offset += len(line) + 1
-        self.last_mono_ms = event["mono_ms"]
-        return event
+        raise AssertionError(f"line at seq {seq} failed the fast path but no check")
 
 
 def _common_field_problem(event: object) -> str | None:
@@ -165,6 +221,8 @@ def _common_field_problem(event: object) -> str | None:
         value = event[name]
         if type(value) is not int or value < 0:
             return f"{name} must be a non-negative integer"
+    if event["seq"] > MAX_INT or event["mono_ms"] > MAX_INT:
+        return "seq and mono_ms must be at most 2^53-1"
     if not isinstance(event["ts"], str) or not isinstance(event["type"], str) or not event["type"]:
         return "ts and type must be strings"
     prev = event["prev"]

@@ -55,6 +55,7 @@ from docket.ledger.reader import (
     iter_lines,
     starts_like_ledger,
 )
+from docket.ledger.strict_json import TOO_DEEP, text_nests_deeper
 
 CLEAN = "clean"
 
@@ -192,9 +193,19 @@ def _judge_tail(verifier: ChainVerifier, line: Line) -> tuple[Tail, ChainError]:
             f"the last line has no newline and is not the start of event {seq} "
             f"(it should begin {expected.decode()})",
         )
+    if text_nests_deeper(data):
+        return Tail(line.offset, len(data), False), ChainError(
+            MALFORMED_LINE,
+            seq,
+            line.offset,
+            f"the last line has no newline, and is {TOO_DEEP}: not a line the writer makes",
+        )
     # No proper prefix of a JSON object is JSON (its closing brace comes last), so
     # bytes that parse are the whole line, cut just before its newline: then the
-    # event must verify, or this is not the line the writer was writing.
+    # event must verify, or this is not the line the writer was writing. Whether
+    # the bytes are whole is asked leniently (json.loads takes NaN or a key twice,
+    # and nesting is bounded above, so its stack is safe); whether the event is
+    # strict JSON is the verifier's question.
     try:
         json.loads(data)
         whole_event = True
@@ -202,7 +213,7 @@ def _judge_tail(verifier: ChainVerifier, line: Line) -> tuple[Tail, ChainError]:
         whole_event = False
     if whole_event:
         try:
-            _copy(verifier).feed(data)
+            verifier.copy().feed(data)
         except ChainError as exc:
             return Tail(line.offset, len(data), False), ChainError(
                 exc.code, seq, line.offset, f"the last line has no newline, and {exc.detail}"
@@ -216,13 +227,6 @@ def _judge_tail(verifier: ChainVerifier, line: Line) -> tuple[Tail, ChainError]:
     return Tail(line.offset, len(data), whole_event), ChainError(
         TORN_TAIL, seq, line.offset, detail
     )
-
-
-def _copy(verifier: ChainVerifier) -> ChainVerifier:
-    trial = ChainVerifier()
-    trial.count, trial.head = verifier.count, verifier.head
-    trial.offset, trial.last_mono_ms = verifier.offset, verifier.last_mono_ms
-    return trial
 
 
 def classify(path: str | os.PathLike) -> Diagnosis:

@@ -17,6 +17,8 @@ LEDGER_MAGIC = b'{"v":'  # every line the writer produces begins with these byte
 
 
 class LineTooLong(Exception):
+    """A line longer than MAX_LINE_BYTES: not read, so memory stays bounded."""
+
     def __init__(self, offset: int):
         super().__init__(f"a line at byte {offset} is longer than {MAX_LINE_BYTES} bytes")
         self.offset = offset
@@ -29,39 +31,63 @@ class Line:
     complete: bool  # False only for a last line with no newline: a torn tail
 
 
-def iter_lines(path: str | os.PathLike, *, chunk: int = CHUNK) -> Iterator[Line]:
-    """Every line of the file in order; only the very last may be incomplete."""
-    with open(path, "rb", buffering=0) as f:
+class Lines:
+    """The complete lines of a file, in order, as bytes without their newlines.
+
+    Iterate once. Afterwards `tail` holds the bytes after the last newline (a
+    torn tail), b"" if there are none. A line or tail longer than
+    MAX_LINE_BYTES raises LineTooLong once the lines before it are yielded.
+    verify's scan, the writer's resume and iter_lines all read through here.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, chunk: int = CHUNK) -> None:
+        self.path = path
+        self.chunk = chunk
+        self.tail = b""
+
+    def __iter__(self) -> Iterator[bytes]:
+        limit = MAX_LINE_BYTES
+        # A block never holds a whole line longer than the limit, so only lines
+        # that span blocks need measuring.
+        chunk = min(self.chunk, limit)
         # The line being read, as the pieces each block contributed: joined once,
         # when its newline arrives, so a long line costs linear time, not quadratic.
-        parts: list[bytes] = []
-        pending = 0  # bytes in parts
-        offset = 0  # where the line being read starts
-        while True:
-            block = f.read(chunk)
-            if not block:
-                break
-            start = 0
-            while True:
-                nl = block.find(b"\n", start)
-                if nl < 0:
-                    break
-                if parts:
-                    parts.append(block[start:nl])
-                    data = b"".join(parts)
-                    parts, pending = [], 0
+        carry: list[bytes] = []
+        carried = 0  # bytes in carry
+        start = 0  # where the carried line starts
+        done = 0  # bytes read before this block
+        with open(self.path, "rb", buffering=0) as f:
+            while block := f.read(chunk):
+                lines = block.split(b"\n")
+                rest = lines.pop()
+                if lines:
+                    if carry:
+                        carried += len(lines[0])
+                        if carried > limit:
+                            raise LineTooLong(start)
+                        carry.append(lines[0])
+                        lines[0] = b"".join(carry)
+                    yield from lines
+                    start = done + len(block) - len(rest)
+                    carry, carried = [rest], len(rest)
                 else:
-                    data = block[start:nl]
-                yield Line(offset, data, True)
-                offset += len(data) + 1
-                start = nl + 1
-            if start < len(block):
-                parts.append(block[start:])
-                pending += len(block) - start
-                if pending > MAX_LINE_BYTES:
-                    raise LineTooLong(offset)
-        if parts:
-            yield Line(offset, b"".join(parts), False)
+                    carry.append(rest)
+                    carried += len(rest)
+                if carried > limit:
+                    raise LineTooLong(start)
+                done += len(block)
+        self.tail = b"".join(carry)
+
+
+def iter_lines(path: str | os.PathLike, *, chunk: int = CHUNK) -> Iterator[Line]:
+    """Every line of the file in order, with its offset; only the very last may be incomplete."""
+    lines = Lines(path, chunk=chunk)
+    offset = 0
+    for data in lines:
+        yield Line(offset, data, True)
+        offset += len(data) + 1
+    if lines.tail:
+        yield Line(offset, lines.tail, False)
 
 
 def starts_like_ledger(path: str | os.PathLike) -> bool:

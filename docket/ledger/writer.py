@@ -2,9 +2,9 @@
 
 Three layers, each small:
 
-- `LedgerBook` is sans-IO. It admits events (or refuses them at a ceiling),
-  composes batches of lines from the durable head, and takes the verdict of
-  each write (committed, or lost). It never touches a file or a clock.
+- `LedgerBook` (book.py) is sans-IO. It admits events (or refuses them at a
+  ceiling), composes batches of lines from the durable head, and takes the
+  verdict of each write (committed, or lost). It never touches a file or a clock.
 - `_SyncWorker` is a dedicated thread that owns the blocking half: write a
   batch, fdatasync it, or cut a failed one back with ftruncate. The event loop
   never blocks on the disk.
@@ -13,10 +13,9 @@ Three layers, each small:
   task that does (another appender, or the flusher task) wakes it. Nobody is
   woken before an fdatasync has covered their line.
 
-Lines are composed at flush time, from the durable head: when a batch fails its
-lines are discarded and the chain continues from the last durable line, so the
-file is a valid chain at every moment and a loss leaves no seq gap. The loss
-is recorded, before any later line, as an `evidence.gap` event.
+The book's public classes (LedgerLimits, LedgerFull, EvidenceLost,
+EvidenceStats, LedgerBook, ...) are importable from here too; its tunables
+(MAX_BATCH_LINES, CONTROL_RESERVE_BYTES, ...) only from book.py, where they are read.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import os
 import queue
 import stat
 import threading
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -37,438 +35,45 @@ import outcome
 import trio
 
 from docket.clock import Clock, rfc3339
-from docket.errors import DocketError, InputError
-from docket.ledger.chain import (
-    CONTROL_TYPES,
-    EVENT_TYPES,
-    GENESIS,
-    ChainError,
-    ChainVerifier,
-    encode_body,
-    encode_line,
-    line_hash,
-    line_overhead,
+from docket.errors import InputError
+from docket.ledger.book import (
+    EXEMPT_FROM_EVENT_CEILING,
+    GAP_TYPE,
+    Batch,
+    EvidenceLost,
+    EvidenceStats,
+    LedgerBook,
+    LedgerFull,
+    LedgerLimits,
+    Loss,
+    PendingEvent,
+    describe_os_error,
 )
+from docket.ledger.chain import EVENT_TYPES, GENESIS, ChainError, ChainVerifier, encode_body
 from docket.ledger.faults import WriteFaults
 from docket.ledger.lock import LedgerLock
-from docket.ledger.reader import MAX_LINE_BYTES, LineTooLong, iter_lines
+from docket.ledger.reader import Lines, LineTooLong
 
-KiB = 1024
-MiB = 1024 * KiB
-GAP_TYPE = "evidence.gap"
-
-# The reserve: bytes below max_ledger_bytes that only control events (and the
-# writer's own evidence.gap record) may use, so the record of why a run stopped
-# always fits. 64 KiB holds hundreds of session.end/process.exit lines; a small
-# ceiling keeps three quarters of itself for ordinary events.
-CONTROL_RESERVE_BYTES = 64 * KiB
-
-# One write() per batch; these bound how much a single batch holds.
-MAX_BATCH_BYTES = 1 * MiB
-MAX_BATCH_LINES = 4096
-
-# Written by the writer itself, never counted against max_events.
-_EXEMPT_FROM_EVENT_CEILING = CONTROL_TYPES | {GAP_TYPE}
-
-
-@dataclass(frozen=True)
-class LedgerLimits:
-    """The ledger's ceilings and what a failed write means.
-
-    max_events counts non-control events accepted by the writer (written or
-    lost); max_ledger_bytes counts the bytes in the file plus the bytes
-    reserved for events accepted but not yet written, so the file can never
-    pass it. Non-control events may use up to max_ledger_bytes minus the
-    reserve (control_reserve_bytes, default min(64 KiB, a quarter of the
-    ceiling)); control events and the evidence.gap record may use all of it.
-    """
-
-    max_ledger_bytes: int = 256 * MiB
-    max_events: int | None = None
-    fail_fast_evidence: bool = False
-    control_reserve_bytes: int | None = None
-
-    def __post_init__(self) -> None:
-        if type(self.max_ledger_bytes) is not int or self.max_ledger_bytes <= 0:
-            raise ValueError("max_ledger_bytes must be a positive integer")
-        if self.max_events is not None and (
-            type(self.max_events) is not int or self.max_events < 1
-        ):
-            raise ValueError("max_events must be a positive integer or None")
-        reserve = self.control_reserve_bytes
-        if reserve is not None and (
-            type(reserve) is not int or not 0 <= reserve < self.max_ledger_bytes
-        ):
-            raise ValueError("control_reserve_bytes must be at least 0 and below max_ledger_bytes")
-
-    @property
-    def reserve_bytes(self) -> int:
-        if self.control_reserve_bytes is not None:
-            return self.control_reserve_bytes
-        return min(CONTROL_RESERVE_BYTES, self.max_ledger_bytes // 4)
-
-
-class LedgerFull(DocketError):
-    """An event refused at a ceiling, before anything was queued or forwarded.
-
-    Control events are refused only when even the reserve cannot take them.
-
-    `reason` is "max_events" or "max_ledger_bytes" (the boundary answers 503 with it).
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"ledger full ({reason}): {detail}")
-        self.reason = reason
-
-
-class EvidenceLost(DocketError):
-    """With fail_fast_evidence, a write failed: this event and every later one is refused."""
+__all__ = [
+    "GAP_TYPE",
+    "Batch",
+    "EvidenceLost",
+    "EvidenceStats",
+    "Ledger",
+    "LedgerBook",
+    "LedgerDamaged",
+    "LedgerFull",
+    "LedgerLimits",
+    "Loss",
+    "Observer",
+    "PendingEvent",
+    "describe_os_error",
+    "open_ledger",
+]
 
 
 class LedgerDamaged(InputError):
     """An existing ledger is torn or corrupt, so it cannot be continued."""
-
-
-@dataclass(frozen=True)
-class EvidenceStats:
-    """What the receipt discloses about events that never reached the disk."""
-
-    ledger_complete: bool
-    unwritten_events: int
-    first_failing_seq: int | None  # the seq the first lost event would have had
-    write_failures: int  # failed write attempts (a failed batch, or one injected fault)
-    unwritten_by_type: dict[str, int]
-    last_error: str | None
-
-    def as_dict(self) -> dict:
-        return {
-            "ledger_complete": self.ledger_complete,
-            "unwritten_events": self.unwritten_events,
-            "first_failing_seq": self.first_failing_seq,
-            "write_failures": self.write_failures,
-            "unwritten_by_type": dict(sorted(self.unwritten_by_type.items())),
-            "last_error": self.last_error,
-        }
-
-
-def describe_os_error(exc: OSError) -> str:
-    """`ENOSPC: No space left on device`: the errno's name, then the kernel's words."""
-    name = errno.errorcode.get(exc.errno, "") if exc.errno is not None else ""
-    text = exc.strerror or str(exc)
-    return f"{name}: {text}" if name else text
-
-
-# ---------------------------------------------------------------------------
-# The sans-IO book
-
-
-_UNASKED = object()
-_PLAIN_TS = frozenset("0123456789-:.TZ+")
-
-
-class PendingEvent:
-    """One admitted event, encoded and stamped, waiting for a seq."""
-
-    __slots__ = (
-        "type",
-        "ts",
-        "mono_ms",
-        "body",
-        "reserved",
-        "control",
-        "ordinal",
-        "fault",
-        "seq",
-        "settled",
-        "waiter",
-    )
-
-    def __init__(self, type: str, ts: str, mono_ms: int, body: bytes, reserved: int, ordinal: int):
-        self.type = type
-        self.ts = ts
-        self.mono_ms = mono_ms
-        self.body = body
-        self.reserved = reserved  # an upper bound on its line's size, newline included
-        self.control = type in _EXEMPT_FROM_EVENT_CEILING
-        self.ordinal = ordinal
-        self.fault: object = _UNASKED  # the fault hook's answer, asked once
-        self.seq: int | None = None
-        self.settled = False  # durable (seq set) or lost (seq None)
-        self.waiter: object = None  # the shell's: the task parked on this event
-
-
-@dataclass
-class Batch:
-    """Lines composed from the durable head, to be written and synced as one."""
-
-    items: list[PendingEvent]
-    lines: list[bytes]  # without newlines; lines[0] is the evidence.gap record if has_gap
-    data: bytes
-    head_after: str
-    mono_after: int  # mono_ms of the last line
-    has_gap: bool
-
-
-@dataclass
-class Loss:
-    """Events that will not be written: an injected fault, or a broken ledger."""
-
-    items: list[PendingEvent]
-    error: str
-    attempted: bool  # a write was tried (and failed); False when the ledger is broken
-
-
-class _Gap:
-    """Losses since the last evidence.gap record: counters, never the events."""
-
-    __slots__ = ("first_seq", "lost", "by_type", "failures", "error")
-
-    def __init__(self, first_seq: int, error: str) -> None:
-        self.first_seq = first_seq
-        self.lost = 0
-        self.by_type: dict[str, int] = {}
-        self.failures = 0
-        self.error = error
-
-    def fields(self) -> dict:
-        return {
-            "lost": self.lost,
-            "first_failing_seq": self.first_seq,
-            "lost_by_type": dict(sorted(self.by_type.items())),
-            "write_failures": self.failures,
-            "error": self.error,
-        }
-
-
-class LedgerBook:
-    """The writer's state and decisions, with no I/O.
-
-    Memory is bounded: the queue holds only events whose appenders are still
-    waiting, and losses are counters.
-    """
-
-    def __init__(
-        self,
-        limits: LedgerLimits,
-        *,
-        count: int = 0,
-        head: str = GENESIS,
-        size: int = 0,
-        last_mono_ms: int = 0,
-        events: int = 0,
-    ) -> None:
-        self.limits = limits
-        self._room_control = limits.max_ledger_bytes
-        self._room_other = limits.max_ledger_bytes - limits.reserve_bytes
-        # The durable file.
-        self.count = count  # lines; also the next seq
-        self.head = head
-        self.size = size
-        self.last_mono_ms = last_mono_ms
-        # Admitted, not yet settled.
-        self.queue: deque[PendingEvent] = deque()
-        self.pending = 0  # queued plus in flight
-        self.reserved = 0  # bytes promised to pending events
-        self.events = events  # non-control events admitted, toward max_events
-        self.next_ordinal = count
-        # The evidence guard.
-        self.unwritten = 0
-        self.unwritten_by_type: dict[str, int] = {}
-        self.first_failing_seq: int | None = None
-        self.write_failures = 0
-        self.last_error: str | None = None
-        self.gap: _Gap | None = None  # losses not yet recorded in the file
-        self.broken: str | None = None  # why nothing more will be written
-        self.evidence_lost: str | None = None  # set once fail_fast_evidence trips
-        self._overhead_by_type: dict[str, int] = {}
-
-    # -- admission
-
-    def check_room(self, type: str, ts: str, mono_ms: int, body_bytes: int) -> int:
-        """The line's size bound if an event like this would be admitted; else raise."""
-        if self.evidence_lost is not None:
-            raise EvidenceLost(self.evidence_lost)
-        control = type in _EXEMPT_FROM_EVENT_CEILING
-        limit = self.limits.max_events
-        if not control and limit is not None and self.events >= limit:
-            raise LedgerFull("max_events", f"{limit} events already accepted")
-        # A safe bound on the seq this event can get: every pending event ahead of
-        # it, plus one evidence.gap record (each further gap needs a loss ahead).
-        seq_bound = self.count + self.pending + 1
-        size = body_bytes + self._overhead(type, seq_bound, ts, mono_ms)
-        if size - 1 > MAX_LINE_BYTES:
-            raise ValueError(f"a {type} event of {body_bytes} bytes is too large for a ledger line")
-        room = (self._room_control if control else self._room_other) - self.size - self.reserved
-        if size > room:
-            cap = self.limits.max_ledger_bytes
-            raise LedgerFull(
-                "max_ledger_bytes",
-                f"a {size}-byte line does not fit: {self.size} of {cap} bytes written, "
-                f"{self.reserved} promised, {cap - self._room_other} kept for control events",
-            )
-        return size
-
-    def admit(self, type: str, ts: str, mono_ms: int, body: bytes) -> PendingEvent:
-        """Queue an event, or raise LedgerFull / EvidenceLost without changing anything."""
-        size = self.check_room(type, ts, mono_ms, len(body))
-        item = PendingEvent(type, ts, mono_ms, body, size, self.next_ordinal)
-        self.next_ordinal += 1
-        self.queue.append(item)
-        self.pending += 1
-        self.reserved += size
-        if not item.control:
-            self.events += 1
-        return item
-
-    def _overhead(self, type: str, seq: int, ts: str, mono_ms: int) -> int:
-        """chain.line_overhead, with the part that depends on the type computed once."""
-        base = self._overhead_by_type.get(type)
-        if base is None:
-            base = self._overhead_by_type[type] = line_overhead(0, "", type, 0)
-        if not _PLAIN_TS.issuperset(ts):
-            return line_overhead(seq, ts, type, mono_ms)
-        # Over the base: the digits beyond one each for seq and mono_ms, and ts
-        # (a string needing no escape, so its JSON is itself plus two quotes).
-        return base + len(str(seq)) + len(ts) + len(str(mono_ms)) - 2
-
-    # -- composing
-
-    def next_step(self, faults: WriteFaults | None) -> Batch | Loss | None:
-        """What to do with the queue's head: write a batch, record a loss, or nothing."""
-        if not self.queue:
-            return None
-        if self.broken is not None:
-            items = list(self.queue)
-            self.queue.clear()
-            return Loss(items, self.broken, attempted=False)
-        if faults is not None:
-            injected = self._fault(self.queue[0], faults)
-            if injected is not None:
-                return Loss([self.queue.popleft()], describe_os_error(injected), attempted=True)
-        first = self.queue[0]
-        lines: list[bytes] = []
-        if self.gap is not None:
-            gap_line = self._gap_line(first.ts, first.mono_ms)
-            if gap_line is None:
-                return self.next_step(faults)  # no room for the record: now broken
-            lines.append(gap_line)
-        return self._compose(lines, faults)
-
-    def gap_step(self, ts: str, mono_ms: int, faults: WriteFaults | None) -> Batch | None:
-        """At close, with nothing else to write: a batch holding only the owed gap record.
-
-        The fault hook is asked about it as the next ordinal, so a disk that is
-        failing for good fails this write too.
-        """
-        if self.gap is None or self.broken is not None or self.queue:
-            return None
-        if faults is not None:
-            injected = faults.before_write(self.next_ordinal, GAP_TYPE)
-            if injected is not None:
-                self.lose([], describe_os_error(injected), attempted=True)
-                return None
-        gap_line = self._gap_line(ts, max(mono_ms, self.last_mono_ms))
-        return None if gap_line is None else self._compose([gap_line], None)
-
-    def _fault(self, item: PendingEvent, faults: WriteFaults) -> OSError | None:
-        if item.fault is _UNASKED:
-            answer = faults.before_write(item.ordinal, item.type)
-            if answer is not None and not isinstance(answer, OSError):
-                raise TypeError(f"before_write must return an OSError or None, not {answer!r}")
-            item.fault = answer
-        return item.fault  # type: ignore[return-value]
-
-    def _gap_line(self, ts: str, mono_ms: int) -> bytes | None:
-        assert self.gap is not None
-        line = encode_line(
-            seq=self.count,
-            ts=ts,
-            mono_ms=mono_ms,
-            type=GAP_TYPE,
-            prev=self.head,
-            body=encode_body(self.gap.fields()),
-        )
-        if len(line) + 1 > self._room_control - self.size - self.reserved:
-            self.broken = "no room left under max_ledger_bytes to record an evidence.gap"
-            return None
-        return line
-
-    def _compose(self, lines: list[bytes], faults: WriteFaults | None) -> Batch:
-        seq = self.count + len(lines)
-        prev = line_hash(lines[0]) if lines else self.head
-        nbytes = sum(len(line) + 1 for line in lines)
-        items: list[PendingEvent] = []
-        queue_ = self.queue
-        while queue_ and len(lines) < MAX_BATCH_LINES and nbytes < MAX_BATCH_BYTES:
-            item = queue_[0]
-            if faults is not None and self._fault(item, faults) is not None:
-                break  # written next time round, as a loss of its own
-            queue_.popleft()
-            line = encode_line(
-                seq=seq, ts=item.ts, mono_ms=item.mono_ms, type=item.type, prev=prev, body=item.body
-            )
-            item.seq = seq
-            items.append(item)
-            lines.append(line)
-            prev = line_hash(line)
-            seq += 1
-            nbytes += len(line) + 1
-        has_gap = self.gap is not None
-        mono_after = items[-1].mono_ms if items else json.loads(lines[-1])["mono_ms"]
-        return Batch(items, lines, b"\n".join(lines) + b"\n", prev, mono_after, has_gap)
-
-    # -- verdicts
-
-    def commit(self, batch: Batch) -> None:
-        """The batch is durable."""
-        self.count += len(batch.lines)
-        self.head = batch.head_after
-        self.size += len(batch.data)
-        self.last_mono_ms = batch.mono_after
-        for item in batch.items:
-            self.reserved -= item.reserved
-            item.settled = True
-        self.pending -= len(batch.items)
-        if batch.has_gap:
-            self.gap = None
-
-    def lose(
-        self, items: list[PendingEvent], error: str, *, attempted: bool, broken: str | None = None
-    ) -> None:
-        """These events will never be written: count them, keep nothing of them."""
-        if self.gap is None:
-            self.gap = _Gap(self.count, error)
-            if self.first_failing_seq is None:
-                self.first_failing_seq = self.count
-        gap = self.gap
-        if attempted:
-            self.write_failures += 1
-            gap.failures += 1
-        self.last_error = error
-        for item in items:
-            item.seq = None
-            item.settled = True
-            self.unwritten += 1
-            self.unwritten_by_type[item.type] = self.unwritten_by_type.get(item.type, 0) + 1
-            gap.by_type[item.type] = gap.by_type.get(item.type, 0) + 1
-            self.reserved -= item.reserved
-        gap.lost += len(items)
-        self.pending -= len(items)
-        if broken is not None and self.broken is None:
-            self.broken = broken
-        if self.limits.fail_fast_evidence and self.evidence_lost is None:
-            self.evidence_lost = f"a ledger write failed ({error}) and fail_fast_evidence is set"
-            self.broken = self.evidence_lost
-
-    def stats(self) -> EvidenceStats:
-        return EvidenceStats(
-            ledger_complete=self.unwritten == 0,
-            unwritten_events=self.unwritten,
-            first_failing_seq=self.first_failing_seq,
-            write_failures=self.write_failures,
-            unwritten_by_type=dict(self.unwritten_by_type),
-            last_error=self.last_error,
-        )
 
 
 # ---------------------------------------------------------------------------
@@ -949,19 +554,19 @@ def _resume_position(path: Path, fd: int) -> dict:
     verifier = ChainVerifier()
     events = 0
     advice = f"run `docket doctor {path}`"
+    lines = Lines(path)
     try:
-        for line in iter_lines(path):
-            if not line.complete:
-                raise LedgerDamaged(
-                    f"ledger {path}: torn tail at byte {line.offset} (a line with no newline); {advice}"
-                )
-            event = verifier.feed(line.data)
-            if event["type"] not in _EXEMPT_FROM_EVENT_CEILING:
+        for line in lines:
+            if verifier.feed(line)["type"] not in EXEMPT_FROM_EVENT_CEILING:
                 events += 1
     except ChainError as exc:
         raise LedgerDamaged(f"ledger {path}: {exc}; {advice}") from None
     except LineTooLong as exc:
         raise LedgerDamaged(f"ledger {path}: {exc}; {advice}") from None
+    if lines.tail:
+        raise LedgerDamaged(
+            f"ledger {path}: torn tail at byte {verifier.offset} (a line with no newline); {advice}"
+        )
     if verifier.offset != os.fstat(fd).st_size:
         raise LedgerDamaged(f"ledger {path}: changed while it was being read; {advice}")
     return {

@@ -1,0 +1,460 @@
+"""`docket verify`: re-derive each claim of a receipt from its ledger, or name the first that fails.
+
+spec/docket-receipt-1.md section 8 is the normative text. Verification is a
+fixed sequence of checks and names the first that fails: the receipt's shape,
+the chain over the whole file, the ledger's count, head and size, the events'
+contents, the evidence, then every other claim in the order of CLAIM_CHECKS.
+Nothing here writes to a ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+from docket.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
+from docket.inputs import existing_file, read_text
+from docket.ledger.chain import (
+    EMPTY_LEDGER,
+    GENESIS,
+    MALFORMED_LINE,
+    TORN_TAIL,
+    UNSUPPORTED_VERSION,
+    ChainError,
+    ChainVerifier,
+)
+from docket.ledger.reader import LEDGER_MAGIC, Lines, LineTooLong
+from docket.ledger.strict_json import AmbiguousJSON, decode_json
+from docket.receipt import FORMAT, RECEIPT_SHAPE, join_path, plain_number, shape_problem
+from docket.tally import EVIDENCE_FIELDS, UNBACKED, Tally, TallyError
+
+__all__ = [
+    "BYTES_MISMATCH",
+    "CAPS_MISMATCH",
+    "CLAIM_CHECKS",
+    "COUNT_MISMATCH",
+    "DURATION_MISMATCH",
+    "EVIDENCE_MISMATCH",
+    "EXIT_MISMATCH",
+    "FAULTS_MISMATCH",
+    "HEAD_MISMATCH",
+    "LEDGER_UNREADABLE",
+    "MALFORMED_EVENT",
+    "NOT_A_LEDGER",
+    "NOT_A_RECEIPT",
+    "POLICY_MISMATCH",
+    "PRICING_MISMATCH",
+    "RECEIPT_MALFORMED",
+    "RECEIPT_NOT_JSON",
+    "RECEIPT_UNREADABLE",
+    "RUN_MISMATCH",
+    "TOTAL_MISMATCH",
+    "LedgerScan",
+    "Verdict",
+    "VerifyInputError",
+    "evidence_problem",
+    "first_difference",
+    "load_receipt",
+    "scan_ledger",
+    "verify",
+    "verify_command",
+]
+
+# Failure codes beyond the chain's (exit 1). The chain's are in docket.ledger.chain.
+RECEIPT_MALFORMED = "receipt_malformed"
+COUNT_MISMATCH = "count_mismatch"
+HEAD_MISMATCH = "head_mismatch"
+BYTES_MISMATCH = "bytes_mismatch"
+MALFORMED_EVENT = "malformed_event"
+EVIDENCE_MISMATCH = "evidence_mismatch"
+RUN_MISMATCH = "run_mismatch"
+DURATION_MISMATCH = "duration_mismatch"
+EXIT_MISMATCH = "exit_mismatch"
+TOTAL_MISMATCH = "total_mismatch"
+PRICING_MISMATCH = "pricing_mismatch"
+CAPS_MISMATCH = "caps_mismatch"
+POLICY_MISMATCH = "policy_mismatch"
+FAULTS_MISMATCH = "faults_mismatch"
+
+# Input error codes (exit 2): verification could not start.
+RECEIPT_UNREADABLE = "receipt_unreadable"
+RECEIPT_NOT_JSON = "receipt_not_json"
+NOT_A_RECEIPT = "not_a_receipt"
+LEDGER_UNREADABLE = "ledger_unreadable"
+NOT_A_LEDGER = "not_a_ledger"
+
+# The claims after the ledger's own and the evidence, in the order they are checked.
+CLAIM_CHECKS = (
+    ("run_id", RUN_MISMATCH),
+    ("docket_version", RUN_MISMATCH),
+    ("started_at", RUN_MISMATCH),
+    ("ended_at", RUN_MISMATCH),
+    ("duration_ms", DURATION_MISMATCH),
+    ("exit", EXIT_MISMATCH),
+    ("totals", TOTAL_MISMATCH),
+    ("pricing", PRICING_MISMATCH),
+    ("caps", CAPS_MISMATCH),
+    ("policy_digest", POLICY_MISMATCH),
+    ("faults", FAULTS_MISMATCH),
+)
+
+
+class VerifyInputError(InputError):
+    """Verification could not start: an input is missing, unreadable or not what it claims."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{message} ({code})")
+        self.code = code
+
+
+# ---------------------------------------------------------------- the ledger
+
+
+@dataclass
+class LedgerScan:
+    """What one pass over a ledger file found."""
+
+    events: int = 0
+    head: str = GENESIS
+    size: int = 0  # bytes of complete lines
+    last_offset: int | None = None  # where the last complete line starts
+    mark_offset: int | None = None  # where line number `mark` starts, if the file has it
+    chain_error: ChainError | None = None  # the first line that breaks the chain, or the torn tail
+    event_error: ChainError | None = None  # the first event the tally could not read
+    tally: Tally = field(default_factory=Tally)
+
+
+def scan_ledger(path: str | os.PathLike, *, mark: int | None = None) -> LedgerScan:
+    """Check the chain over the whole file and fold every event, in one pass.
+
+    Stops at the first chain failure; an event the tally cannot read is noted
+    (the first one) and the pass goes on, because the chain outranks it.
+    Raises OSError if the file cannot be read.
+    """
+    scan = LedgerScan()
+    verifier = ChainVerifier(exact=True)  # claims are compared by exact decimal value
+    feed, add = verifier.feed, scan.tally.add
+    lines = Lines(path)
+    line = b""
+    try:
+        for line in lines:
+            if verifier.count == mark:
+                scan.mark_offset = verifier.offset
+            offset = verifier.offset
+            event = feed(line)
+            try:
+                add(event)
+            except TallyError as exc:
+                if scan.event_error is None:
+                    scan.event_error = ChainError(MALFORMED_EVENT, event["seq"], offset, str(exc))
+        if lines.tail:
+            raise ChainError(
+                TORN_TAIL,
+                verifier.count,
+                verifier.offset,
+                f"the last {len(lines.tail)} bytes are a line with no newline",
+            )
+    except LineTooLong as exc:
+        scan.chain_error = ChainError(MALFORMED_LINE, verifier.count, exc.offset, str(exc))
+    except ChainError as exc:
+        scan.chain_error = exc
+    scan.events, scan.head, scan.size = verifier.count, verifier.head, verifier.offset
+    if scan.chain_error is None and verifier.count:
+        scan.last_offset = verifier.offset - len(line) - 1  # `line` is the last one fed
+    return scan
+
+
+# ---------------------------------------------------------------- verifying
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of verify: ok, or the first failure; and what the ledger re-derives."""
+
+    ok: bool
+    code: str | None = None
+    seq: int | None = None
+    offset: int | None = None
+    field: str | None = None  # the receipt field a claim failure is about
+    detail: str = ""
+    events: int | None = None
+    head: str | None = None
+    bytes: int | None = None
+    claims: dict | None = None  # the re-derived claims (UNBACKED where the ledger cannot say)
+    unbacked: tuple[str, ...] = ()
+    complete: bool | None = None  # the receipt's ledger_complete, once checked
+
+    def summary(self) -> str:
+        if not self.ok:
+            where = []
+            if self.seq is not None:
+                where.append(f"seq {self.seq}")
+            if self.offset is not None:
+                where.append(f"byte {self.offset}")
+            at = f" at {', '.join(where)}" if where else ""
+            return f"FAIL {self.code}{at}: {self.detail}"
+        t = self.claims["totals"]
+        line = (
+            f"ok: {self.events} events, head {self.head}, {self.bytes} bytes; "
+            f"{t['model_calls']} model calls, {t['input_tokens']} input + "
+            f"{t['output_tokens']} output tokens, ${t['usd']}; "
+            + ("ledger complete" if self.complete else "ledger incomplete (disclosed)")
+        )
+        if self.unbacked:
+            line += f"; not backed by the ledger: {', '.join(self.unbacked)}"
+        return line
+
+
+def _failed(code: str, **kw: object) -> Verdict:
+    return Verdict(ok=False, code=code, **kw)
+
+
+def _show(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=plain_number)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def first_difference(
+    claimed: object, derived: object, path: str, unbacked: list[str]
+) -> tuple[str, str] | None:
+    """Compare a claim with its re-derivation: same JSON types and values, keys in code-point order.
+
+    Returns (path, what differs) for the first difference. Paths whose derived
+    value is UNBACKED are skipped and appended to `unbacked`.
+    """
+    if derived is UNBACKED:
+        unbacked.append(path)
+        return None
+    if type(claimed) is dict and type(derived) is dict:
+        for key in sorted(claimed.keys() | derived.keys()):
+            where = join_path(path, key)
+            if key not in derived:
+                return where, f"the receipt claims {_show(claimed[key])}; the ledger has none"
+            if key not in claimed:
+                return where, f"the receipt omits it; the ledger has {_show(derived[key])}"
+            found = first_difference(claimed[key], derived[key], where, unbacked)
+            if found:
+                return found
+        return None
+    if type(claimed) is list and type(derived) is list:
+        for i, (c, d) in enumerate(zip(claimed, derived, strict=False)):
+            found = first_difference(c, d, join_path(path, i), unbacked)
+            if found:
+                return found
+        if len(claimed) != len(derived):
+            n = min(len(claimed), len(derived))
+            return join_path(
+                path, n
+            ), f"the receipt lists {len(claimed)}, the ledger has {len(derived)}"
+        return None
+    if _same_scalar(claimed, derived):
+        return None
+    return path, f"the receipt says {_show(claimed)}, the ledger says {_show(derived)}"
+
+
+_NUMBERS = (int, float, Decimal)
+
+
+def _same_scalar(a: object, b: object) -> bool:
+    # Numbers are equal when they denote the same value (1 and 1.0 alike); true is not 1.
+    if type(a) in _NUMBERS and type(b) in _NUMBERS:
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def evidence_problem(claimed: dict, tally: Tally, events: int) -> tuple[str, str] | None:
+    """The first rule of spec section 7.4 that ops.evidence breaks, as (path, what), or None.
+
+    ops.evidence is the writer's own count of what never reached the disk, so
+    it cannot be re-derived; it must be consistent with what the ledger shows.
+    """
+    path = "ops.evidence"
+    complete = claimed["ledger_complete"]
+    unwritten = claimed["unwritten_events"]
+    first = claimed["first_failing_seq"]
+    failures = claimed["write_failures"]
+    says = f"the receipt says {_show(complete)}"
+    if complete != (unwritten == 0):
+        return f"{path}.ledger_complete", f"{says} with {unwritten} unwritten events"
+    if complete and failures:
+        return f"{path}.write_failures", f"the receipt says {failures} with ledger_complete true"
+    if complete and first is not None:
+        return f"{path}.first_failing_seq", f"the receipt says {first} with ledger_complete true"
+    if not complete and first is None:
+        return f"{path}.first_failing_seq", "the receipt says null with ledger_complete false"
+    if first is not None and first > events:
+        return f"{path}.first_failing_seq", f"{first} is beyond the ledger's {events} events"
+    if tally.end is not None:
+        for key in EVIDENCE_FIELDS:
+            ours, theirs = claimed[key], tally.end["evidence"][key]
+            if ours != theirs:
+                return (
+                    f"{path}.{key}",
+                    f"the receipt says {_show(ours)}, session.end {_show(theirs)}",
+                )
+    for event, present in (("session.start", tally.start), ("session.end", tally.end)):
+        if complete and present is None:
+            return f"{path}.ledger_complete", f"{says}, but the ledger has no {event}"
+    if tally.gaps:
+        if complete:
+            return (
+                f"{path}.ledger_complete",
+                f"{says}, but the ledger has {tally.gaps} evidence.gap",
+            )
+        if unwritten < tally.lost:
+            return (
+                f"{path}.unwritten_events",
+                f"the receipt says {unwritten}, below the {tally.lost} the evidence.gap events lost",
+            )
+        if first != tally.first_gap_seq:
+            return (
+                f"{path}.first_failing_seq",
+                f"the receipt says {first}, the first evidence.gap {tally.first_gap_seq}",
+            )
+    return None
+
+
+def load_receipt(path: str | os.PathLike) -> dict | Verdict:
+    """The receipt as a JSON object, a receipt_malformed verdict, or VerifyInputError."""
+    try:
+        text = read_text(path, "receipt")
+    except InputError as exc:
+        raise VerifyInputError(RECEIPT_UNREADABLE, str(exc)) from None
+    try:
+        receipt = decode_json(text.encode("utf-8"))
+    except AmbiguousJSON as exc:  # well-formed, but readers would disagree on it
+        return _failed(RECEIPT_MALFORMED, detail=f"receipt: {exc}")
+    except ValueError as exc:
+        raise VerifyInputError(RECEIPT_NOT_JSON, f"receipt {path}: not JSON ({exc})") from None
+    if type(receipt) is not dict or "format" not in receipt:
+        raise VerifyInputError(
+            NOT_A_RECEIPT, f'receipt {path}: not a docket receipt (no "format": "{FORMAT}")'
+        )
+    if receipt["format"] != FORMAT:
+        raise VerifyInputError(
+            NOT_A_RECEIPT,
+            f"receipt {path}: format {_show(receipt['format'])} is not one this docket reads ({FORMAT})",
+        )
+    return receipt
+
+
+def _check_ledger_file(path: Path) -> None:
+    if path.is_file() and path.stat().st_size == 0:
+        raise VerifyInputError(EMPTY_LEDGER, f"ledger {path}: is empty")
+    try:
+        existing_file(path, "ledger")
+        with open(path, "rb") as f:
+            magic = f.read(len(LEDGER_MAGIC))
+    except InputError as exc:
+        raise VerifyInputError(LEDGER_UNREADABLE, str(exc)) from None
+    except OSError as exc:
+        raise VerifyInputError(
+            LEDGER_UNREADABLE, f"ledger {path}: cannot read ({exc.strerror})"
+        ) from None
+    if magic != LEDGER_MAGIC:
+        raise VerifyInputError(
+            NOT_A_LEDGER,
+            f"ledger {path}: not a docket ledger (it does not begin with {LEDGER_MAGIC.decode()})",
+        )
+
+
+def verify(
+    receipt_path: str | os.PathLike, ledger_path: str | os.PathLike | None = None
+) -> Verdict:
+    """Re-derive every claim of the receipt from the ledger; the first that fails, or ok.
+
+    The ledger defaults to the one the receipt names, relative to the receipt's
+    folder. Raises VerifyInputError (exit 2) when verification cannot start.
+    """
+    loaded = load_receipt(receipt_path)
+    if isinstance(loaded, Verdict):
+        return loaded
+    receipt = loaded
+    found = shape_problem(receipt, RECEIPT_SHAPE)
+    if found:
+        return _failed(RECEIPT_MALFORMED, field=found[0], detail=f"{found[0]} {found[1]}")
+    claimed = receipt["ledger"]
+    if ledger_path is None:
+        ledger = Path(receipt_path).parent / claimed["file"]
+    else:
+        ledger = Path(ledger_path)
+    _check_ledger_file(ledger)
+    try:
+        scan = scan_ledger(ledger, mark=claimed["events"])
+    except OSError as exc:
+        raise VerifyInputError(
+            LEDGER_UNREADABLE, f"ledger {ledger}: cannot read ({exc.strerror})"
+        ) from None
+    figures = {"events": scan.events, "head": scan.head, "bytes": scan.size}
+
+    error = scan.chain_error
+    if error is not None:
+        if error.seq == 0 and error.code in (MALFORMED_LINE, UNSUPPORTED_VERSION):
+            raise VerifyInputError(
+                NOT_A_LEDGER, f"ledger {ledger}: not a docket ledger (line 1: {error.detail})"
+            )
+        return _failed(
+            error.code, seq=error.seq, offset=error.offset, detail=error.detail, **figures
+        )
+    if claimed["events"] != scan.events:
+        if claimed["events"] < scan.events:
+            seq, offset = claimed["events"], scan.mark_offset
+        else:
+            seq, offset = scan.events, scan.size
+        return _failed(
+            COUNT_MISMATCH,
+            seq=seq,
+            offset=offset,
+            field="ledger.events",
+            detail=f"the receipt says {claimed['events']} events, the ledger has {scan.events}",
+            **figures,
+        )
+    if claimed["head"] != scan.head:
+        return _failed(
+            HEAD_MISMATCH,
+            seq=scan.events - 1,
+            offset=scan.last_offset,
+            field="ledger.head",
+            detail=f"the receipt says head {claimed['head']}, the last line hashes to {scan.head}",
+            **figures,
+        )
+    if claimed["bytes"] != scan.size:
+        return _failed(
+            BYTES_MISMATCH,
+            field="ledger.bytes",
+            detail=f"the receipt says {claimed['bytes']} bytes, the ledger has {scan.size}",
+            **figures,
+        )
+    error = scan.event_error
+    if error is not None:
+        return _failed(
+            error.code, seq=error.seq, offset=error.offset, detail=error.detail, **figures
+        )
+    found = evidence_problem(receipt["ops"]["evidence"], scan.tally, scan.events)
+    if found:
+        return _failed(
+            EVIDENCE_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
+        )
+    claims = scan.tally.to_claims()
+    unbacked: list[str] = []
+    for key, code in CLAIM_CHECKS:
+        found = first_difference(receipt[key], claims[key], key, unbacked)
+        if found:
+            return _failed(code, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
+    return Verdict(
+        ok=True,
+        claims=claims,
+        unbacked=tuple(unbacked),
+        complete=receipt["ops"]["evidence"]["ledger_complete"],
+        **figures,
+    )
+
+
+def verify_command(receipt_path: str, ledger_path: str | None) -> int:
+    """`docket verify`: one line on stdout, exit 0 if every claim holds, else 1."""
+    verdict = verify(receipt_path, ledger_path)
+    print(verdict.summary())
+    return EXIT_OK if verdict.ok else EXIT_CHECK_FAILED
