@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -20,16 +22,24 @@ from urllib.parse import urlsplit
 import trio
 
 from docket.boundary import providers
-from docket.boundary.forward import ModelCall, request_digest
+from docket.boundary.forward import ModelCall, recorded_body, request_digest
 from docket.boundary.metrics import Metrics
 from docket.guards.caps import CapsGuard
-from docket.guards.redact import sanitize_url
+from docket.guards.redact import MARKER, sanitize_url
 from docket.http.client import UpstreamPool
 from docket.http.server import BodyTooLarge, serve
 from docket.ledger.writer import EvidenceLost, LedgerFull
 
 MAX_REQUEST_BYTES = 32 << 20
 EXIT_EVIDENCE_LOST = 43
+# A secret shorter than this is not scrubbed from recorded text: replacing every
+# "sk" in a body would destroy the record and protect nothing real.
+MIN_SCRUBBED_SECRET = 8
+# What a path's first segment must look like to be named in a route refusal's
+# record; anything else (a URL's userinfo, a key pasted into a base URL) is not copied.
+_ROUTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
+UNKNOWN_ROUTE = "(none)"  # the provider label of a refusal for an unknown route
+MAX_REPORTED = 2**53 - 1  # the largest integer an agent's report may carry (exact in JSON)
 
 
 @dataclass
@@ -93,6 +103,19 @@ class Boundary:
         }
         self._call_ids = itertools.count(1)
         self._call_prefix = secrets.token_hex(3)
+        # Never written into the ledger, whatever text they turn up in.
+        self.secrets = tuple(
+            s
+            for s in {token, *(route.api_key for route in self.routes.values())}
+            if len(s) >= MIN_SCRUBBED_SECRET
+        )
+
+    def scrub(self, text: str) -> str:
+        """`text` with every secret the boundary holds replaced by the redaction marker."""
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, MARKER)
+        return text
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the base URL (http://127.0.0.1:PORT)."""
@@ -127,7 +150,12 @@ class Boundary:
 
     async def cap_events(self, outcome) -> None:
         for event in outcome.events:
-            await self.record(event.type, **event.fields())
+            try:
+                await self.record(event.type, **event.fields())
+            except LedgerFull as full:
+                # The ledger cannot take a cap event: the run cannot go on being recorded.
+                self.stop(f"ledger full ({full.reason})", full.reason)
+                break
         if outcome.stop_run:
             cap = self.caps.stopped_by
             self.stop(f"cap {cap} breached (on_breach = kill)", cap)
@@ -148,7 +176,11 @@ class Boundary:
         extra: dict | None = None,
         retry_after_s: float | None = None,
         record: bool = True,
+        close: bool = False,
     ) -> None:
+        """Answer a docket_* refusal in the provider's shape and record it. `close`:
+        the request's body is left unread, so the connection may not carry another
+        request; say so, or a keep-alive client sends its next one into a closing socket."""
         if record:
             try:
                 await self.record(
@@ -167,26 +199,33 @@ class Boundary:
             kind, error_type, message, extra=extra, retry_after_s=retry_after_s
         )
         self.metrics.refused(provider, error_type)
-        await respond.simple(answer.status, answer.headers, answer.body)
+        headers = [*answer.headers, (b"connection", b"close")] if close else answer.headers
+        await respond.simple(answer.status, headers, answer.body)
 
     # ------------------------------------------------------------------ routing
 
     async def handle(self, request, respond) -> None:
         path = request.path
+        if path.startswith(("http://", "https://")):
+            # Absolute form (RFC 9112 3.2.2), as a client configured for a proxy sends
+            # it: only the path counts; the authority, userinfo and all, is dropped.
+            path = urlsplit(path).path or "/"
         if path.startswith("/docket/"):
             await self.ops(request, respond, path)
             return
         name, _, rest = path.lstrip("/").partition("/")
         route = self.routes.get(name)
         if route is None:
+            shown = repr(name) if _ROUTE_NAME.match(name) else "at this path"
             await self.refuse(
                 respond,
                 "openai",
                 "docket_bad_request",
-                f"no provider named {name!r} at this boundary; configured: {', '.join(self.routes)}",
+                f"no provider {shown} at this boundary; configured: {', '.join(self.routes)}",
                 rule="route",
-                provider=name,
+                provider=UNKNOWN_ROUTE,
                 model=None,
+                close=not request.body_complete,
             )
             return
         await self.model_call(route, rest, request, respond)
@@ -203,6 +242,7 @@ class Boundary:
                 rule="auth",
                 provider=route.name,
                 model=None,
+                close=not request.body_complete,
             )
             return
         try:
@@ -216,6 +256,7 @@ class Boundary:
                 rule="max_request_bytes",
                 provider=route.name,
                 model=None,
+                close=True,
             )
             return
         try:
@@ -231,6 +272,7 @@ class Boundary:
                 rule="bad_request",
                 provider=route.name,
                 model=None,
+                extra={"param": exc.param} if exc.param else None,
             )
             return
         if facts.endpoint == "other" or facts.model is None:
@@ -247,8 +289,12 @@ class Boundary:
         decision = self.caps.reserve(
             model=facts.model, request_bytes=len(body), max_output_tokens=facts.output_tokens_bound
         )
+        # Shielded, like the model.request below: once a reservation is held or an event
+        # is on its way to disk, a stopping run must not leave it half done (a held
+        # reservation, or a model.request that no closing event follows).
         try:
-            await self.cap_events(decision)
+            with trio.CancelScope(shield=True):
+                await self.cap_events(decision)
         except EvidenceLost:
             await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
             return
@@ -266,19 +312,24 @@ class Boundary:
             )
             return
         call_id = f"{self._call_prefix}-{next(self._call_ids)}"
+        body_fields = (
+            recorded_body("request", body, self.secrets) if self.policy.ledger.record_bodies else {}
+        )
         try:
-            await self.record(
-                "model.request",
-                call_id=call_id,
-                provider=route.name,
-                model=facts.model,
-                endpoint=facts.endpoint,
-                stream=facts.stream,
-                request_bytes=len(body),
-                request_sha256=request_digest(body),
-                max_output_tokens=facts.output_tokens_bound,
-                url=sanitize_url(route.target(rest, request.query)),
-            )
+            with trio.CancelScope(shield=True):
+                await self.record(
+                    "model.request",
+                    call_id=call_id,
+                    provider=route.name,
+                    model=facts.model,
+                    endpoint=facts.endpoint,
+                    stream=facts.stream,
+                    request_bytes=len(body),
+                    request_sha256=request_digest(body),
+                    max_output_tokens=facts.output_tokens_bound,
+                    url=sanitize_url(route.target(rest, request.query)),
+                    **body_fields,
+                )
         except LedgerFull as full:
             self.caps.cancel(decision.reservation)
             self.stop(f"ledger full ({full.reason})", full.reason)
@@ -360,20 +411,57 @@ class Boundary:
             await _json(respond, 401, {"error": "the run's token is required"})
             return
         try:
-            report = json.loads(await request.read_body(limit=4096))
-            fields = {
-                "attempt": int(report["attempt"]),
-                "wait_s": float(report["wait_s"]),
-                "retry_after": None
-                if report.get("retry_after") is None
-                else float(report["retry_after"]),
-                "status": None if report.get("status") is None else int(report["status"]),
-            }
-        except (ValueError, KeyError, TypeError) as exc:
+            fields = backoff_fields(await request.read_body(limit=4096))
+        except ValueError as exc:
             await _json(respond, 400, {"error": f"bad backoff report: {exc}"})
             return
-        await self.record("agent.backoff", **fields)
+        try:
+            await self.record("agent.backoff", **fields)
+        except LedgerFull as full:
+            self.stop(f"ledger full ({full.reason})", full.reason)
+            await _json(respond, 507, {"error": str(full)})
+            return
+        except EvidenceLost:
+            await _json(respond, 503, {"error": "the ledger could not be written"})
+            return
         await _json(respond, 200, {"recorded": True})
+
+
+def backoff_fields(body: bytes) -> dict:
+    """An agent's backoff report ({"attempt", "wait_s", "retry_after"?, "status"?}) as
+    event fields; ValueError naming what is wrong. Only finite, non-negative numbers
+    are taken: the ledger's JSON has no NaN, and a negative wait is not a wait."""
+    try:
+        report = json.loads(body)
+    except (ValueError, RecursionError):
+        raise ValueError("not JSON") from None
+    if not isinstance(report, dict):
+        raise ValueError("expected a JSON object")
+
+    def number(name: str, *, required: bool, integer: bool = False):
+        value = report.get(name)
+        if value is None:
+            if required:
+                raise ValueError(f'"{name}" is required')
+            return None
+        if type(value) is int:
+            ok = 0 <= value <= MAX_REPORTED
+        else:
+            ok = not integer and type(value) is float and math.isfinite(value) and value >= 0
+        if not ok:
+            kind = "a whole number" if integer else "a number"
+            raise ValueError(f'"{name}" must be {kind} >= 0, got {value!r}')
+        return value if integer else float(value)
+
+    status = number("status", required=False, integer=True)
+    if status is not None and not 100 <= status <= 599:
+        raise ValueError(f'"status" must be an HTTP status, got {status}')
+    return {
+        "attempt": number("attempt", required=True, integer=True),
+        "wait_s": number("wait_s", required=True),
+        "retry_after": number("retry_after", required=False),
+        "status": status,
+    }
 
 
 async def _json(respond, status: int, obj: dict) -> None:

@@ -5,16 +5,27 @@ goes upstream; `model.response` or `model.error` is durable before the agent
 receives the end of the answer (the last chunk is held back until then). The
 boundary never retries, deduplicates or falls back: one request in, at most one
 request out, and the ledger says which.
+
+Every call that got a `model.request` gets exactly one closing event, however
+it ends: answered, failed upstream, abandoned by the client (watched for while
+the upstream works), or cancelled because the run is stopping.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
+import re
 from dataclasses import dataclass, field
 
+import trio
+
 from docket.boundary import providers
+from docket.guards.redact import MARKER
 from docket.http import client as upstream
 from docket.http.server import ClientGone
+from docket.ledger.writer import EvidenceLost, LedgerFull
 
 # Response headers that describe one hop, not the answer: never relayed.
 _HOP_HEADERS = frozenset(
@@ -30,6 +41,9 @@ _HOP_HEADERS = frozenset(
     }
 )
 MAX_RESPONSE_BYTES = 64 << 20  # a non-streamed answer larger than this is a protocol error
+# With record_bodies, each body is recorded up to this many bytes (and flagged if cut):
+# one event must stay far below the ledger's line limit and its byte ceiling.
+RECORDED_BODY_BYTES = 1 << 20
 
 
 @dataclass
@@ -81,8 +95,9 @@ def error_reason(exc: upstream.UpstreamError) -> str:
 class ModelCall:
     """The forwarding half of one call, after the guards have let it through.
 
-    `boundary` supplies the ledger, the caps guard, the clock and the pools;
-    this object owns one request's bytes and its closing event.
+    `boundary` supplies the ledger, the caps guard, the clock, the pools and the
+    secrets to keep out of the record; this object owns one request's bytes and
+    its closing event.
     """
 
     def __init__(self, boundary, route, facts, reservation, request_body: bytes, call_id: str):
@@ -92,10 +107,46 @@ class ModelCall:
         self.reservation = reservation
         self.body = request_body
         self.record = CallRecord(call_id, route.name, facts.model, boundary.clock.mono())
+        self.closed = False  # the closing event has been written (or attempted)
+        self.unrecorded: tuple[str, str] | None = None  # why the closing event is not durable
+        self.client_left = False
+        self._keep_body = boundary.policy.ledger.record_bodies
+        self._response_body = bytearray()  # what the upstream sent, up to RECORDED_BODY_BYTES
+        self._response_cut = False
 
     # ------------------------------------------------------------------ the exchange
 
     async def run(self, target: str, headers, respond) -> None:
+        """Forward, relay and close, watching the client meanwhile: a client that
+        leaves cancels the upstream exchange, and the call is closed as client_abort."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_client, respond, nursery.cancel_scope)
+                try:
+                    await self._exchange(target, headers, respond)
+                finally:
+                    nursery.cancel_scope.cancel()
+        except BaseException as exc:
+            if not self.closed:
+                why = "internal_error"
+                if _only(exc, trio.Cancelled):
+                    why = "cancelled"  # the run is stopping
+                elif _only(exc, ClientGone):
+                    why = "client_abort"
+                with trio.CancelScope(shield=True):
+                    await self._close_error(why, charge="reservation", detail=_describe(exc))
+            raise
+        if not self.closed:  # the watcher ended the exchange (else: a bug, said as such)
+            with trio.CancelScope(shield=True):
+                why = "client_abort" if self.client_left else "internal_error"
+                await self._close_error(why, charge="reservation")
+
+    async def _watch_client(self, respond, exchange: trio.CancelScope) -> None:
+        await respond.wait_disconnected()
+        self.client_left = True
+        exchange.cancel()
+
+    async def _exchange(self, target: str, headers, respond) -> None:
         body, strip = providers.prepare(self.facts, self.body)
         _, out_headers = providers.swap_auth(
             self.route.kind,
@@ -106,9 +157,7 @@ class ModelCall:
         )
         pool = self.route.pool
         try:
-            async with pool.request(
-                "POST" if self.body else "GET", target, out_headers, body
-            ) as resp:
+            async with pool.request("POST", target, out_headers, body) as resp:
                 self.record.status = resp.status
                 self.record.ttfb = self.b.clock.mono()
                 streamed = (
@@ -126,6 +175,7 @@ class ModelCall:
     async def _relay_whole(self, resp, respond) -> None:
         data = await resp.read(limit=MAX_RESPONSE_BYTES)
         self.record.bytes = len(data)
+        self._keep(data)
         headers = relay_headers(resp.headers)
         if 200 <= resp.status < 300:
             self.record.usage = providers.usage_from_body(
@@ -135,24 +185,25 @@ class ModelCall:
         else:
             error = providers.error_from_body(self.route.kind, data)
             if error is not None:
-                self.record.extra["upstream_error"] = {
-                    "type": error.type,
-                    "message": error.message[:200],
-                }
+                self.record.extra["upstream_error"] = self._error_fields(error)
             retry_after = resp.header(b"retry-after")
             if retry_after is not None:
                 self.record.extra["retry_after"] = retry_after.decode("latin-1")[:64]
             # A provider bills nothing for an error answer it gave before any output.
             await self._close_error("upstream_status", charge="zero")
+        if self.unrecorded is not None:
+            await self._refuse_unrecorded(respond)
+            return
         await respond.simple(resp.status, headers, data)
 
     async def _relay_stream(self, resp, respond, strip: bool) -> None:
         tracker = providers.stream_tracker(self.facts, strip_usage_chunk=strip)
-        await respond.start(resp.status, relay_headers(resp.headers))
         held = b""
         try:
+            await respond.start(resp.status, relay_headers(resp.headers))
             async for chunk in resp.body():
                 self.record.bytes += len(chunk)
+                self._keep(chunk)
                 out = tracker.feed(chunk)
                 if tracker.finished:
                     held += out  # the end of the answer waits for its event to be durable
@@ -160,29 +211,25 @@ class ModelCall:
                     await respond.send(out)
             held += tracker.flush()
         except ClientGone:
-            self.record.usage = tracker.usage
-            await self._close_error("client_abort", charge="usage_or_reservation")
+            self._note_stream(tracker)
+            await self._close_error("client_abort", charge="reservation")
             return
         except upstream.UpstreamError as exc:
-            self.record.usage = tracker.usage
-            await self._close_error(
-                error_reason(exc), charge="usage_or_reservation", detail=str(exc)
-            )
+            self._note_stream(tracker)
+            await self._close_error(error_reason(exc), charge="reservation", detail=str(exc))
             await respond.abort()  # the agent must see a cut stream, not a clean end
             return
-        self.record.usage = tracker.usage
-        self.record.extra["events"] = tracker.events
-        if tracker.error is not None:
-            self.record.extra["upstream_error"] = {
-                "type": tracker.error.type,
-                "message": tracker.error.message[:200],
-            }
+        self._note_stream(tracker)
         if tracker.finished and tracker.error is None:
             await self._close_ok()
         else:
             reason = "upstream_error_event" if tracker.error is not None else "stream_cut"
-            await self._close_error(reason, charge="usage_or_reservation")
+            # Usage is final only once the provider's end-of-stream marker came.
+            await self._close_error(reason, charge="usage" if tracker.finished else "reservation")
         try:
+            if self.unrecorded is not None:
+                await respond.abort()  # the end could not be recorded, so it is not delivered
+                return
             if held:
                 await respond.send(held)
             if tracker.finished:
@@ -192,19 +239,35 @@ class ModelCall:
         except ClientGone:
             return  # already recorded; the agent left after the last event was written
 
+    def _note_stream(self, tracker) -> None:
+        self.record.usage = tracker.usage
+        self.record.extra["events"] = tracker.events
+        if tracker.error is not None:
+            self.record.extra["upstream_error"] = self._error_fields(tracker.error)
+        if tracker.problem is not None:
+            self.record.extra["stream_problem"] = tracker.problem[:200]
+
     async def _transport_failed(self, exc: upstream.UpstreamError, respond) -> None:
         reason = error_reason(exc)
         never_left = reason in ("connect", "pool_timeout")
         await self._close_error(
-            reason, charge="nothing" if never_left else "usage_or_reservation", detail=str(exc)
+            reason, charge="nothing" if never_left else "reservation", detail=str(exc)
         )
         if respond.started:
             await respond.abort()
+            return
+        if self.unrecorded is not None:
+            await self._refuse_unrecorded(respond)
             return
         kind = "docket_upstream_timeout" if reason == "timeout" else "docket_upstream_unreachable"
         answer = providers.refusal(
             self.route.kind, kind, f"upstream {self.route.name}: {reason}: {exc}"
         )
+        await respond.simple(answer.status, answer.headers, answer.body)
+
+    async def _refuse_unrecorded(self, respond) -> None:
+        error_type, message = self.unrecorded
+        answer = providers.refusal(self.route.kind, error_type, message)
         await respond.simple(answer.status, answer.headers, answer.body)
 
     # ------------------------------------------------------------------ closing events
@@ -216,7 +279,11 @@ class ModelCall:
             out["ttfb_ms"] = int((self.record.ttfb - self.record.started) * 1000)
         return out
 
+    def _error_fields(self, error: providers.ProviderError) -> dict:
+        return {"type": error.type, "message": self.b.scrub(error.message)[:200]}
+
     async def _close_ok(self) -> None:
+        self.closed = True
         r = self.record
         usage, priced_usage = r.usage, None
         if usage is not None:
@@ -232,62 +299,197 @@ class ModelCall:
             outcome = self.b.caps.settle(self.reservation, priced_usage)
             fields = {}
         price = self.reservation.price
-        await self.b.record(
-            "model.response",
-            call_id=r.call_id,
-            provider=r.provider,
-            model=r.model or "",
-            status=r.status,
-            usage=usage_fields(usage),
-            cost_nusd=outcome.charged_nusd,
-            priced=price is not None,
-            **({"unit_prices": price.as_strings()} if price is not None else {}),
-            **self._timing(),
-            **fields,
-            **r.extra,
-        )
-        await self.b.cap_events(outcome)
-        self.b.metrics.call_finished(r.provider, "ok", self._timing()["duration_ms"] / 1000)
+        timing = self._timing()
+        with trio.CancelScope(shield=True):  # a closing event, once started, is finished
+            await self._write_close(
+                "model.response",
+                call_id=r.call_id,
+                provider=r.provider,
+                model=r.model or "",
+                status=r.status,
+                usage=usage_fields(usage),
+                cost_nusd=outcome.charged_nusd,
+                priced=price is not None,
+                **({"unit_prices": price.as_strings()} if price is not None else {}),
+                **timing,
+                **fields,
+                **r.extra,
+                **self._body_fields(),
+            )
+            await self.b.cap_events(outcome)
+        self.b.metrics.call_finished(r.provider, "ok", timing["duration_ms"] / 1000)
 
     async def _close_error(self, reason: str, *, charge: str, detail: str | None = None) -> None:
+        """Record the call's failure. `charge`: "nothing" (the request never left),
+        "zero" (the provider answered an error before any output), "usage" (the
+        final usage if it is known, else the reservation) or "reservation" (what is
+        known is not final: a cut stream may have been billed for more)."""
+        self.closed = True
         r = self.record
+        outcome = None
+        fields = {"detail": self.b.scrub(detail)[:300]} if detail else {}
         if charge == "nothing":
             self.b.caps.cancel(self.reservation)
             charged = 0
-            outcome = None
         elif charge == "zero":
             outcome = self.b.caps.settle(self.reservation, _nothing_used())
             charged = outcome.charged_nusd
         else:
             priced = None
-            if r.usage is not None:
+            if charge == "usage" and r.usage is not None:
                 try:
                     priced = r.usage.priced()
                 except ValueError:
                     priced = None
-            outcome = (
-                self.b.caps.settle(self.reservation, priced)
-                if priced is not None
-                else self.b.caps.fail(self.reservation)
-            )
+            if priced is not None:
+                outcome = self.b.caps.settle(self.reservation, priced)
+            else:
+                outcome = self.b.caps.fail(self.reservation)
+                if r.usage is not None:
+                    fields["usage_final"] = False  # what is known, not what was billed
             charged = outcome.charged_nusd
-        fields = {"detail": detail[:300]} if detail else {}
-        await self.b.record(
-            "model.error",
-            call_id=r.call_id,
-            provider=r.provider,
-            model=r.model or "",
-            reason=reason,
-            status=r.status,
-            usage=usage_fields(r.usage),
-            cost_nusd=charged,
-            **self._timing(),
-            **fields,
-            **r.extra,
+        timing = self._timing()
+        with trio.CancelScope(shield=True):
+            await self._write_close(
+                "model.error",
+                call_id=r.call_id,
+                provider=r.provider,
+                model=r.model or "",
+                reason=reason,
+                status=r.status,
+                usage=usage_fields(r.usage),
+                cost_nusd=charged,
+                **timing,
+                **fields,
+                **r.extra,
+                **self._body_fields(),
+            )
+            if outcome is not None:
+                await self.b.cap_events(outcome)
+        self.b.metrics.call_finished(r.provider, reason, timing["duration_ms"] / 1000)
+
+    async def _write_close(self, type: str, **fields) -> None:
+        """Append the closing event. If the ledger refuses it, the run stops and the
+        agent does not get the end of an answer the ledger does not hold."""
+        try:
+            await self.b.record(type, **fields)
+        except LedgerFull as full:
+            self.b.stop(f"ledger full ({full.reason})", full.reason)
+            self.unrecorded = ("docket_ledger_full", f"the answer could not be recorded: {full}")
+        except EvidenceLost:
+            self.unrecorded = (
+                "docket_evidence_lost",
+                "the answer could not be recorded and fail_fast_evidence is set: the run is stopping",
+            )
+
+    # ------------------------------------------------------------------ bodies
+
+    def _keep(self, chunk: bytes) -> None:
+        if not self._keep_body:
+            return
+        room = RECORDED_BODY_BYTES - len(self._response_body)
+        if len(chunk) > room:
+            self._response_cut = True
+        self._response_body += chunk[: max(room, 0)]
+
+    def _body_fields(self) -> dict:
+        if not self._keep_body or self.record.status is None:
+            return {}  # no answer came
+        return recorded_body(
+            "response", bytes(self._response_body), self.b.secrets, cut=self._response_cut
         )
-        if outcome is not None:
-            await self.b.cap_events(outcome)
-        self.b.metrics.call_finished(r.provider, reason, self._timing()["duration_ms"] / 1000)
+
+
+# ---------------------------------------------------------------------- recorded bodies
+
+# JSON keys whose values are credentials (compared lower-case, "-" read as "_").
+# Narrower than the header rule on purpose: "max_tokens" and "prompt_tokens" are counts.
+_SECRET_KEY = re.compile(
+    r"(?:^|_)(?:api_?key|apikey|secret|password|passwd|authorization|cookie|credentials?"
+    r"|private_key)$|^(?:access|refresh|id|auth|bearer|session|api)_token$|^token$"
+)
+
+
+def _redact_json(value: object) -> tuple[object, bool]:
+    """The value with every credential-named member's value replaced by the marker."""
+    if isinstance(value, dict):
+        changed = False
+        out = {}
+        for key, member in value.items():
+            if _SECRET_KEY.search(key.lower().replace("-", "_")) and member not in (None, ""):
+                out[key], changed = MARKER, True
+            else:
+                out[key], inner = _redact_json(member)
+                changed = changed or inner
+        return out, changed
+    if isinstance(value, list):
+        pairs = [_redact_json(v) for v in value]
+        return [v for v, _ in pairs], any(c for _, c in pairs)
+    return value, False
+
+
+def recorded_body(prefix: str, data: bytes, secrets, *, cut: bool = False) -> dict:
+    """The event fields recording one body: `<prefix>_body` as text when it is UTF-8
+    (JSON or SSE), else `<prefix>_body_base64`, with `<prefix>_body_truncated` when
+    cut to RECORDED_BODY_BYTES and `<prefix>_body_redacted` when a secret was taken out.
+
+    Redaction: in a whole JSON body, the values of credential-named members; in any
+    body, every occurrence of a secret the boundary knows (the run token, the
+    provider keys). The request's size and hash (in model.request) stay those of
+    the bytes as sent.
+    """
+    if len(data) > RECORDED_BODY_BYTES:
+        data, cut = data[:RECORDED_BODY_BYTES], True
+    fields: dict = {}
+    redacted = False
+    text = _utf8(data, cut)
+    if text is None:
+        for secret in secrets:
+            raw = secret.encode("utf-8")
+            if raw in data:
+                data, redacted = data.replace(raw, MARKER.encode()), True
+        fields[f"{prefix}_body_base64"] = base64.b64encode(data).decode("ascii")
+    else:
+        if not cut and text[:1] in ("{", "["):
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = None  # recorded as the text it is
+            if parsed is not None:
+                parsed, changed = _redact_json(parsed)
+                if changed:
+                    text = json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
+                    redacted = True
+        for secret in secrets:
+            if secret in text:
+                text, redacted = text.replace(secret, MARKER), True
+        fields[f"{prefix}_body"] = text
+    if cut:
+        fields[f"{prefix}_body_truncated"] = True
+    if redacted:
+        fields[f"{prefix}_body_redacted"] = True
+    return fields
+
+
+def _utf8(data: bytes, cut: bool) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A cut can split the last character; anything else is not text.
+        if cut and exc.start >= len(data) - 3:
+            return data[: exc.start].decode("utf-8", "strict")
+        return None
+
+
+def _only(exc: BaseException, kind: type[BaseException]) -> bool:
+    """exc is a `kind`, or a group (from a nursery) of nothing else."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(kind)[1] is None
+    return isinstance(exc, kind)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _nothing_used():

@@ -1,0 +1,205 @@
+"""Shared rigs for tests that drive the boundary over real sockets on 127.0.0.1.
+
+Each rig is an async context manager that starts its servers in a nursery of its
+own and stops them on the way out, so a test bounds everything with one
+trio.fail_after around it:
+
+    async def test_x(stub_server, boundary_rig):
+        with trio.fail_after(DEADLINE):
+            async with stub_server("openai") as stub, boundary_rig({"openai": stub}) as rig:
+                async with rig.client() as http:
+                    r = await http.post("/openai/v1/chat/completions", json=...)
+            events = rig.events()        # read from the bytes on disk, chain verified
+
+Fixtures: `stub_server(kind, choose=None, **StubConfig)`, `upstream_server(handler)`
+(any docket.http.server handler, for upstream behaviour the stub lacks) and
+`boundary_rig(providers, policy=None, ...)` (rig.cancel() stops the boundary early,
+cancelling the calls in flight). Constants: TOKEN (the run token the
+agent holds), REAL_KEY (the provider key the boundary sends upstream).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from chaos.stub import Stub, StubConfig
+from docket.boundary.app import Boundary
+from docket.clock import Clock
+from docket.http.server import Listening, serve
+from docket.ledger.chain import ChainVerifier
+from docket.ledger.reader import iter_lines
+from docket.ledger.writer import Ledger, open_ledger
+from docket.policy import policy_from_dict
+
+TOKEN = "dkt-test-run-token-0123456789abcdef"
+REAL_KEY = "sk-real-upstream-key-fedcba9876543210"
+KEY_ENV = "STUB_KEY"
+
+
+def read_events(path: str | Path) -> list[dict]:
+    """Every event in a ledger file, read from its bytes; the chain must verify and
+    the file must end on a complete line."""
+    verifier = ChainVerifier()
+    events = []
+    for line in iter_lines(path):
+        assert line.complete, f"torn tail at byte {line.offset} of {path}"
+        events.append(verifier.feed(line.data))
+    return events
+
+
+@dataclass
+class Upstream:
+    """A server a provider route can point at: a stub (with its request log) or a
+    custom handler."""
+
+    url: str
+    kind: str | None = None
+    stub: Stub | None = None
+
+    @property
+    def log(self) -> list[dict]:
+        assert self.stub is not None, "only a stub keeps a request log"
+        return self.stub.log.entries()
+
+
+@dataclass
+class Rig:
+    """A running boundary over a ledger in tmp_path; usable after the rig closes
+    for reading what it left on disk."""
+
+    url: str
+    boundary: Boundary
+    ledger: Ledger
+    ledger_path: Path
+    token: str = TOKEN
+    stops: list = field(default_factory=list)  # StopRequests the boundary made
+    cancel: Callable[[], None] = lambda: None  # stop serving (calls in flight are cancelled)
+
+    def client(self, *, token: str | None = TOKEN, timeout: float = 10.0) -> httpx.AsyncClient:
+        """An httpx client on the boundary, presenting `token` as a bearer (None: no token)."""
+        headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout)
+
+    def events(self, type: str | None = None) -> list[dict]:
+        events = read_events(self.ledger_path)
+        return events if type is None else [e for e in events if e["type"] == type]
+
+    def raw(self) -> bytes:
+        return self.ledger_path.read_bytes()
+
+
+@asynccontextmanager
+async def _serving(start: Callable, wrap: Callable) -> AsyncIterator:
+    """Start `start` in a nursery, yield wrap(what it reported, a function that stops
+    it early), and stop it on exit.
+
+    The body's own exception is re-raised outside the nursery, so a failed
+    assertion reaches pytest as itself, not inside an exception group.
+    """
+    failure: BaseException | None = None
+    server_scope = trio.CancelScope()
+
+    async def run(task_status=trio.TASK_STATUS_IGNORED):
+        with server_scope:
+            await start(task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        started = await nursery.start(run)
+        try:
+            yield wrap(started, server_scope.cancel)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, outside the nursery
+            failure = exc
+        finally:
+            nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+
+
+@pytest.fixture
+def stub_server():
+    """`async with stub_server("openai", choose=..., **config) as upstream:` a chaos.stub."""
+
+    def open_stub(kind: str = "openai", *, choose=None, **config):
+        stub = Stub(StubConfig(kind=kind, **config), choose=choose)
+        return _serving(stub.serve, lambda listening, _: Upstream(listening.url, kind, stub))
+
+    return open_stub
+
+
+@pytest.fixture
+def upstream_server():
+    """`async with upstream_server(handler, kind) as upstream:` a custom h11 upstream."""
+
+    def open_upstream(handler, kind: str | None = None):
+        async def start(task_status=trio.TASK_STATUS_IGNORED):
+            await serve(handler, task_status=task_status)
+
+        def wrap(listening: Listening, _) -> Upstream:
+            return Upstream(listening.url, kind)
+
+        return _serving(start, wrap)
+
+    return open_upstream
+
+
+def rig_policy(providers: dict, policy: dict | None = None):
+    """A Policy whose providers point at the given upstreams, keyed by KEY_ENV.
+
+    `providers` maps a route name to an Upstream (its kind is the stub's) or to
+    (kind, base_url); `policy` supplies the other sections.
+    """
+    data = copy.deepcopy(policy or {})
+    table = {}
+    for name, target in providers.items():
+        kind, url = (target.kind, target.url) if isinstance(target, Upstream) else target
+        table[name] = {"kind": kind, "base_url": url, "key_env": KEY_ENV}
+    data["providers"] = table
+    return policy_from_dict(data, source="<test>")
+
+
+@pytest.fixture
+def boundary_rig(tmp_path):
+    """`async with boundary_rig({"openai": upstream}, policy={...}) as rig:` a Boundary
+    serving on 127.0.0.1 in-process, its ledger at tmp_path/<name>.jsonl."""
+    counter = iter(range(1_000_000))
+
+    @asynccontextmanager
+    async def open_rig(
+        providers: dict,
+        policy: dict | None = None,
+        *,
+        env: dict | None = None,
+        clock: Clock | None = None,
+        token: str = TOKEN,
+        observers=(),
+    ) -> AsyncIterator[Rig]:
+        resolved = rig_policy(providers, policy)
+        path = tmp_path / f"ledger-{next(counter)}.jsonl"
+        clock = clock or Clock()
+        async with open_ledger(
+            path, limits=resolved.ledger_limits(), clock=clock, observers=observers
+        ) as ledger:
+            stops: list = []
+            boundary = Boundary(
+                resolved,
+                ledger,
+                token=token,
+                clock=clock,
+                stop=stops.append,
+                env={KEY_ENV: REAL_KEY} if env is None else env,
+            )
+            async with _serving(
+                boundary.serve,
+                lambda url, cancel: Rig(url, boundary, ledger, path, token, stops, cancel),
+            ) as rig:
+                yield rig
+
+    return open_rig
