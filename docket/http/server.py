@@ -20,6 +20,11 @@ reads. A handler that waits on something else first (the boundary, on an
 upstream) races that wait against `respond.wait_disconnected()` in a nursery
 of its own, so it can stop the work and record the abort; handlers that do not
 ask pay nothing for the watch.
+
+A CONNECT is answered like any request (a refusal with `simple`), or accepted
+with `stream, leftover = await respond.tunnel()`: the 2xx head goes out, h11
+steps aside, and the handler moves the raw bytes itself (`leftover` is what the
+client sent past the request head) until it returns and the server closes.
 """
 
 from __future__ import annotations
@@ -279,6 +284,35 @@ class Responder:
         self.ended = True
         await conn.write(data)
 
+    async def tunnel(
+        self,
+        status: int = 200,
+        headers: HeaderPairs = (),
+        reason: bytes = b"Connection Established",
+    ) -> tuple[trio.abc.Stream, bytes]:
+        """Accept a CONNECT: send the 2xx head, then hand over the raw connection.
+
+        Returns the client's stream and the bytes it already sent past the
+        request head (h11 buffered them; they belong to the tunnel). From here
+        the handler owns the stream's bytes both ways and HTTP is over on this
+        connection: the server closes it when the handler returns. Do not call
+        `wait_disconnected` after this (it would read tunnel bytes).
+        """
+        if self._method != "CONNECT":
+            raise RuntimeError(f"tunnel() answers a CONNECT, not a {self._method}")
+        if not 200 <= status < 300:
+            raise ValueError(f"a tunnel is accepted with a 2xx status, not {status}")
+        conn = self._conn
+        if conn.h11.their_state is not h11.MIGHT_SWITCH_PROTOCOL:
+            raise RuntimeError("the CONNECT request is not complete (its body is unread)")
+        await self.start(status, headers, reason)
+        if conn.h11.our_state is not h11.SWITCHED_PROTOCOL:  # h11 decides; never guess
+            raise RuntimeError(f"h11 did not switch protocols (state {conn.h11.our_state})")
+        self.ended = True  # the HTTP response is complete; what follows is not HTTP
+        conn.tunnelled = True
+        leftover, _ = conn.h11.trailing_data
+        return conn.stream, bytes(leftover)
+
     async def abort(self) -> None:
         """Close the connection now, mid-response if need be: the client sees a
         truncated body (how a stub cuts a stream short)."""
@@ -299,6 +333,7 @@ class _Connection:
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_header_bytes)
         self.peer_closed = False  # EOF or reset seen from the client
         self.aborted = False
+        self.tunnelled = False  # a CONNECT was accepted: the handler owns the raw stream
         self.body_done = trio.Event()
 
     async def next_event(self, timeout: float):
@@ -456,8 +491,8 @@ async def _run_handler(
         await handler(request, respond)
     except Exception as exc:  # noqa: BLE001 - each kind is answered or logged there
         return await _handler_failed(conn, request, respond, exc, stats)
-    if conn.aborted or conn.peer_closed:
-        return False  # cut on purpose, or nobody left to answer
+    if conn.aborted or conn.peer_closed or conn.tunnelled:
+        return False  # cut on purpose, nobody left to answer, or no longer HTTP
     if not respond.ended:
         stats.handler_errors += 1
         log.error(
