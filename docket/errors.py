@@ -7,7 +7,8 @@ Exit codes are part of the interface (README, `docket --help`):
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
-EXIT_CAP_KILL = 42
+EXIT_CAP_KILL = 42  # a cap or a ledger ceiling stopped the run
+EXIT_EVIDENCE_LOST = 43  # fail_fast_evidence: a ledger write failed, so the run stopped
 
 
 class DocketError(Exception):

@@ -375,27 +375,13 @@ def _egress(c: _Checker, t: dict) -> EgressPolicy:
 
 
 def _valid_egress(entry: str) -> bool:
-    host, port = entry, None
-    if entry.startswith("["):  # [v6]:port or [v6]
-        end = entry.find("]")
-        if end < 0:
-            return False
-        host, rest = entry[1:end], entry[end + 1 :]
-        if rest:
-            if not rest.startswith(":"):
-                return False
-            port = rest[1:]
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            return False
-    else:
-        if entry.count(":") == 1:
-            host, port = entry.split(":")
-        if not _HOST.match(host):
-            return False
-    if port is not None:
-        return port.isdigit() and 1 <= int(port) <= 65535
+    """The egress rule's own parser decides (one definition of a valid entry)."""
+    from docket.guards.egress import parse_entry
+
+    try:
+        parse_entry(entry, "egress.allow")
+    except ValueError:
+        return False
     return True
 
 

@@ -28,12 +28,13 @@ from pathlib import Path
 import trio
 
 from docket import __version__
+from docket.boundary.proxy import proxy_env
 from docket.clock import Clock, rfc3339
-from docket.errors import EXIT_CAP_KILL, EXIT_USAGE, InputError
+from docket.errors import EXIT_CAP_KILL, EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
+from docket.guards.redact import redact_argv
 
 GRACE_SECONDS = 5.0  # SIGTERM to SIGKILL
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-EXIT_EVIDENCE_LOST = 43
 EXIT_CANNOT_EXEC = 126
 EXIT_NOT_FOUND = 127
 
@@ -84,6 +85,7 @@ def child_env(base: dict[str, str], boundary_url: str, token: str, policy) -> di
             env["ANTHROPIC_API_KEY"] = token
     env["DOCKET_BOUNDARY_URL"] = boundary_url
     env["DOCKET_RUN_TOKEN"] = token
+    env.update(proxy_env(boundary_url, token))  # other egress goes through the boundary too
     return env
 
 
@@ -329,7 +331,7 @@ class Supervisor:
             "policy_digest": self.policy.digest(),
             "pricing": {"table_date": prices.date, "provenance": prices.provenance},
             "caps": policy.caps.limits_dict(),
-            "argv": self.options.command,
+            "argv": redact_argv(self.options.command),
         }
 
     def verdict(self, status: int | None) -> tuple[int, str, str | None]:
@@ -422,7 +424,7 @@ class Supervisor:
             return None
         child = self._child = Child(popen)
         try:
-            await self._record("process.spawn", pid=child.pid, argv=command)
+            await self._record("process.spawn", pid=child.pid, argv=redact_argv(command))
             nursery.start_soon(self._stop_on_request, child, nursery)
             returncode = await child.reap()
         finally:

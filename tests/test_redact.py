@@ -153,3 +153,25 @@ def test_a_secret_param_anywhere_in_any_case_is_redacted(plain, secret_name, cas
 @given(st.text(max_size=60))
 def test_any_text_sanitizes_to_text_without_raising(url):
     assert isinstance(sanitize_url(url), str)
+
+
+def test_argv_secrets_are_redacted_and_flags_kept():
+    from docket.guards.redact import redact_argv
+
+    argv = [
+        "python",
+        "agent.py",
+        "--api-key",
+        "sk-planted-1",
+        "--token=tok-planted-2",
+        "--url",
+        "https://user:pw-planted-3@example.com/x?key=planted-4",
+        "--model",
+        "gpt-4o",
+    ]
+    out = redact_argv(argv)
+    joined = " ".join(out)
+    for planted in ("sk-planted-1", "tok-planted-2", "pw-planted-3", "planted-4"):
+        assert planted not in joined
+    assert out[:3] == ["python", "agent.py", "--api-key"]
+    assert out[4].startswith("--token=") and out[-2:] == ["--model", "gpt-4o"]

@@ -11,7 +11,6 @@ import json
 import sys
 import textwrap
 
-import pytest
 import trio
 from conftest import REAL_KEY, TOKEN
 from hypothesis import given, settings
@@ -178,11 +177,6 @@ async def test_planted_secrets_never_reach_the_ledger(stub_server, upstream_serv
     assert "your key is [redacted]" in echoed["response_body"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect in docket/boundary/providers/headers.py: outgoing_headers forwards the "
-    "client's Cookie upstream (a cookie is scoped to the boundary's host, not the provider's)",
-)
 async def test_client_cookies_are_not_forwarded_upstream(stub_server, boundary_rig):
     with trio.fail_after(DEADLINE):
         async with stub_server("openai") as oa, boundary_rig({"openai": oa}) as rig:

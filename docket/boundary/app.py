@@ -24,6 +24,8 @@ import trio
 from docket.boundary import providers
 from docket.boundary.forward import ModelCall, recorded_body, request_digest
 from docket.boundary.metrics import Metrics
+from docket.boundary.proxy import handle_proxy, is_proxy_request
+from docket.errors import EXIT_EVIDENCE_LOST
 from docket.guards.caps import CapsGuard
 from docket.guards.redact import MARKER, sanitize_url
 from docket.http.client import UpstreamPool
@@ -31,7 +33,6 @@ from docket.http.server import BodyTooLarge, serve
 from docket.ledger.writer import EvidenceLost, LedgerFull
 
 MAX_REQUEST_BYTES = 32 << 20
-EXIT_EVIDENCE_LOST = 43
 # A secret shorter than this is not scrubbed from recorded text: replacing every
 # "sk" in a body would destroy the record and protect nothing real.
 MIN_SCRUBBED_SECRET = 8
@@ -205,6 +206,9 @@ class Boundary:
     # ------------------------------------------------------------------ routing
 
     async def handle(self, request, respond) -> None:
+        if is_proxy_request(request.method, request.target, self.url):
+            await handle_proxy(self, request, respond)  # the agent's HTTP(S)_PROXY traffic
+            return
         path = request.path
         if path.startswith(("http://", "https://")):
             # Absolute form (RFC 9112 3.2.2), as a client configured for a proxy sends

@@ -103,3 +103,32 @@ def _sanitize_query(query: str) -> str:
         if eq and value and _SECRET_PARAM.search(unquote_plus(name).lower()):
             pieces[i] = f"{name}={MARKER}"
     return "&".join(pieces)
+
+
+# A command-line flag whose value is a credential: --api-key X, --token=X, -p X is not
+# guessed at (too short to tell); the flag's name is kept so a reader sees what was there.
+_SECRET_FLAG = re.compile(
+    r"^--?[A-Za-z0-9_-]*(?:token|secret|passw|api-?key|apikey|auth|credential)[A-Za-z0-9_-]*$", re.I
+)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line fit for the ledger: values of credential-named flags replaced,
+    URLs sanitised (userinfo and secret query parameters)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(MARKER)
+            hide_next = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if _SECRET_FLAG.match(name):
+            if eq:
+                out.append(f"{name}={MARKER}")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(sanitize_url(arg) if "://" in arg else arg)
+    return out

@@ -16,7 +16,8 @@ HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
 )
 # Every header a client may carry a credential in; none of them ever goes upstream.
-CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key"})
+# A cookie is scoped to the host it was set for (the boundary), never the provider's.
+CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"cookie"})
 
 
 def _name(name: bytes | str) -> bytes:
