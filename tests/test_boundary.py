@@ -818,7 +818,7 @@ async def test_an_answer_the_ledger_cannot_hold_is_not_delivered(stub_server, bo
             rig.client() as http,
         ):
             whole = await http.post(CHAT, json=chat())
-    assert whole.status_code == 507
+    assert whole.status_code == 503
     assert whole.json()["error"]["type"] == "docket_ledger_full"
     assert [e["type"] for e in rig.events()] == ["model.request"]
     assert [s.cap for s in rig.stops] == ["max_events"]

@@ -423,7 +423,7 @@ class Boundary:
             await self.record("agent.backoff", **fields)
         except LedgerFull as full:
             self.stop(f"ledger full ({full.reason})", full.reason)
-            await _json(respond, 507, {"error": str(full)})
+            await _json(respond, 503, {"error": str(full)})
             return
         except EvidenceLost:
             await _json(respond, 503, {"error": "the ledger could not be written"})

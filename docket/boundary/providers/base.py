@@ -355,7 +355,7 @@ DOCKET_ERRORS: dict[str, RefusalKind] = {
     "docket_bad_request": RefusalKind(400, False),
     "docket_upstream_timeout": RefusalKind(504, True),
     "docket_upstream_unreachable": RefusalKind(502, True),
-    "docket_ledger_full": RefusalKind(507, False),
+    "docket_ledger_full": RefusalKind(503, False),  # with code max_events | max_ledger_bytes
     "docket_evidence_lost": RefusalKind(503, False),
 }
 
