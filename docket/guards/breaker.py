@@ -1,0 +1,384 @@
+"""The circuit breaker: one per upstream, closed -> open -> half-open -> closed.
+
+Pure and clock-injected, like h11: the boundary asks `before_call(now)` before
+forwarding, reports each forwarded call's outcome with `record(ticket, outcome,
+now)` (or `abandon(ticket, now)` when the call was cancelled and has no
+outcome), and turns what comes back into ledger events and HTTP answers. `now`
+is a monotonic reading in seconds; one that steps backwards is taken as the
+last one seen, so a clock step can neither shorten nor lengthen a cooldown.
+
+- closed: calls go through. It opens after `threshold` consecutive failures,
+  or when the failures among the last `window_calls` calls (a count-based
+  window, default `min_calls` long) reach `failure_rate`, once the window
+  holds at least `min_calls` calls. A count window needs no clock, so a clock
+  step cannot age failures out of it.
+- open: every call is refused at once, with `retry_after_s` = the time left
+  until the probe may go.
+- half-open (reached lazily, by the first `before_call` after the cooldown):
+  exactly one probe goes through; others are refused while it is in flight.
+  The probe's failure reopens the breaker with the cooldown doubled (up to
+  `max_cooldown`); its success closes it, resets the cooldown and empties the
+  window, so failures from before the outage cannot trip it again at once.
+
+Outcomes: "success"; "failure" (timeouts, connection failures, 5xx);
+"ignored" (4xx and anything else that says nothing about the upstream's
+health): neither counted nor breaking a run of failures. An ignored or
+abandoned probe frees the probe slot and the breaker stays half-open, so the
+next call probes. Abandoning counts as nothing because a cancelled call says
+something about the caller (it hung up), not about the upstream; a call that
+timed out is a failure and must be recorded as one.
+
+Each ticket carries the epoch (the number of transitions so far) it was issued
+in. An outcome from an earlier epoch is stale and counts as nothing: a call let
+through while closed that fails after the breaker opened must not stretch the
+cooldown, nor one that succeeds late close it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from docket.policy import ResiliencePolicy
+
+CLOSED = "closed"
+HALF_OPEN = "half_open"
+OPEN = "open"
+STATE_CODES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}  # docket_breaker_state
+
+SUCCESS = "success"
+FAILURE = "failure"
+IGNORED = "ignored"
+OUTCOMES = (SUCCESS, FAILURE, IGNORED)
+
+# Transition reasons, as recorded in breaker.state.
+CONSECUTIVE_FAILURES = "consecutive_failures"
+FAILURE_RATE = "failure_rate"
+COOLDOWN_ELAPSED = "cooldown_elapsed"
+PROBE_FAILED = "probe_failed"
+PROBE_SUCCEEDED = "probe_succeeded"
+
+# While the probe is in flight nobody knows when it will answer; a refused
+# caller is told to come back shortly rather than after a whole cooldown.
+PROBE_PENDING_RETRY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A call the breaker let through; hand it back to record() or abandon()."""
+
+    id: int
+    epoch: int
+    probe: bool
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """A `breaker.state` event value."""
+
+    upstream: str
+    from_state: str
+    to_state: str
+    reason: str
+    cooldown_s: float  # the cooldown now in force (the next one, when closing)
+    failures: int  # consecutive failures when it changed
+    window_failures: int
+    window_calls: int
+    rate: float | None  # window_failures / window_calls; None with an empty window
+
+    type = "breaker.state"
+
+    def fields(self) -> dict:
+        return {
+            "upstream": self.upstream,
+            "from": self.from_state,
+            "to": self.to_state,
+            "reason": self.reason,
+            "cooldown_s": self.cooldown_s,
+            "failures": self.failures,
+            "window_failures": self.window_failures,
+            "window_calls": self.window_calls,
+            "rate": self.rate,
+        }
+
+
+@dataclass(frozen=True)
+class BreakerRefusal:
+    """An `x-docket.breaker-open` event value; the boundary answers 503 + Retry-After."""
+
+    upstream: str
+    state: str  # open, or half_open with the probe in flight
+    retry_after_s: float
+    reason: str  # one line for the error body
+
+    type = "x-docket.breaker-open"
+
+    def fields(self) -> dict:
+        return {
+            "upstream": self.upstream,
+            "state": self.state,
+            "retry_after_s": self.retry_after_s,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What before_call decided: a ticket, or a refusal; and any transition it made."""
+
+    ticket: Ticket | None
+    refusal: BreakerRefusal | None
+    events: tuple[StateChange, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return self.ticket is not None
+
+
+@dataclass(frozen=True)
+class BreakerStatus:
+    """A reading for metrics and readiness; taking it changes nothing."""
+
+    upstream: str
+    state: str
+    state_code: int  # 0 closed, 1 half-open, 2 open
+    refusals: int
+    transitions: int
+    cooldown_s: float
+    retry_after_s: float  # 0 unless open (time left until the probe may go)
+    consecutive_failures: int
+    window_failures: int
+    window_calls: int
+    in_flight: int
+    probe_in_flight: bool
+    stale_outcomes: int
+
+    @property
+    def ready_reason(self) -> str | None:
+        """Why readiness is red because of this breaker, or None."""
+        if self.state == CLOSED:
+            return None
+        if self.state == OPEN:
+            return (
+                f"breaker for {self.upstream} is open (probe in {self.retry_after_s:.3g} s, "
+                f"cooldown {self.cooldown_s:g} s)"
+            )
+        return f"breaker for {self.upstream} is half-open (probing)"
+
+
+class CircuitBreaker:
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        threshold: int = 5,
+        cooldown: float = 30.0,
+        max_cooldown: float = 300.0,
+        failure_rate: float = 0.5,
+        min_calls: int = 20,
+        window_calls: int | None = None,
+    ) -> None:
+        window_calls = min_calls if window_calls is None else window_calls
+        if threshold < 1 or min_calls < 1:
+            raise ValueError("threshold and min_calls must be at least 1")
+        if window_calls < min_calls:
+            raise ValueError(f"window_calls ({window_calls}) must be at least min_calls")
+        if not (_finite(cooldown) and cooldown > 0 and _finite(max_cooldown)):
+            raise ValueError("cooldown and max_cooldown must be finite and positive")
+        if max_cooldown < cooldown:
+            raise ValueError(f"max_cooldown ({max_cooldown}) must be at least cooldown")
+        if not (_finite(failure_rate) and 0 < failure_rate <= 1):
+            raise ValueError(f"failure_rate must be in (0, 1], got {failure_rate!r}")
+        self.upstream = upstream
+        self.threshold = threshold
+        self.base_cooldown = float(cooldown)
+        self.max_cooldown = float(max_cooldown)
+        self.failure_rate = float(failure_rate)
+        self.min_calls = min_calls
+        self._state = CLOSED
+        self._epoch = 0
+        self._cooldown = self.base_cooldown
+        self._probe_at = 0.0  # when open: the earliest reading at which a probe may go
+        self._consecutive = 0
+        self._window: deque[bool] = deque(maxlen=window_calls)  # True = failure
+        self._window_failures = 0
+        self._outstanding: dict[int, Ticket] = {}
+        self._probe: int | None = None  # id of the probe in flight
+        self._next_id = 0
+        self._last_now = -math.inf
+        self._refusals = 0
+        self._stale = 0
+
+    @classmethod
+    def from_policy(cls, upstream: str, policy: ResiliencePolicy) -> CircuitBreaker:
+        return cls(
+            upstream,
+            threshold=policy.breaker_threshold,
+            cooldown=policy.breaker_cooldown_seconds,
+            max_cooldown=policy.breaker_max_cooldown_seconds,
+            failure_rate=policy.breaker_failure_rate,
+            min_calls=policy.breaker_min_calls,
+        )
+
+    # ------------------------------------------------------------ calls
+
+    def before_call(self, now: float) -> Verdict:
+        """May a call go to the upstream now? A ticket if so, else a refusal."""
+        now = self._clamp(now)
+        events: tuple[StateChange, ...] = ()
+        if self._state == OPEN:
+            if now < self._probe_at:
+                return self._refuse(OPEN, self._probe_at - now)
+            events = (self._move(HALF_OPEN, COOLDOWN_ELAPSED),)
+        if self._state == HALF_OPEN:
+            if self._probe is not None:
+                return self._refuse(HALF_OPEN, PROBE_PENDING_RETRY_S)
+            ticket = self._issue(probe=True)
+            self._probe = ticket.id
+            return Verdict(ticket=ticket, refusal=None, events=events)
+        return Verdict(ticket=self._issue(probe=False), refusal=None)
+
+    def record(self, ticket: Ticket, outcome: str, now: float) -> tuple[StateChange, ...]:
+        """A forwarded call's outcome; returns the transitions it caused (often none)."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+        now = self._clamp(now)
+        self._settle(ticket)
+        if ticket.epoch != self._epoch:
+            self._stale += 1
+            return ()
+        if ticket.probe:
+            self._probe = None
+            if outcome == FAILURE:
+                self._note(failed=True)
+                return (self._open(now, PROBE_FAILED, min(self._cooldown * 2, self.max_cooldown)),)
+            if outcome == SUCCESS:
+                self._note(failed=False)
+                return (self._close(),)
+            return ()  # ignored: the next call probes instead
+        if outcome == IGNORED:
+            return ()
+        self._note(failed=outcome == FAILURE)
+        if outcome == SUCCESS:
+            return ()
+        if self._consecutive >= self.threshold:
+            return (self._open(now, CONSECUTIVE_FAILURES, self.base_cooldown),)
+        calls = len(self._window)
+        if calls >= self.min_calls and self._window_failures / calls >= self.failure_rate:
+            return (self._open(now, FAILURE_RATE, self.base_cooldown),)
+        return ()
+
+    def abandon(self, ticket: Ticket, now: float) -> tuple[StateChange, ...]:
+        """A let-through call that will never report (cancelled): counts as nothing.
+
+        An abandoned probe frees the probe slot, so the breaker cannot wedge in
+        half-open waiting for an answer that is not coming.
+        """
+        return self.record(ticket, IGNORED, now)
+
+    # ------------------------------------------------------------ reading
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def status(self, now: float) -> BreakerStatus:
+        """State for metrics and readiness. `now` only measures the time left; it
+        moves nothing (an elapsed cooldown turns half-open at the next call)."""
+        now = max(_check_now(now), self._last_now)
+        calls = len(self._window)
+        return BreakerStatus(
+            upstream=self.upstream,
+            state=self._state,
+            state_code=STATE_CODES[self._state],
+            refusals=self._refusals,
+            transitions=self._epoch,
+            cooldown_s=self._cooldown,
+            retry_after_s=max(0.0, self._probe_at - now) if self._state == OPEN else 0.0,
+            consecutive_failures=self._consecutive,
+            window_failures=self._window_failures,
+            window_calls=calls,
+            in_flight=len(self._outstanding),
+            probe_in_flight=self._probe is not None,
+            stale_outcomes=self._stale,
+        )
+
+    # ------------------------------------------------------------ inside
+
+    def _clamp(self, now: float) -> float:
+        now = _check_now(now)
+        if now > self._last_now:
+            self._last_now = now
+        return self._last_now
+
+    def _issue(self, *, probe: bool) -> Ticket:
+        ticket = Ticket(id=self._next_id, epoch=self._epoch, probe=probe)
+        self._next_id += 1
+        self._outstanding[ticket.id] = ticket
+        return ticket
+
+    def _settle(self, ticket: Ticket) -> None:
+        held = self._outstanding.pop(ticket.id, None)
+        if held is None or held != ticket:
+            raise ValueError(f"breaker ticket {ticket.id} is not outstanding (reported twice?)")
+
+    def _refuse(self, state: str, retry_after: float) -> Verdict:
+        self._refusals += 1
+        if state == OPEN:
+            reason = (
+                f"circuit breaker for {self.upstream} is open after upstream failures; "
+                f"a probe may go in {retry_after:.3g} s"
+            )
+        else:
+            reason = f"circuit breaker for {self.upstream} is half-open and its probe is in flight"
+        refusal = BreakerRefusal(
+            upstream=self.upstream, state=state, retry_after_s=retry_after, reason=reason
+        )
+        return Verdict(ticket=None, refusal=refusal)
+
+    def _note(self, *, failed: bool) -> None:
+        if len(self._window) == self._window.maxlen and self._window[0]:
+            self._window_failures -= 1
+        self._window.append(failed)
+        self._window_failures += failed
+        self._consecutive = self._consecutive + 1 if failed else 0
+
+    def _open(self, now: float, reason: str, cooldown: float) -> StateChange:
+        self._cooldown = cooldown
+        self._probe_at = now + cooldown
+        return self._move(OPEN, reason)
+
+    def _close(self) -> StateChange:
+        self._cooldown = self.base_cooldown
+        change = self._move(CLOSED, PROBE_SUCCEEDED)
+        self._window.clear()
+        self._window_failures = 0
+        self._consecutive = 0
+        return change
+
+    def _move(self, to: str, reason: str) -> StateChange:
+        calls = len(self._window)
+        change = StateChange(
+            upstream=self.upstream,
+            from_state=self._state,
+            to_state=to,
+            reason=reason,
+            cooldown_s=self._cooldown,
+            failures=self._consecutive,
+            window_failures=self._window_failures,
+            window_calls=calls,
+            rate=self._window_failures / calls if calls else None,
+        )
+        self._state = to
+        self._epoch += 1
+        return change
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_now(now: float) -> float:
+    if not _finite(now):
+        raise ValueError(f"now must be a finite monotonic reading in seconds, got {now!r}")
+    return float(now)
