@@ -319,6 +319,13 @@ class Supervisor:
         ledger_path = self.folder / "ledger.jsonl"
         if ledger_path.exists() and ledger_path.stat().st_size:
             raise InputError(f"ledger {ledger_path} already exists: give --ledger-dir a new folder")
+        vfs = os.statvfs(self.folder)
+        free, floor = vfs.f_bavail * vfs.f_frsize, self.policy.ledger.min_free_bytes
+        if free < floor:
+            # Starting a run whose evidence cannot fit would only produce a gap.
+            raise InputError(
+                f"ledger folder {self.folder}: {free} bytes free, below ledger.min_free_bytes {floor}"
+            )
         return ledger_path
 
     def session_facts(self, policy) -> dict:

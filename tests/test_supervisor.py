@@ -875,3 +875,15 @@ def test_command_missing(tmp_path):
     assert not command_missing(str(tmp_path / "agent"), "")
     assert command_missing(str(tmp_path / "missing"), str(tmp_path))
     assert not command_missing("sh", os.defpath)
+
+
+def test_a_volume_below_min_free_bytes_refuses_to_start(tmp_path):
+    # No volume here has an exabyte free: the floor is above the free space.
+    policy = policy_file(tmp_path, '[ledger]\nmin_free_bytes = 1000000000000000000\n')
+    result = run_docket(
+        "run", "--policy", policy, "--ledger-dir", str(tmp_path / "run"), "--", "true"
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "below ledger.min_free_bytes" in line and "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "ledger.jsonl").exists()
