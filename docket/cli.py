@@ -123,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds between SIGTERM and SIGKILL when the child is stopped (default 5)",
     )
+    p.add_argument(
+        "--budget-mode",
+        choices=["usd", "quota"],
+        default=None,
+        help="quota: a subscription with no per-token bill (tokens, calls and time still capped)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=cmd_run)
 

@@ -45,6 +45,7 @@ class RunOptions:
     policy_path: str | None = None
     ledger_dir: str | None = None
     max_wall_clock: float | None = None  # a hard stop, whatever caps.on_breach says
+    budget_mode: str | None = None  # overrides caps.budget_mode ("usd" | "quota")
     grace_seconds: float = GRACE_SECONDS
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -235,8 +236,17 @@ class Supervisor:
         return min(limits) if limits else None
 
     def run_policy(self):
-        """The policy the boundary enforces: the file's, with --max-wall-clock folded in."""
+        """The policy the boundary enforces: the file's, with --max-wall-clock and
+        --budget-mode folded in (so the policy digest covers them too)."""
         caps = dataclasses.replace(self.policy.caps, max_wall_seconds=self.wall_limit())
+        mode = self.options.budget_mode
+        if mode is not None:
+            if mode == "quota" and caps.max_usd is not None:
+                raise InputError(
+                    "--budget-mode quota: the policy sets caps.max_usd, which does not apply "
+                    "to a subscription with no per-token bill; remove it or use --budget-mode usd"
+                )
+            caps = dataclasses.replace(caps, budget_mode=mode)
         return dataclasses.replace(self.policy, caps=caps)
 
     async def run(self) -> Outcome:
@@ -544,6 +554,7 @@ def run_command(args) -> int:
         policy_path=args.policy,
         ledger_dir=args.ledger_dir,
         max_wall_clock=_seconds(args.max_wall_clock, "--max-wall-clock", positive=True),
+        budget_mode=getattr(args, "budget_mode", None),
     )
     grace = _seconds(getattr(args, "grace", None), "--grace", positive=False)
     if grace is not None:

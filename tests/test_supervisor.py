@@ -879,7 +879,7 @@ def test_command_missing(tmp_path):
 
 def test_a_volume_below_min_free_bytes_refuses_to_start(tmp_path):
     # No volume here has an exabyte free: the floor is above the free space.
-    policy = policy_file(tmp_path, '[ledger]\nmin_free_bytes = 1000000000000000000\n')
+    policy = policy_file(tmp_path, "[ledger]\nmin_free_bytes = 1000000000000000000\n")
     result = run_docket(
         "run", "--policy", policy, "--ledger-dir", str(tmp_path / "run"), "--", "true"
     )
@@ -887,3 +887,26 @@ def test_a_volume_below_min_free_bytes_refuses_to_start(tmp_path):
     (line,) = result.stderr.strip().splitlines()
     assert "below ledger.min_free_bytes" in line and "Traceback" not in result.stderr
     assert not (tmp_path / "run" / "ledger.jsonl").exists()
+
+
+def test_budget_mode_quota_is_refused_beside_a_usd_cap_and_recorded_otherwise(tmp_path, capsys):
+    usd = policy_file(tmp_path, "[caps]\nmax_usd = 1\n")
+    refused = run_docket(
+        "run",
+        "--policy",
+        usd,
+        "--budget-mode",
+        "quota",
+        "--ledger-dir",
+        str(tmp_path / "a"),
+        "--",
+        "true",
+    )
+    assert refused.returncode == 2 and "caps.max_usd" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    ok = run_docket(
+        "run", "--budget-mode", "quota", "--ledger-dir", str(tmp_path / "b"), "--", "true"
+    )
+    assert ok.returncode == 0, ok.stderr
+    (start,) = of_type(read_events(tmp_path / "b" / "ledger.jsonl"), "session.start")
+    assert start["caps"]["budget_mode"] == "quota"
