@@ -25,9 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from chaos.stub import Behaviour, fingerprint, steady
 from docket.boundary import app as boundary_app
+from docket.boundary import forward
 from docket.boundary.metrics import Metrics
 from docket.guards.caps import CapsGuard
-from docket.ledger.chain import encode_body
+from docket.ledger.chain import COMMON_FIELDS, encode_body
 from docket.policy import CapsPolicy
 from docket.pricing import default_price_table
 
@@ -808,8 +809,39 @@ async def test_calls_in_flight_when_the_boundary_stops_are_closed_in_the_ledger(
     assert all(c["cost_nusd"] > 0 for c in closes)  # they left: charged the reservation
 
 
-async def test_an_answer_the_ledger_cannot_hold_is_not_delivered(stub_server, boundary_rig):
-    """max_events = 1: model.request fits, its model.response does not."""
+def completion(content: str = "4", prompt_tokens: int = 5, completion_tokens: int = 1) -> bytes:
+    """A whole OpenAI chat completion, with usage."""
+    return encode(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": "gpt-4o-mini",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+    )
+
+
+def ledger_full_code(response: httpx.Response) -> tuple[int, str, str]:
+    error = response.json()["error"]
+    return response.status_code, error["type"], error["code"]
+
+
+async def test_a_call_is_refused_before_forwarding_unless_its_closing_event_fits(
+    stub_server, boundary_rig
+):
+    """max_events = 1: a model.request and its closing event need 2, so the call is
+    refused before it is recorded or forwarded, rather than answered unrecorded."""
     policy = {"ledger": {"max_events": 1}}
     with trio.fail_after(DEADLINE):
         async with (
@@ -817,12 +849,118 @@ async def test_an_answer_the_ledger_cannot_hold_is_not_delivered(stub_server, bo
             boundary_rig({"openai": up}, policy) as rig,
             rig.client() as http,
         ):
-            whole = await http.post(CHAT, json=chat())
-    assert whole.status_code == 503
-    assert whole.json()["error"]["type"] == "docket_ledger_full"
-    assert [e["type"] for e in rig.events()] == ["model.request"]
+            refused = await http.post(CHAT, json=chat())
+            ready = await http.get("/docket/readyz")
+    assert ledger_full_code(refused) == (503, "docket_ledger_full", "max_events")
+    assert rig.events() == []
+    assert up.log == []
     assert [s.cap for s in rig.stops] == ["max_events"]
-    assert len(up.log) == 1
+    assert ready.status_code == 503 and "max_events" in " ".join(ready.json()["problems"])
+
+
+async def test_concurrent_callers_under_max_events_each_call_has_exactly_one_closing_event(
+    upstream_server, boundary_rig
+):
+    """16 callers at once under max_events = 9: four calls (eight events) are admitted
+    and held upstream while the other twelve are refused; then the four are answered,
+    and each answer's closing event is written, though the ceiling is all but reached."""
+    gate = trio.Event()
+    seen: list[bytes] = []
+
+    async def held_upstream(request, respond):
+        seen.append(await request.read_body())
+        await gate.wait()
+        await respond.simple(200, [(b"content-type", b"application/json")], completion())
+
+    responses: list[httpx.Response] = []
+    policy = {"ledger": {"max_events": 9}}
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(held_upstream, "openai") as up,
+            boundary_rig({"openai": up}, policy) as rig,
+            rig.client() as http,
+        ):
+
+            async def caller(n: int) -> None:
+                responses.append(await http.post(CHAT, json=chat(f"call {n}")))
+
+            async with trio.open_nursery() as nursery:
+                for n in range(16):
+                    nursery.start_soon(caller, n)
+                while len(responses) < 12 or len(seen) < 4:  # refused, and held upstream
+                    await trio.sleep(0.01)
+                assert len(seen) == 4 and len(responses) == 12
+                gate.set()
+            after = await http.post(CHAT, json=chat("one more"))
+    answered = [r for r in responses if r.status_code == 200]
+    refused = [r for r in responses if r.status_code != 200]
+    assert len(answered) == 4 and all(r.json()["choices"] for r in answered)
+    assert [ledger_full_code(r) for r in refused] == [
+        (503, "docket_ledger_full", "max_events")
+    ] * 12
+    assert ledger_full_code(after) == (503, "docket_ledger_full", "max_events")
+    assert {s.cap for s in rig.stops} == {"max_events"}
+    events = rig.events()  # read from disk, the chain verified
+    requests = [e["call_id"] for e in events if e["type"] == "model.request"]
+    closes = [e["call_id"] for e in closing(events)]
+    assert len(requests) == 4 and sorted(closes) == sorted(requests)
+    assert {e["type"] for e in closing(events)} == {"model.response"}
+    assert len(events) <= 9
+    assert len(seen) == 4  # nothing refused reached the upstream
+
+
+async def test_an_answer_too_large_for_the_room_left_is_delivered_and_recorded_trimmed(
+    upstream_server, boundary_rig
+):
+    """record_bodies under a 64 KiB ceiling: a small answer is recorded with its body;
+    a 60 KB one cannot be, so its closing event is written without the body, saying
+    trimmed, and the agent gets the answer; the file stays under the ceiling."""
+    big = completion("x" * 60_000, completion_tokens=9)
+    small = completion("4")
+    policy = {"ledger": {"record_bodies": True, "max_ledger_bytes": 65536}}
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(scripted(body=big), "openai") as big_up,
+            upstream_server(scripted(body=small), "openai") as small_up,
+            boundary_rig({"openai": big_up, "small": small_up}, policy) as rig,
+            rig.client() as http,
+        ):
+            r_small = await http.post("/small/v1/chat/completions", json=chat())
+            r_big = await http.post(CHAT, json=chat())
+    assert (r_small.status_code, r_small.content) == (200, small)
+    assert (r_big.status_code, r_big.content) == (200, big)
+    assert rig.ledger_path.stat().st_size <= 65536
+    whole, trimmed = rig.events("model.response")
+    assert whole["response_body"].encode() == small and "trimmed" not in whole
+    assert trimmed["trimmed"] is True
+    assert not [k for k in trimmed if k.startswith("response_body")]
+    assert (trimmed["usage"]["input_tokens"], trimmed["usage"]["output_tokens"]) == (5, 9)
+    assert trimmed["cost_nusd"] > 0
+    assert not rig.stops
+
+
+async def test_a_closing_event_fits_the_room_its_request_held_whatever_the_upstream_says(
+    upstream_server, boundary_rig
+):
+    """An upstream error of long texts in JSON's costliest characters: the closing
+    event's fields still fit the bound its model.request held room for."""
+    costly = "\x01" * 5000
+    error = encode({"error": {"message": costly, "type": costly, "code": costly}})
+    headers = [(b"content-type", b"application/json"), (b"retry-after", b"9" * 4000)]
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(scripted(status=500, body=error, headers=headers), "openai") as up,
+            boundary_rig({"openai": up}) as rig,
+            rig.client() as http,
+        ):
+            r = await http.post(CHAT, json=chat(model="gpt-4o-mini"))
+    assert r.status_code == 500
+    request, close = one_call(rig.events())
+    assert close["upstream_error"]["type"] == costly[:200]
+    assert close["retry_after"] == "9" * 64
+    fields = {k: v for k, v in close.items() if k not in COMMON_FIELDS}
+    bound = forward.closing_bound(request["call_id"], request["provider"], request["model"])
+    assert len(encode_body(fields)) <= bound
 
 
 async def test_a_refusal_before_the_body_is_read_does_not_break_the_next_call(

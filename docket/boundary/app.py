@@ -9,6 +9,7 @@ refused it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -22,7 +23,12 @@ from urllib.parse import urlsplit
 import trio
 
 from docket.boundary import providers
-from docket.boundary.forward import ModelCall, recorded_body, request_digest
+from docket.boundary.forward import (
+    ModelCall,
+    closing_bound,
+    recorded_body,
+    request_digest,
+)
 from docket.boundary.metrics import Metrics
 from docket.boundary.proxy import handle_proxy, is_proxy_request
 from docket.errors import EXIT_EVIDENCE_LOST
@@ -141,8 +147,23 @@ class Boundary:
 
     async def record(self, type: str, **fields) -> int | None:
         """Append an event. Losing evidence under fail_fast_evidence stops the run."""
-        try:
+        with self._stop_on_evidence_lost():
             return await self.ledger.append(type, **fields)
+
+    async def record_opening(self, type: str, *, closing_bytes: int, **fields):
+        """`record` for an event that holds room for its closing event: (seq, slot)."""
+        with self._stop_on_evidence_lost():
+            return await self.ledger.append_opening(type, closing_bytes=closing_bytes, **fields)
+
+    async def record_closing(self, slot, type: str, *, optional=(), **fields) -> int | None:
+        """`record` for the event that closes `slot`: no ceiling refuses it."""
+        with self._stop_on_evidence_lost():
+            return await self.ledger.append_closing(slot, type, optional=optional, **fields)
+
+    @contextlib.contextmanager
+    def _stop_on_evidence_lost(self):
+        try:
+            yield
         except EvidenceLost:
             self.stop(
                 "evidence could not be written (fail_fast_evidence)", None, EXIT_EVIDENCE_LOST
@@ -321,8 +342,10 @@ class Boundary:
         )
         try:
             with trio.CancelScope(shield=True):
-                await self.record(
+                # Refused unless the ledger can also hold this call's closing event.
+                _, slot = await self.record_opening(
                     "model.request",
+                    closing_bytes=closing_bound(call_id, route.name, facts.model),
                     call_id=call_id,
                     provider=route.name,
                     model=facts.model,
@@ -352,8 +375,13 @@ class Boundary:
         except EvidenceLost:
             await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
             return
-        call = ModelCall(self, route, facts, decision.reservation, body, call_id)
-        await call.run(route.target(rest, request.query), request.headers, respond)
+        try:
+            call = ModelCall(self, route, facts, decision.reservation, body, call_id, slot)
+            await call.run(route.target(rest, request.query), request.headers, respond)
+        finally:
+            # ModelCall writes one closing event whatever happens; should it fail to
+            # (a bug, raised meanwhile), the room it held goes back to the ledger.
+            self.ledger.release(slot)
 
     async def _evidence_refusal(self, respond, kind, route, facts, reservation) -> None:
         if reservation is not None:
@@ -405,7 +433,7 @@ class Boundary:
         except OSError as exc:
             problems.append(f"ledger volume: cannot stat ({exc.strerror})")
         try:
-            self.ledger.check_room("model.request", 512)
+            self.ledger.check_room("model.request", 512, closing_bytes=closing_bound("", "", None))
         except (LedgerFull, EvidenceLost) as exc:
             problems.append(f"ledger: {exc}")
         return problems

@@ -8,7 +8,9 @@ request out, and the ledger says which.
 
 Every call that got a `model.request` gets exactly one closing event, however
 it ends: answered, failed upstream, abandoned by the client (watched for while
-the upstream works), or cancelled because the run is stopping.
+the upstream works), or cancelled because the run is stopping. No ledger
+ceiling refuses it: the model.request was admitted only with room held for it
+(see CLOSING_FIXED_BYTES).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from docket.boundary import providers
 from docket.guards.redact import MARKER
 from docket.http import client as upstream
 from docket.http.server import ClientGone
-from docket.ledger.writer import EvidenceLost, LedgerFull
+from docket.ledger.writer import EvidenceLost
 
 # Response headers that describe one hop, not the answer: never relayed.
 _HOP_HEADERS = frozenset(
@@ -44,6 +46,33 @@ MAX_RESPONSE_BYTES = 64 << 20  # a non-streamed answer larger than this is a pro
 # With record_bodies, each body is recorded up to this many bytes (and flagged if cut):
 # one event must stay far below the ledger's line limit and its byte ceiling.
 RECORDED_BODY_BYTES = 1 << 20
+
+# The room a model.request holds in the ledger for its closing event's fields, beyond
+# the call id, provider and model (counted as they encode): every other field is
+# bounded here. The texts are cut (detail 300, upstream_error's type and message
+# 200 each, stream_problem 200, retry_after 64 characters: at most 6 bytes each in
+# JSON, 5.6 KiB), and the rest are numbers (with room for 20-digit counts), flags and
+# a price table's unit prices. (A larger count from a misbehaving upstream is still
+# written: the ledger lets a closing event's essential fields use its control reserve.)
+# The response body is not held for: its fields are optional, written when the file
+# has room and otherwise left out, the event saying `trimmed: true`. Holding a body's
+# 1 MiB cap for every call in flight would make admission depend on concurrency, and
+# refuse every call under a ceiling of a few MiB.
+CLOSING_FIXED_BYTES = 8 << 10
+RESPONSE_BODY_FIELDS = (
+    "response_body",
+    "response_body_base64",
+    "response_body_truncated",
+    "response_body_redacted",
+)
+_CUT_ERROR_TEXT = 200
+
+
+def closing_bound(call_id: str, provider: str, model: str | None) -> int:
+    """The bound on a closing event's fields, without the response body's, that the
+    call's model.request holds room for (ledger.append_opening's closing_bytes)."""
+    names = json.dumps([call_id, provider, model or ""], ensure_ascii=False).encode()
+    return CLOSING_FIXED_BYTES + len(names)
 
 
 @dataclass
@@ -100,15 +129,20 @@ class ModelCall:
     its closing event.
     """
 
-    def __init__(self, boundary, route, facts, reservation, request_body: bytes, call_id: str):
+    def __init__(
+        self, boundary, route, facts, reservation, request_body: bytes, call_id: str, slot
+    ):
         self.b = boundary
         self.route = route
         self.facts = facts
         self.reservation = reservation
+        self.slot = slot  # the ledger's room for the closing event, held by the model.request
         self.body = request_body
         self.record = CallRecord(call_id, route.name, facts.model, boundary.clock.mono())
         self.closed = False  # the closing event has been written (or attempted)
-        self.unrecorded: tuple[str, str] | None = None  # why the closing event is not durable
+        self.unrecorded: tuple[str, str] | None = (
+            None  # evidence lost: the closing event is not durable
+        )
         self.client_left = False
         self._keep_body = boundary.policy.ledger.record_bodies
         self._response_body = bytearray()  # what the upstream sent, up to RECORDED_BODY_BYTES
@@ -280,7 +314,8 @@ class ModelCall:
         return out
 
     def _error_fields(self, error: providers.ProviderError) -> dict:
-        return {"type": error.type, "message": self.b.scrub(error.message)[:200]}
+        kind = error.type if error.type is None else error.type[:_CUT_ERROR_TEXT]
+        return {"type": kind, "message": self.b.scrub(error.message)[:_CUT_ERROR_TEXT]}
 
     async def _close_ok(self) -> None:
         self.closed = True
@@ -369,13 +404,12 @@ class ModelCall:
         self.b.metrics.call_finished(r.provider, reason, timing["duration_ms"] / 1000)
 
     async def _write_close(self, type: str, **fields) -> None:
-        """Append the closing event. If the ledger refuses it, the run stops and the
-        agent does not get the end of an answer the ledger does not hold."""
+        """Append the closing event into the room its model.request held: no ceiling
+        refuses it (the response body is left out when the file has no room for it).
+        If evidence is lost under fail_fast_evidence, the run stops and the agent does
+        not get the end of an answer the ledger does not hold."""
         try:
-            await self.b.record(type, **fields)
-        except LedgerFull as full:
-            self.b.stop(f"ledger full ({full.reason})", full.reason)
-            self.unrecorded = ("docket_ledger_full", f"the answer could not be recorded: {full}")
+            await self.b.record_closing(self.slot, type, optional=RESPONSE_BODY_FIELDS, **fields)
         except EvidenceLost:
             self.unrecorded = (
                 "docket_evidence_lost",

@@ -9,6 +9,12 @@ Lines are composed at flush time, from the durable head: when a batch fails its
 lines are discarded and the chain continues from the last durable line, so the
 file is a valid chain at every moment and a loss leaves no seq gap. The loss
 is recorded, before any later line, as an `evidence.gap` event.
+
+Paired events: `admit_opening` admits an event (a model.request) together with
+a `ClosingSlot`, room held for the event that will close it (one event under
+max_events, a line of at most its bound under max_ledger_bytes). The closing
+event, `admit_closing`, uses that room, so no ceiling refuses it; the slot is
+released if no closing event comes. The arithmetic is in the writer's docstring.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 from docket.errors import DocketError
 from docket.ledger.chain import (
     CONTROL_TYPES,
+    EVENT_TYPES,
     GENESIS,
     encode_body,
     encode_line,
@@ -48,17 +55,25 @@ MAX_BATCH_LINES = 4096
 # Written by the writer itself, never counted against max_events.
 EXEMPT_FROM_EVENT_CEILING = CONTROL_TYPES | {GAP_TYPE}
 
+# What a closing event's line adds to its fields, held at its opening before the
+# closing's type, seq and mono_ms are known: the longest ordinary type in the
+# vocabulary, and a seq and mono_ms of 17 digits (mono_ms: three thousand centuries).
+_LONGEST_ORDINARY_TYPE = max(sorted(EVENT_TYPES - EXEMPT_FROM_EVENT_CEILING), key=len)
+_LARGE_NUMBER = 10**16
+
 
 @dataclass(frozen=True)
 class LedgerLimits:
     """The ledger's ceilings and what a failed write means.
 
     max_events counts non-control events accepted by the writer (written or
-    lost); max_ledger_bytes counts the bytes in the file plus the bytes
-    reserved for events accepted but not yet written, so the file can never
-    pass it. Non-control events may use up to max_ledger_bytes minus the
-    reserve (control_reserve_bytes, default min(64 KiB, a quarter of the
-    ceiling)); control events and the evidence.gap record may use all of it.
+    lost) plus the closing slots held for them; max_ledger_bytes counts the
+    bytes in the file plus the bytes reserved for events accepted but not yet
+    written and held for closing events, so the file can never pass it.
+    Non-control events may use up to max_ledger_bytes minus the reserve
+    (control_reserve_bytes, default min(64 KiB, a quarter of the ceiling));
+    control events and the evidence.gap record may use all of it, and so may
+    a closing event's essential fields (see LedgerBook.admit_closing).
     """
 
     max_ledger_bytes: int = 256 * MiB
@@ -167,6 +182,25 @@ class PendingEvent:
         self.waiter: object = None  # the shell's: the task parked on this event
 
 
+class ClosingSlot:
+    """Room held, at an opening's admission, for the one event that will close it.
+
+    It stands for one event under max_events and `bytes` (a line, newline
+    included) under max_ledger_bytes until its closing event takes it or it is
+    released; either happens once.
+    """
+
+    __slots__ = ("book", "bytes", "held")
+
+    def __init__(self, book: LedgerBook, nbytes: int) -> None:
+        self.book = book
+        self.bytes = nbytes
+        self.held = True
+
+    def __repr__(self) -> str:
+        return f"<ClosingSlot {self.bytes} bytes {'held' if self.held else 'settled'}>"
+
+
 @dataclass
 class Batch:
     """Lines composed from the durable head, to be written and synced as one."""
@@ -239,7 +273,9 @@ class LedgerBook:
         self.queue: deque[PendingEvent] = deque()
         self.pending = 0  # queued plus in flight
         self.reserved = 0  # bytes promised to pending events
-        self.events = events  # non-control events admitted, toward max_events
+        self.events = events  # non-control events admitted and slots held, toward max_events
+        self.slots = 0  # closing slots held
+        self.held = 0  # bytes held by those slots
         self.next_ordinal = count
         # The evidence guard.
         self.unwritten = 0
@@ -254,29 +290,68 @@ class LedgerBook:
 
     # -- admission
 
-    def check_room(self, type: str, ts: str, mono_ms: int, body_bytes: int) -> int:
-        """The line's size bound if an event like this would be admitted; else raise."""
+    def check_room(
+        self, type: str, ts: str, mono_ms: int, body_bytes: int, *, closing_bytes: int | None = None
+    ) -> int:
+        """The line's size bound if an event like this would be admitted; else raise.
+
+        With `closing_bytes`, as an opening: it must also have room for a
+        closing event whose fields encode to at most that many bytes.
+        """
+        return self._room(type, ts, mono_ms, body_bytes, closing_bytes)[0]
+
+    def _room(
+        self, type: str, ts: str, mono_ms: int, body_bytes: int, closing_bytes: int | None
+    ) -> tuple[int, int]:
+        """(the line's size bound, the bytes its closing slot holds), or raise."""
         if self.evidence_lost is not None:
             raise EvidenceLost(self.evidence_lost)
         control = type in EXEMPT_FROM_EVENT_CEILING
+        if control and closing_bytes is not None:
+            raise ValueError(f"a {type} event is exempt from max_events: it has no closing slot")
+        wanted = 1 if closing_bytes is None else 2
         limit = self.limits.max_events
-        if not control and limit is not None and self.events >= limit:
-            raise LedgerFull("max_events", f"{limit} events already accepted")
+        if not control and limit is not None and self.events + wanted > limit:
+            held = f" ({self.slots} of them held for closing events)" if self.slots else ""
+            raise LedgerFull(
+                "max_events",
+                f"{self.events} of {limit} events accepted{held}; "
+                + ("an event needs 1" if wanted == 1 else "an event and its closing event need 2"),
+            )
         # A safe bound on the seq this event can get: every pending event ahead of
         # it, plus one evidence.gap record (each further gap needs a loss ahead).
         seq_bound = self.count + self.pending + 1
         size = body_bytes + self._overhead(type, seq_bound, ts, mono_ms)
         if size - 1 > MAX_LINE_BYTES:
             raise ValueError(f"a {type} event of {body_bytes} bytes is too large for a ledger line")
-        room = (self._room_control if control else self._room_other) - self.size - self.reserved
-        if size > room:
+        hold = 0
+        if closing_bytes is not None:
+            if isinstance(closing_bytes, bool) or not isinstance(closing_bytes, int):
+                raise ValueError(f"closing_bytes must be an integer, not {closing_bytes!r}")
+            if closing_bytes < 2:  # "{}", the smallest body there is
+                raise ValueError(f"closing_bytes must be at least 2, not {closing_bytes}")
+            hold = closing_bytes + self._overhead(
+                _LONGEST_ORDINARY_TYPE, _LARGE_NUMBER, ts, _LARGE_NUMBER
+            )
+            if hold - 1 > MAX_LINE_BYTES:
+                raise ValueError(
+                    f"a closing event of {closing_bytes} bytes is too large for a line"
+                )
+        used = self.size + self.reserved + self.held
+        room = (self._room_control if control else self._room_other) - used
+        if size + hold > room:
             cap = self.limits.max_ledger_bytes
+            wanted_bytes = (
+                f"a {size}-byte line and {hold} bytes for its closing event do not fit"
+                if hold
+                else f"a {size}-byte line does not fit"
+            )
             raise LedgerFull(
                 "max_ledger_bytes",
-                f"a {size}-byte line does not fit: {self.size} of {cap} bytes written, "
-                f"{self.reserved} promised, {cap - self._room_other} kept for control events",
+                f"{wanted_bytes}: {self.size} of {cap} bytes written, "
+                f"{self.reserved + self.held} promised, {cap - self._room_other} kept for control events",
             )
-        return size
+        return size, hold
 
     def admit(self, type: str, ts: str, mono_ms: int, body: bytes) -> PendingEvent:
         """Queue an event, or raise LedgerFull / EvidenceLost without changing anything.
@@ -285,18 +360,96 @@ class LedgerBook:
         than strict JSON allows (encode_body has already refused NaN and the
         rest of what is not JSON), or too large for a line.
         """
-        if text_nests_deeper(body):
-            raise ValueError(
-                f"a {type} event's fields are {TOO_DEEP}: verify would refuse the line"
-            )
-        size = self.check_room(type, ts, mono_ms, len(body))
+        _check_nesting(type, body)
+        size, _ = self._room(type, ts, mono_ms, len(body), None)
+        item = self._queue(type, ts, mono_ms, body, size)
+        if not item.control:
+            self.events += 1
+        return item
+
+    def admit_opening(
+        self, type: str, ts: str, mono_ms: int, body: bytes, closing_bytes: int
+    ) -> tuple[PendingEvent, ClosingSlot]:
+        """Queue an event and hold room for its closing event (fields of at most
+        `closing_bytes` encoded bytes), or raise as `admit` does without changing anything."""
+        _check_nesting(type, body)
+        size, hold = self._room(type, ts, mono_ms, len(body), closing_bytes)
+        item = self._queue(type, ts, mono_ms, body, size)
+        self.events += 2
+        self.slots += 1
+        self.held += hold
+        return item, ClosingSlot(self, hold)
+
+    def admit_closing(
+        self,
+        slot: ClosingSlot,
+        type: str,
+        ts: str,
+        mono_ms: int,
+        body: bytes,
+        essential: bytes | None = None,
+    ) -> PendingEvent:
+        """Queue the event that closes `slot`'s opening, in the room the slot holds.
+
+        No ceiling refuses it. `body` is written if it fits the slot or the room
+        ordinary events may still use; otherwise `essential` (the same event
+        without its optional fields, saying so) is written, and it may use the
+        control reserve as well: how a call ended is evidence the receipt is
+        built from. Only an `essential` larger than all of that, which a
+        caller's bound on its fields rules out, is refused (LedgerFull). The
+        slot is settled either way: taken, or released when this raises.
+        """
+        if slot.book is not self:
+            raise ValueError("this closing slot belongs to another ledger")
+        if not slot.held:
+            raise ValueError("this closing slot was already taken or released")
+        try:
+            if type in EXEMPT_FROM_EVENT_CEILING:
+                raise ValueError(f"a {type} event cannot close a slot")
+            if self.evidence_lost is not None:
+                raise EvidenceLost(self.evidence_lost)
+            # The room as it would be with this slot given back: by the invariant
+            # size + reserved + held <= max_ledger_bytes, the slot's own bytes fit.
+            used = self.size + self.reserved + self.held - slot.bytes
+            ordinary = max(slot.bytes, self._room_other - used)
+            everything = self._room_control - used
+            overhead = self._overhead(type, self.count + self.pending + 1, ts, mono_ms)
+            size = len(body) + overhead
+            if size > ordinary or size - 1 > MAX_LINE_BYTES:
+                fallback = body if essential is None else essential
+                size = len(fallback) + overhead
+                if size > everything or size - 1 > MAX_LINE_BYTES:
+                    raise LedgerFull(
+                        "max_ledger_bytes",
+                        f"a {size}-byte closing event does not fit: {slot.bytes} bytes were "
+                        f"held for it and {max(everything - slot.bytes, 0)} more are left",
+                    )
+                body = fallback
+            _check_nesting(type, body)
+        except BaseException:
+            self.release(slot)
+            raise
+        slot.held = False
+        self.slots -= 1
+        self.held -= slot.bytes
+        return self._queue(type, ts, mono_ms, body, size)  # its event was counted at the opening
+
+    def release(self, slot: ClosingSlot) -> bool:
+        """Give back a slot no closing event will take; False if it was already settled."""
+        if slot.book is not self or not slot.held:
+            return False
+        slot.held = False
+        self.slots -= 1
+        self.held -= slot.bytes
+        self.events -= 1
+        return True
+
+    def _queue(self, type: str, ts: str, mono_ms: int, body: bytes, size: int) -> PendingEvent:
         item = PendingEvent(type, ts, mono_ms, body, size, self.next_ordinal)
         self.next_ordinal += 1
         self.queue.append(item)
         self.pending += 1
         self.reserved += size
-        if not item.control:
-            self.events += 1
         return item
 
     def _overhead(self, type: str, seq: int, ts: str, mono_ms: int) -> int:
@@ -367,7 +520,7 @@ class LedgerBook:
             prev=self.head,
             body=encode_body(self.gap.fields()),
         )
-        if len(line) + 1 > self._room_control - self.size - self.reserved:
+        if len(line) + 1 > self._room_control - self.size - self.reserved - self.held:
             self.broken = "no room left under max_ledger_bytes to record an evidence.gap"
             return None
         return line
@@ -448,3 +601,8 @@ class LedgerBook:
             unwritten_by_type=dict(self.unwritten_by_type),
             last_error=self.last_error,
         )
+
+
+def _check_nesting(type: str, body: bytes) -> None:
+    if text_nests_deeper(body):
+        raise ValueError(f"a {type} event's fields are {TOO_DEEP}: verify would refuse the line")

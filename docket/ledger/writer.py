@@ -13,6 +13,33 @@ Three layers, each small:
   task that does (another appender, or the flusher task) wakes it. Nobody is
   woken before an fdatasync has covered their line.
 
+Paired events: a call's closing event always fits. `append_opening` writes an
+opening event (a model.request) and holds a `ClosingSlot` for the event that
+will close it; `append_closing(slot, ...)` writes that event (model.response or
+model.error) into the held room, so no ceiling refuses it; `release(slot)`
+gives the room back when no closing event will come (a call that never left).
+
+    seq, slot = await ledger.append_opening("model.request", closing_bytes=N, **fields)
+    ...
+    await ledger.append_closing(slot, "model.response", optional=("response_body",), **fields)
+
+The arithmetic. max_events counts non-control events accepted (written or lost)
+plus slots held: an opening counts 2 the moment it is admitted (itself and its
+closing event), its closing event counts nothing more, and a released slot gives
+its 1 back. So a ledger of max_events = N holds at most N non-control lines, and
+an opening is refused (LedgerFull "max_events") when fewer than 2 remain: with
+only calls, N // 2 of them; N = 1 admits none. max_ledger_bytes counts the file,
+the lines queued, and the bytes slots hold: the opening's line plus its
+slot (closing_bytes, plus the largest line overhead a closing can have) must fit
+the room ordinary events may use, or the opening is refused ("max_ledger_bytes").
+A closing event larger than its slot (optional fields, a response body, that
+the caller chose not to hold room for) is written whole if the ordinary room
+left covers the difference; otherwise without its `optional` fields and with
+`trimmed: true`. That essential form may also use the control reserve; only one
+larger than its slot and all the room left is refused, and the caller's
+closing_bytes, a bound on the essential fields, rules that out. The file never
+passes max_ledger_bytes in any case.
+
 The book's public classes (LedgerLimits, LedgerFull, EvidenceLost,
 EvidenceStats, LedgerBook, ...) are importable from here too; its tunables
 (MAX_BATCH_LINES, CONTROL_RESERVE_BYTES, ...) only from book.py, where they are read.
@@ -40,6 +67,7 @@ from docket.ledger.book import (
     EXEMPT_FROM_EVENT_CEILING,
     GAP_TYPE,
     Batch,
+    ClosingSlot,
     EvidenceLost,
     EvidenceStats,
     LedgerBook,
@@ -57,6 +85,7 @@ from docket.ledger.reader import Lines, LineTooLong
 __all__ = [
     "GAP_TYPE",
     "Batch",
+    "ClosingSlot",
     "EvidenceLost",
     "EvidenceStats",
     "Ledger",
@@ -271,10 +300,13 @@ class Ledger:
             self._ts_ms, self._ts = ms, rfc3339(wall)
         return self._ts, self._mono_base_ms + int((clock.mono() - self._start_mono) * 1000)
 
-    def check_room(self, type: str, body_bytes: int = 2) -> None:
-        """Raise LedgerFull (or EvidenceLost) if an event of this type would be refused now."""
+    def check_room(
+        self, type: str, body_bytes: int = 2, *, closing_bytes: int | None = None
+    ) -> None:
+        """Raise LedgerFull (or EvidenceLost) if an event of this type would be refused
+        now; with `closing_bytes`, if an opening with that closing bound would be."""
         ts, mono_ms = self._stamp()
-        self._book.check_room(type, ts, mono_ms, body_bytes)
+        self._book.check_room(type, ts, mono_ms, body_bytes, closing_bytes=closing_bytes)
 
     async def append(self, type: str, /, **fields: object) -> int | None:
         """Record an event; return its seq once its line is durable.
@@ -284,12 +316,7 @@ class Ledger:
         EvidenceLost under fail_fast_evidence, before anything is queued. A
         cancelled append withdraws nothing: the event is still written.
         """
-        if self._crashed is not None:
-            raise RuntimeError(f"ledger {self.path} stopped after {self._crashed}")
-        if self._closing:
-            raise RuntimeError(f"ledger {self.path} is closed")
-        if type not in EVENT_TYPES or type == GAP_TYPE:
-            raise ValueError(f"{type!r} is not an event type an appender may write")
+        self._check_appendable(type)
         body = encode_body(fields)
         ts, mono_ms = self._stamp()
         try:
@@ -297,6 +324,86 @@ class Ledger:
         except (LedgerFull, EvidenceLost):
             await trio.lowlevel.checkpoint()
             raise
+        return await self._durable(item)
+
+    async def append_opening(
+        self, type: str, /, *, closing_bytes: int, **fields: object
+    ) -> tuple[int | None, ClosingSlot]:
+        """Record an event and hold room for the event that will close it.
+
+        `closing_bytes` bounds the closing event's fields, JSON-encoded (the
+        ledger adds its common fields). Returns (seq, slot) as `append` returns
+        seq; pass the slot to `append_closing`, or to `release` if no closing
+        event will come. Refused (LedgerFull, before anything is queued) unless
+        both fit. If this raises after admission (EvidenceLost, or cancelled:
+        the event is still written), the slot is released: shield the call if
+        its closing event matters.
+        """
+        self._check_appendable(type)
+        body = encode_body(fields)
+        ts, mono_ms = self._stamp()
+        try:
+            item, slot = self._book.admit_opening(type, ts, mono_ms, body, closing_bytes)
+        except (LedgerFull, EvidenceLost):
+            await trio.lowlevel.checkpoint()
+            raise
+        try:
+            seq = await self._durable(item)
+        except BaseException:
+            self._book.release(slot)
+            raise
+        return seq, slot
+
+    async def append_closing(
+        self, slot: ClosingSlot, type: str, /, *, optional: Iterable[str] = (), **fields: object
+    ) -> int | None:
+        """Record the event that closes `slot`'s opening, in the room held for it.
+
+        No ceiling refuses it. If its line is larger than its slot and the
+        room ordinary events may still use, it is written without the fields
+        named in `optional` and with `trimmed: true` (the essential form, which
+        may also use the control reserve). It raises LedgerFull only if even
+        that does not fit, which a correct closing_bytes rules out; and
+        EvidenceLost under fail_fast_evidence. Returns as `append` does. The
+        slot is settled either way: taken, or released if this raises.
+        """
+        try:
+            self._check_appendable(type)
+            body = encode_body(fields)
+            essential = None
+            left_out = [name for name in optional if name in fields]
+            if left_out:
+                if "trimmed" in fields:
+                    raise ValueError("'trimmed' is the ledger's field in a closing event")
+                essential = encode_body(
+                    {k: v for k, v in fields.items() if k not in left_out} | {"trimmed": True}
+                )
+        except BaseException:
+            self._book.release(slot)
+            raise
+        ts, mono_ms = self._stamp()
+        try:
+            item = self._book.admit_closing(slot, type, ts, mono_ms, body, essential)
+        except (LedgerFull, EvidenceLost):
+            await trio.lowlevel.checkpoint()
+            raise
+        return await self._durable(item)
+
+    def release(self, slot: ClosingSlot) -> bool:
+        """Give back a slot whose closing event will not be written (its opening's
+        call never went anywhere); False, and nothing done, if it was already settled."""
+        return self._book.release(slot)
+
+    def _check_appendable(self, type: str) -> None:
+        if self._crashed is not None:
+            raise RuntimeError(f"ledger {self.path} stopped after {self._crashed}")
+        if self._closing:
+            raise RuntimeError(f"ledger {self.path} is closed")
+        if type not in EVENT_TYPES or type == GAP_TYPE:
+            raise ValueError(f"{type!r} is not an event type an appender may write")
+
+    async def _durable(self, item: PendingEvent) -> int | None:
+        """Submit or await the batch holding an admitted event; its seq once durable."""
         if self._awaited > 0:
             self._awaited -= 1
         if self._awaited == 0 and self._pump(self._lead_bell):
