@@ -463,3 +463,12 @@ def chain_with_edits(monos: list[int], moves: list[tuple[str, int, int]], edits)
 def test_the_verifier_agrees_with_a_plain_reading_of_the_spec(parser, monos, moves, edits):
     data = chain_with_edits(monos, moves, edits)
     assert verifier_first_failure(data) == spec_first_failure(data)
+
+
+def test_a_lone_surrogate_becomes_a_replacement_character_not_a_lost_event():
+    body = chain.encode_body({"message": "bad \ud800 text"})
+    body.decode("utf-8")  # valid UTF-8
+    line = chain.encode_line(
+        seq=0, ts="t", mono_ms=0, type="model.error", prev=chain.GENESIS, body=body
+    )
+    assert chain.ChainVerifier().feed(line)["message"] == "bad \ufffd text"

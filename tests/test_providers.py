@@ -842,3 +842,10 @@ def test_anthropic_stream_error_event():
     assert not tracker.finished
     with pytest.raises(ValueError, match="no usage chunk"):
         stream_tracker(RequestFacts("anthropic", "messages", "m", True, 1), strip_usage_chunk=True)
+
+
+def test_a_count_beyond_two_to_the_53_is_not_a_count():
+    from docket.boundary.providers.base import count
+
+    assert count(2**53 - 1) == 2**53 - 1
+    assert count(2**53) is None and count(10**5000) is None and count(-1) is None

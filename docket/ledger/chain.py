@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 
 from docket.ledger import strict_json
@@ -58,6 +59,7 @@ MONO_REGRESSION = "mono_regression"
 TORN_TAIL = "torn_tail"
 EMPTY_LEDGER = "empty_ledger"
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _HEX = frozenset("0123456789abcdef")
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _sha256 = hashlib.sha256
@@ -79,7 +81,13 @@ def encode_body(fields: dict) -> bytes:
     clash = [k for k in COMMON_FIELDS if k in fields]
     if clash:
         raise ValueError(f"event fields may not be named {', '.join(clash)}")
-    return _ENCODER.encode(fields).encode("utf-8")
+    text = _ENCODER.encode(fields)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (legal in a provider's JSON string, never in UTF-8): the
+        # line must stay valid UTF-8, so it becomes U+FFFD rather than costing the event.
+        return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
 def encode_line(*, seq: int, ts: str, mono_ms: int, type: str, prev: str, body: bytes) -> bytes:

@@ -135,9 +135,15 @@ class ProviderError:
     code: str | None = None
 
 
+MAX_COUNT = 2**53 - 1
+
+
 def count(value: object) -> int | None:
-    """A token count as the provider sent it, or None when it is not a count."""
-    if type(value) is int and value >= 0:
+    """A token count as the provider sent it, or None when it is not a count.
+
+    Counts above 2^53-1 are not counts (the ledger's integers must survive any JSON
+    reader exactly, and no call has that many tokens)."""
+    if type(value) is int and 0 <= value <= MAX_COUNT:
         return value
     return None
 
