@@ -1,20 +1,30 @@
-"""`docket demo`: record a small run, verify its receipt, flip one byte, watch verify name it.
+"""`docket demo`: a real supervised run against a stub provider, then its evidence checked.
 
-The main job until the game day exists. It uses the same writer, tally, receipt
-and verifier as a real run; the model calls are described, not made, so it
-needs no network and no keys.
+The main job until the game day exists. A stub provider and the reference agent
+run as real processes through the CLI, as a user would run them; the boundary
+records every call, a cap stops the runaway loop, `docket verify` accepts the
+receipt, names a flipped byte in a copy of the ledger, and `docket doctor`
+classifies a copy cut short. No network, no keys.
+
+`record_run` writes a small ledger and receipt without processes (used by tests
+that need a valid pair quickly).
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
-
-import trio
 
 from docket import __version__
 from docket.clock import Clock
+from docket.errors import DocketError
 
 CALLS = [  # (model, input tokens, cached, output tokens)
     ("gpt-4o-mini", 1200, 0, 310),
@@ -108,28 +118,122 @@ def flip_one_byte(ledger: Path) -> int:
     return at
 
 
+def start_stub(folder: Path) -> tuple[subprocess.Popen, str]:
+    """`docket stub` in its own process, through the CLI, as a user would run it."""
+    log = open(folder / "stub.out", "w+b")  # noqa: SIM115 - closed by the caller via the process
+    stub = subprocess.Popen(
+        [sys.executable, "-m", "docket", "stub", "--kind", "openai", "--port", "0"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        text = (folder / "stub.out").read_text(errors="replace")
+        if "listening on " in text:
+            return stub, text.split("listening on ", 1)[1].split()[0]
+        if stub.poll() is not None:
+            break
+        time.sleep(0.05)  # polling a child's first line; bounded by the deadline above
+    stub.kill()
+    raise DocketError(f"demo: the stub provider did not start: {text.strip()[-200:]}")
+
+
+def supervised_run(folder: Path, stub_url: str, console) -> tuple[int, Path, Path]:
+    """`docket run` of the reference agent in loop mode, under a call cap that kills."""
+    policy = folder / "docket.toml"
+    policy.write_text(
+        "[providers.openai]\n"
+        'kind = "openai"\n'
+        f'base_url = "{stub_url}"\n'
+        'key_env = "DEMO_PROVIDER_KEY"\n'
+        "[caps]\n"
+        "max_model_calls = 6\n"
+        'on_breach = "kill"\n'
+    )
+    run_dir = folder / "run"
+    argv = [
+        sys.executable,
+        "-m",
+        "docket",
+        "run",
+        "--policy",
+        str(policy),
+        "--ledger-dir",
+        str(run_dir),
+        "--",
+        sys.executable,
+        "-m",
+        "docket",
+        "agent",
+        "--mode",
+        "loop",
+        "--calls",
+        "100",
+    ]
+    console.print(
+        "[bold]$[/] docket run --policy docket.toml -- docket agent --mode loop --calls 100"
+    )
+    env = dict(os.environ, DEMO_PROVIDER_KEY="sk-demo-not-a-real-key")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    for line in (done.stdout + done.stderr).strip().splitlines():
+        console.print(f"  {line}")
+    return done.returncode, run_dir / "ledger.jsonl", run_dir / "receipt.json"
+
+
 def demo_command(directory: str | None) -> int:
     from rich.console import Console
 
+    from docket.ledger.doctor import classify
     from docket.receipt import verify
 
     console = Console(highlight=False, soft_wrap=True)
     folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="docket-demo-"))
     folder.mkdir(parents=True, exist_ok=True)
-    ledger, receipt = trio.run(record_run, folder)
-    console.print(f"[bold]1. recorded[/] {ledger} and {receipt}")
+    stub, url = start_stub(folder)
+    try:
+        console.print(f"[bold]1. a stub provider[/] (OpenAI-shaped) at {url}")
+        status, ledger, receipt = supervised_run(folder, url, console)
+    finally:
+        stub.terminate()
+        stub.wait(timeout=10)
+    console.print(f"[bold]2. the run ended with exit {status}[/] (42: the call cap stopped it)")
+    types = [event["type"] for event in _events(ledger)]
+    console.print(f"   ledger {ledger}: {len(types)} events: " + ", ".join(_runs(types)))
     first = verify(receipt, ledger)
-    console.print(f"[bold]2. docket verify[/] -> {first.summary()}")
+    console.print(f"[bold]3. docket verify[/] -> {first.summary()}")
     tampered = folder / "ledger-tampered.jsonl"
     shutil.copyfile(ledger, tampered)
     at = flip_one_byte(tampered)
-    console.print(f"[bold]3. flipped one byte[/] of a copy at offset {at}: {tampered}")
     second = verify(receipt, tampered)
-    console.print(f"[bold]4. docket verify --ledger {tampered.name}[/] -> {second.summary()}")
-    if first.ok and not second.ok:
+    console.print(f"[bold]4. one byte flipped[/] at offset {at} of a copy -> {second.summary()}")
+    torn = folder / "ledger-torn.jsonl"
+    data = ledger.read_bytes()
+    torn.write_bytes(data[: len(data) - 40])  # as if the run had been killed mid-write
+    diagnosis = classify(torn)
+    tail = diagnosis.tail
+    console.print(
+        f"[bold]5. docket doctor[/] on a copy cut 40 bytes short -> {diagnosis.verdict}"
+        + (f" at byte {tail.offset}, {tail.length} bytes" if tail else "")
+    )
+    ok = status == 42 and first.ok and not second.ok and diagnosis.verdict == "torn_tail"
+    if ok:
         console.print(
-            "[green]the receipt holds for the real ledger and names the break in the copy[/]"
+            "[green]the receipt holds for the real ledger, names the break in the "
+            "tampered copy, and the torn copy is classified, not guessed at[/]"
         )
         return 0
-    console.print("[red]demo failed: verify did not behave as expected[/]")
+    console.print("[red]demo failed: something did not behave as described above[/]")
     return 1
+
+
+def _events(ledger: Path) -> list[dict]:
+    return [json.loads(line) for line in ledger.read_bytes().splitlines()]
+
+
+def _runs(types: list[str]) -> list[str]:
+    """session.start, model.request x2, ... : consecutive repeats folded."""
+    out: list[str] = []
+    for kind, group in itertools.groupby(types):
+        n = len(list(group))
+        out.append(kind if n == 1 else f"{kind} x{n}")
+    return out
