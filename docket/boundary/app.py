@@ -29,10 +29,12 @@ from docket.boundary.forward import (
     recorded_body,
     request_digest,
 )
+from docket.boundary.guarded import Guards
 from docket.boundary.metrics import Metrics
 from docket.boundary.proxy import handle_proxy, is_proxy_request
 from docket.errors import EXIT_EVIDENCE_LOST
 from docket.guards.caps import CapsGuard
+from docket.guards.deadline import BadDeadline, caller_budget
 from docket.guards.redact import MARKER, sanitize_url
 from docket.http.client import UpstreamPool
 from docket.http.server import BodyTooLarge, serve
@@ -64,7 +66,11 @@ class Route:
         return f"{self.path_prefix}/{rest}" + (f"?{query}" if query else "")
 
 
-def make_route(provider, *, connect_timeout: float, read_timeout: float, env) -> Route:
+def make_route(
+    provider, *, connect_timeout: float, read_timeout: float, env, max_connections: int | None
+) -> Route:
+    """`max_connections`: the bulkhead's slots when it has one (one limit, not two),
+    else the pool's own default."""
     parts = urlsplit(provider.base_url)
     default_port = 443 if parts.scheme == "https" else 80
     host = parts.hostname or ""
@@ -73,6 +79,7 @@ def make_route(provider, *, connect_timeout: float, read_timeout: float, env) ->
         f"{parts.scheme}://{parts.netloc}",
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
+        **({} if max_connections is None else {"max_connections": max_connections}),
     )
     return Route(
         name=provider.name,
@@ -97,7 +104,10 @@ class Boundary:
         self._stop_request = StopRequest
         self.prices = prices or default_price_table()
         self.caps = CapsGuard(policy.caps, self.prices)
+        self.guards = Guards(policy.resilience, policy.providers)
         self.metrics = Metrics()
+        self.metrics.guards = self.guards
+        ledger.on_sync = self.metrics.fsync_done
         env = os.environ if env is None else env
         self.routes = {
             name: make_route(
@@ -105,6 +115,7 @@ class Boundary:
                 connect_timeout=policy.boundary.connect_timeout,
                 read_timeout=policy.boundary.upstream_timeout,
                 env=env,
+                max_connections=self.guards.pool_size,
             )
             for name, p in policy.providers.items()
         }
@@ -257,6 +268,7 @@ class Boundary:
 
     async def model_call(self, route: Route, rest: str, request, respond) -> None:
         kind = route.kind
+        arrived = self.guards.now()  # a caller's deadline counts from here
         token = providers.presented_token(request.headers)
         if not providers.token_matches(token, self.token):
             await self.refuse(
@@ -311,6 +323,20 @@ class Boundary:
                 model=None,
             )
             return
+        try:
+            budget = caller_budget(request.headers, arrived)
+        except BadDeadline as exc:
+            await self.refuse(
+                respond,
+                kind,
+                "docket_bad_request",
+                str(exc),
+                rule="bad_request",
+                provider=route.name,
+                model=facts.model,
+                extra={"param": "x-docket-deadline-ms"},
+            )
+            return
         decision = self.caps.reserve(
             model=facts.model, request_bytes=len(body), max_output_tokens=facts.output_tokens_bound
         )
@@ -336,6 +362,28 @@ class Boundary:
                 extra={"cap": refusal.cap},
             )
             return
+        # The resilience guards (DESIGN.md §5): limiter, breaker, bulkhead, deadline. A
+        # refusal is answered and recorded inside; the passage holds the call's
+        # breaker ticket and bulkhead slot until the call is over.
+        async with contextlib.AsyncExitStack() as guarded:
+            try:
+                passage = await guarded.enter_async_context(
+                    self.guards.passage(self, route, respond, model=facts.model, budget=budget)
+                )
+            except EvidenceLost:
+                await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
+                return
+            except BaseException:
+                self.caps.cancel(decision.reservation)  # never forwarded
+                raise
+            if passage is None:
+                self.caps.cancel(decision.reservation)
+                return
+            await self._forward(route, rest, request, respond, facts, body, decision, passage)
+
+    async def _forward(self, route, rest, request, respond, facts, body, decision, passage):
+        """Record the model.request, then hand the call to ModelCall."""
+        kind = route.kind
         call_id = f"{self._call_prefix}-{next(self._call_ids)}"
         body_fields = (
             recorded_body("request", body, self.secrets) if self.policy.ledger.record_bodies else {}
@@ -376,7 +424,7 @@ class Boundary:
             await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
             return
         try:
-            call = ModelCall(self, route, facts, decision.reservation, body, call_id, slot)
+            call = ModelCall(self, route, facts, decision.reservation, body, call_id, slot, passage)
             await call.run(route.target(rest, request.query), request.headers, respond)
         finally:
             # ModelCall writes one closing event whatever happens; should it fail to
@@ -416,7 +464,9 @@ class Boundary:
             await _json(respond, 404, {"error": f"no such endpoint {path}"})
 
     def readiness_problems(self) -> list[str]:
-        problems = []
+        """What makes the boundary unready: each breaker that is not closed (the
+        provider is the problem), then the ledger (the evidence path is)."""
+        problems = self.guards.ready_problems()
         stats = self.ledger.stats
         if not stats.ledger_complete:
             problems.append(

@@ -18,12 +18,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 
 import trio
 
 from docket.boundary import providers
+from docket.boundary.guarded import record_changes
 from docket.guards.redact import MARKER
 from docket.http import client as upstream
 from docket.http.server import ClientGone
@@ -130,13 +132,25 @@ class ModelCall:
     """
 
     def __init__(
-        self, boundary, route, facts, reservation, request_body: bytes, call_id: str, slot
+        self,
+        boundary,
+        route,
+        facts,
+        reservation,
+        request_body: bytes,
+        call_id: str,
+        slot,
+        passage=None,
     ):
         self.b = boundary
         self.route = route
         self.facts = facts
         self.reservation = reservation
         self.slot = slot  # the ledger's room for the closing event, held by the model.request
+        # The guards' pass (guarded.Passage): the breaker hears how the call ended, and
+        # the attempt's deadline (from the caller's budget) bounds the exchange.
+        self.passage = passage
+        self._attempt: trio.CancelScope | None = None
         self.body = request_body
         self.record = CallRecord(call_id, route.name, facts.model, boundary.clock.mono())
         self.closed = False  # the closing event has been written (or attempted)
@@ -190,6 +204,15 @@ class ModelCall:
             content_length=len(body),
         )
         pool = self.route.pool
+        cut = math.inf if self.passage is None else self.passage.attempt.cut
+        # The whole attempt (connect, send, answer, body or stream) ends at the caller's
+        # deadline; cancelling it closes the upstream connection, stopping the work.
+        with trio.CancelScope(deadline=cut) as self._attempt:
+            await self._attempt_once(pool, target, out_headers, body, respond, strip)
+        if self._attempt.cancelled_caught and not self.closed:
+            await self._deadline_passed(respond)
+
+    async def _attempt_once(self, pool, target, out_headers, body, respond, strip) -> None:
         try:
             async with pool.request("POST", target, out_headers, body) as resp:
                 self.record.status = resp.status
@@ -299,6 +322,26 @@ class ModelCall:
         )
         await respond.simple(answer.status, answer.headers, answer.body)
 
+    async def _deadline_passed(self, respond) -> None:
+        """The caller's deadline cut the attempt: a timeout, like any other, for the
+        record and the breaker. Bytes may have left, so the reservation is charged."""
+        budget = self.passage.attempt.budget_s
+        self.record.extra["deadline_ms"] = self.passage.attempt.deadline_ms
+        detail = f"the caller's deadline left {budget * 1000:.0f} ms for the upstream; cut there"
+        await self._close_error("timeout", charge="reservation", detail=detail)
+        if respond.started:
+            await respond.abort()  # a stream cut at the deadline must not look complete
+            return
+        if self.unrecorded is not None:
+            await self._refuse_unrecorded(respond)
+            return
+        answer = providers.refusal(
+            self.route.kind,
+            "docket_upstream_timeout",
+            f"upstream {self.route.name}: timeout: {detail}",
+        )
+        await respond.simple(answer.status, answer.headers, answer.body)
+
     async def _refuse_unrecorded(self, respond) -> None:
         error_type, message = self.unrecorded
         answer = providers.refusal(self.route.kind, error_type, message)
@@ -319,6 +362,7 @@ class ModelCall:
 
     async def _close_ok(self) -> None:
         self.closed = True
+        self._disarm()
         r = self.record
         usage, priced_usage = r.usage, None
         if usage is not None:
@@ -352,6 +396,7 @@ class ModelCall:
                 **self._body_fields(),
             )
             await self.b.cap_events(outcome)
+            await self._report(None)
         self.b.metrics.call_finished(r.provider, "ok", timing["duration_ms"] / 1000)
 
     async def _close_error(self, reason: str, *, charge: str, detail: str | None = None) -> None:
@@ -360,6 +405,7 @@ class ModelCall:
         final usage if it is known, else the reservation) or "reservation" (what is
         known is not final: a cut stream may have been billed for more)."""
         self.closed = True
+        self._disarm()
         r = self.record
         outcome = None
         fields = {"detail": self.b.scrub(detail)[:300]} if detail else {}
@@ -401,7 +447,27 @@ class ModelCall:
             )
             if outcome is not None:
                 await self.b.cap_events(outcome)
+            await self._report(reason)
         self.b.metrics.call_finished(r.provider, reason, timing["duration_ms"] / 1000)
+
+    def _disarm(self) -> None:
+        """The call is closing: the deadline no longer applies, so an answer that is
+        recorded is also delivered."""
+        if self._attempt is not None:
+            self._attempt.deadline = math.inf
+
+    async def _report(self, reason: str | None) -> None:
+        """Tell the breaker how the call ended (after its closing event); record any
+        transition that caused."""
+        if self.passage is None:
+            return
+        changes = self.passage.report(reason, self.record.status)
+        try:
+            await record_changes(self.b, changes)
+        except EvidenceLost:
+            # record() has already asked the run to stop for the lost evidence; the
+            # transition goes with everything else the ledger can no longer take.
+            return
 
     async def _write_close(self, type: str, **fields) -> None:
         """Append the closing event into the room its model.request held: no ceiling

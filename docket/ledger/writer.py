@@ -53,6 +53,7 @@ import os
 import queue
 import stat
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -113,6 +114,7 @@ class LedgerDamaged(InputError):
 class _WriteResult:
     error: OSError | None  # None: the batch is durable
     broken: str | None = None  # set when the file could not be cut back after a failure
+    seconds: float = 0.0  # the write and fdatasync of a durable batch, for on_sync
 
 
 def _write_durably(fd: int, data: bytes, good_size: int) -> _WriteResult:
@@ -123,6 +125,7 @@ def _write_durably(fd: int, data: bytes, good_size: int) -> _WriteResult:
     those bytes are cut back and their events counted lost, never assumed safe.
     """
     written = 0
+    started = time.perf_counter()
     try:
         view = memoryview(data)
         while written < len(data):
@@ -131,7 +134,7 @@ def _write_durably(fd: int, data: bytes, good_size: int) -> _WriteResult:
                 raise OSError(errno.EIO, "write made no progress")
             written += n
         os.fdatasync(fd)
-        return _WriteResult(None)
+        return _WriteResult(None, seconds=time.perf_counter() - started)
     except OSError as exc:
         error = exc
     if written == 0:
@@ -272,6 +275,8 @@ class Ledger:
         self._closing = False
         self._crashed: str | None = None
         self.fsyncs = 0  # fdatasync calls that made a batch durable
+        # Called with the seconds each durable batch's write and fdatasync took (metrics).
+        self.on_sync: Callable[[float], object] | None = None
 
     @property
     def head(self) -> str:
@@ -531,6 +536,8 @@ class Ledger:
         self.fsyncs += 1
         book.commit(batch)
         try:
+            if self.on_sync is not None:
+                self.on_sync(result.seconds)
             if self._observers:
                 for line in batch.lines:
                     event = json.loads(line)
