@@ -172,3 +172,25 @@ def test_a_refused_lock_leaves_the_holder_alone(tmp_path):
             LedgerLock(path).acquire()
         assert holder_pid(path) == os.getpid()  # the refused attempt did not rewrite the pid
     assert holder_pid(path) is None
+
+
+def test_holder_pid_only_observes_it_never_takes_the_lock(tmp_path, monkeypatch):
+    # Taking the lock to look, even for an instant, would refuse a writer starting then.
+    import os
+
+    from docket.ledger import lock as lock_module
+
+    ledger = tmp_path / "ledger.jsonl"
+    held = lock_module.LedgerLock(ledger)
+    held.acquire()
+    try:
+
+        def no_flock(*args):
+            raise AssertionError("holder_pid took a lock")
+
+        monkeypatch.setattr(lock_module.fcntl, "flock", no_flock)
+        assert lock_module.holder_pid(ledger) == os.getpid()
+    finally:
+        monkeypatch.undo()
+        held.release()
+    assert lock_module.holder_pid(ledger) is None

@@ -68,7 +68,37 @@ class LedgerLock:
 
 
 def holder_pid(ledger: str | os.PathLike) -> int | None:
-    """The pid of a live writer holding the ledger, or None if nobody holds it."""
+    """The pid of a live writer holding the ledger, or None if nobody holds it.
+
+    Read from /proc/locks, which only observes: probing by taking the lock
+    ourselves (even shared, for an instant) would make a writer that starts in
+    that instant be refused as "locked". Falls back to that probe where
+    /proc/locks is missing.
+    """
+    try:
+        st = os.stat(lock_path(ledger))
+    except FileNotFoundError:
+        return None
+    try:
+        with open("/proc/locks", encoding="ascii") as locks:
+            table = locks.read()
+    except OSError:
+        return _probe_holder(ledger)
+    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 19299 fe:00:2148766 0 EOF" (blocked waiters have "->")
+        fields = line.split()
+        if (
+            len(fields) >= 6
+            and fields[1] == "FLOCK"
+            and fields[5] == wanted
+            and fields[3] == "WRITE"
+        ):
+            return int(fields[4])
+    return None
+
+
+def _probe_holder(ledger: str | os.PathLike) -> int | None:
     try:
         fd = os.open(lock_path(ledger), os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
