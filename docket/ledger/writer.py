@@ -487,7 +487,8 @@ class Ledger:
         items = (unsettled or []) + list(book.queue)
         book.queue.clear()
         if items:
-            book.lose(items, f"the ledger stopped after {self._crashed}", attempted=False)
+            # Counted as a write failure: the receipt must not claim events lost without one.
+            book.lose(items, f"the ledger stopped after {self._crashed}", attempted=True)
         stopped = f"ledger {self.path} stopped after {self._crashed}"
         for item in items:
             if item.waiter is not None:
