@@ -158,28 +158,32 @@ class Boundary:
 
     async def record(self, type: str, **fields) -> int | None:
         """Append an event. Losing evidence under fail_fast_evidence stops the run."""
-        with self._stop_on_evidence_lost():
+        try:
             return await self.ledger.append(type, **fields)
+        except EvidenceLost:
+            self._evidence_lost()
+            raise
 
     async def record_opening(self, type: str, *, closing_bytes: int, **fields):
         """`record` for an event that holds room for its closing event: (seq, slot)."""
-        with self._stop_on_evidence_lost():
+        try:
             return await self.ledger.append_opening(type, closing_bytes=closing_bytes, **fields)
+        except EvidenceLost:
+            self._evidence_lost()
+            raise
 
     async def record_closing(self, slot, type: str, *, optional=(), **fields) -> int | None:
         """`record` for the event that closes `slot`: no ceiling refuses it."""
-        with self._stop_on_evidence_lost():
-            return await self.ledger.append_closing(slot, type, optional=optional, **fields)
-
-    @contextlib.contextmanager
-    def _stop_on_evidence_lost(self):
         try:
-            yield
+            return await self.ledger.append_closing(slot, type, optional=optional, **fields)
         except EvidenceLost:
-            self.stop(
-                "evidence could not be written (fail_fast_evidence)", None, EXIT_EVIDENCE_LOST
-            )
+            self._evidence_lost()
             raise
+
+    def _evidence_lost(self) -> None:
+        # Plain try/except in the three callers, not a @contextmanager: they are on
+        # every call's path, twice, and the generator machinery showed in profiles.
+        self.stop("evidence could not be written (fail_fast_evidence)", None, EXIT_EVIDENCE_LOST)
 
     async def cap_events(self, outcome) -> None:
         for event in outcome.events:
@@ -344,8 +348,9 @@ class Boundary:
         # is on its way to disk, a stopping run must not leave it half done (a held
         # reservation, or a model.request that no closing event follows).
         try:
-            with trio.CancelScope(shield=True):
-                await self.cap_events(decision)
+            if decision.events or decision.stop_run:  # else there is nothing to write
+                with trio.CancelScope(shield=True):
+                    await self.cap_events(decision)
         except EvidenceLost:
             await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
             return

@@ -21,6 +21,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import trio
 
@@ -123,6 +124,11 @@ def error_reason(exc: upstream.UpstreamError) -> str:
     return "protocol"
 
 
+class _Relayed(NamedTuple):
+    now: bytes  # to the client at once
+    held: bytes  # until the closing event is durable
+
+
 class ModelCall:
     """The forwarding half of one call, after the guards have let it through.
 
@@ -205,6 +211,11 @@ class ModelCall:
         )
         pool = self.route.pool
         cut = math.inf if self.passage is None else self.passage.attempt.cut
+        if cut == math.inf:
+            # No caller deadline: the pool's connect and read timeouts bound the attempt,
+            # and a scope with no deadline would only cost time on every call.
+            await self._attempt_once(pool, target, out_headers, body, respond, strip)
+            return
         # The whole attempt (connect, send, answer, body or stream) ends at the caller's
         # deadline; cancelling it closes the upstream connection, stopping the work.
         with trio.CancelScope(deadline=cut) as self._attempt:
@@ -257,15 +268,18 @@ class ModelCall:
         tracker = providers.stream_tracker(self.facts, strip_usage_chunk=strip)
         held = b""
         try:
-            await respond.start(resp.status, relay_headers(resp.headers))
-            async for chunk in resp.body():
-                self.record.bytes += len(chunk)
-                self._keep(chunk)
-                out = tracker.feed(chunk)
-                if tracker.finished:
-                    held += out  # the end of the answer waits for its event to be durable
-                elif out:
-                    await respond.send(out)
+            # What one read brought goes out in one write, the head with the chunks that
+            # came with it: a write per upstream chunk cost a syscall and a trip through
+            # the scheduler each, and that burst of CPU delayed the client reading the head.
+            batches = resp.body_batches()
+            first = self._relay_batch(batches.ready(), tracker)
+            held += first.held
+            await respond.start(resp.status, relay_headers(resp.headers), body=first.now)
+            async for chunks in batches:
+                batch = self._relay_batch(chunks, tracker)
+                held += batch.held
+                if batch.now:
+                    await respond.send(batch.now)
             held += tracker.flush()
         except ClientGone:
             self._note_stream(tracker)
@@ -295,6 +309,22 @@ class ModelCall:
                 await respond.abort()
         except ClientGone:
             return  # already recorded; the agent left after the last event was written
+
+    def _relay_batch(self, chunks: list[bytes], tracker) -> _Relayed:
+        """Feed chunks that arrived together to the tracker: what to send now, and what
+        to hold (from the provider's end-of-stream marker on, the answer's end waits
+        for its event to be durable)."""
+        now: list[bytes] = []
+        held = b""
+        for chunk in chunks:
+            self.record.bytes += len(chunk)
+            self._keep(chunk)
+            out = tracker.feed(chunk)
+            if tracker.finished:
+                held += out
+            elif out:
+                now.append(out)
+        return _Relayed(b"".join(now), held)
 
     def _note_stream(self, tracker) -> None:
         self.record.usage = tracker.usage

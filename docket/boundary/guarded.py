@@ -166,8 +166,9 @@ class Guards:
         bulkhead = self.bulkheads.get(route.name)
         entered: Entered | None = None
         try:
-            with trio.CancelScope(shield=True):
-                await record_changes(b, verdict.events)  # open -> half-open, for a probe
+            if verdict.events:  # open -> half-open, for a probe
+                with trio.CancelScope(shield=True):
+                    await record_changes(b, verdict.events)
             if bulkhead is not None:
                 got, waited = await self._enter(bulkhead, budget)
                 if isinstance(got, Shed):

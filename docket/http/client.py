@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import ssl
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -186,15 +185,8 @@ class _UpstreamConnection:
 
     async def next_event(self, read_timeout: float):
         while True:
-            try:
-                event = self.h11.next_event()
-            except h11.RemoteProtocolError as exc:
-                if self.eof:
-                    raise ConnectionReset(f"upstream closed the connection early: {exc}") from None
-                raise ProtocolError(f"upstream spoke bad HTTP: {exc}") from None
+            event = self.buffered_event()
             if event is not h11.NEED_DATA:
-                if isinstance(event, h11.ConnectionClosed):
-                    raise ConnectionReset("upstream closed the connection before responding")
                 return event
             with trio.move_on_after(read_timeout):
                 try:
@@ -206,6 +198,19 @@ class _UpstreamConnection:
                 self.h11.receive_data(data)
                 continue
             raise ReadTimeout(f"upstream sent nothing for {read_timeout:g}s")
+
+    def buffered_event(self):
+        """The next event from bytes already received (no I/O), or h11.NEED_DATA;
+        the upstream's failures raised as UpstreamErrors."""
+        try:
+            event = self.h11.next_event()
+        except h11.RemoteProtocolError as exc:
+            if self.eof:
+                raise ConnectionReset(f"upstream closed the connection early: {exc}") from None
+            raise ProtocolError(f"upstream spoke bad HTTP: {exc}") from None
+        if isinstance(event, h11.ConnectionClosed):
+            raise ConnectionReset("upstream closed the connection before responding")
+        return event
 
 
 def _cause(exc: BaseException) -> str:
@@ -236,6 +241,12 @@ class UpstreamResponse:
     def body(self) -> _ResponseBody:
         """`async for chunk in resp.body():` each chunk as it arrives."""
         return _ResponseBody(self)
+
+    def body_batches(self) -> _ResponseBatches:
+        """`async for chunks in resp.body_batches():` the body as lists of chunks: each
+        list is what arrived together (at least one chunk; waiting only for the first),
+        so a relay can pass on in one write what one read brought."""
+        return _ResponseBatches(self)
 
     async def read(self, limit: int | None = None) -> bytes:
         """The whole body; ProtocolError if it is longer than `limit`."""
@@ -269,6 +280,71 @@ class _ResponseBody:
             response.complete = True
             raise StopAsyncIteration
         raise ProtocolError(f"unexpected {type(event).__name__} in a response body")
+
+
+class _ResponseBatches:
+    __slots__ = ("_response", "_failure")
+
+    def __init__(self, response: UpstreamResponse) -> None:
+        self._response = response
+        # A failure found while taking buffered chunks: raised on the next step, once
+        # the chunks before it have been handed over, as one-by-one reading would.
+        self._failure: UpstreamError | None = None
+
+    def __aiter__(self) -> _ResponseBatches:
+        return self
+
+    async def __anext__(self) -> list[bytes]:
+        self._raise_failure()
+        response = self._response
+        if response.complete:
+            raise StopAsyncIteration
+        batch = self._take(await response._conn.next_event(response._timeout))
+        if batch:
+            return batch
+        self._raise_failure()
+        raise StopAsyncIteration
+
+    def ready(self) -> list[bytes]:
+        """The chunks already received, without waiting (possibly none)."""
+        response = self._response
+        if response.complete or self._failure is not None:
+            return []
+        try:
+            event = response._conn.buffered_event()
+        except UpstreamError as exc:
+            self._failure = exc
+            return []
+        return [] if event is h11.NEED_DATA else self._take(event)
+
+    def _take(self, event) -> list[bytes]:
+        """`event` and every event already buffered after it, as chunks, up to the end
+        of the body; a failure on the way is kept for the next step."""
+        response = self._response
+        batch: list[bytes] = []
+        while True:
+            if isinstance(event, h11.Data):
+                batch.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                response.complete = True
+                return batch
+            else:
+                self._failure = ProtocolError(
+                    f"unexpected {type(event).__name__} in a response body"
+                )
+                return batch
+            try:
+                event = response._conn.buffered_event()
+            except UpstreamError as exc:
+                self._failure = exc
+                return batch
+            if event is h11.NEED_DATA:
+                return batch
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
 
 
 @dataclass
@@ -314,8 +390,7 @@ class UpstreamPool:
         self._idle: deque[_UpstreamConnection] = deque()
         self._closed = False
 
-    @asynccontextmanager
-    async def request(
+    def request(
         self,
         method: str,
         target: str | bytes,
@@ -323,38 +398,11 @@ class UpstreamPool:
         body: bytes | AsyncIterable[bytes] = b"",
         *,
         wait_timeout: float | None = None,
-    ) -> AsyncIterator[UpstreamResponse]:
-        """One exchange. `body` is bytes (content-length is added) or an async
-        iterable of chunks (sent chunked). A host header is added if missing."""
-        if self._closed:
-            raise RuntimeError("the upstream pool is closed")
-        await self._acquire_slot(wait_timeout)
-        try:
-            conn = await self._checkout()
-            reusable = False
-            try:
-                await self._send_request(conn, method, target, headers, body)
-                event = await conn.next_event(self.read_timeout)
-                while isinstance(event, h11.InformationalResponse):
-                    event = await conn.next_event(self.read_timeout)
-                response = UpstreamResponse(event, conn, self.read_timeout)
-                yield response
-                reusable = (
-                    response.complete
-                    and conn.h11.our_state is h11.DONE
-                    and conn.h11.their_state is h11.DONE
-                    and not self._closed
-                )
-            finally:
-                if reusable:
-                    conn.h11.start_next_cycle()
-                    conn.idle_since = trio.current_time()
-                    self._idle.append(conn)
-                else:
-                    await self._discard(conn)
-        finally:
-            self.stats.in_use -= 1
-            self._slots.release()
+    ) -> _Exchange:
+        """One exchange, `async with pool.request(...) as resp:`. `body` is bytes
+        (content-length is added) or an async iterable of chunks (sent chunked). A
+        host header is added if missing."""
+        return _Exchange(self, method, target, headers, body, wait_timeout)
 
     async def _acquire_slot(self, wait_timeout: float | None) -> None:
         self.stats.waiting += 1
@@ -439,6 +487,66 @@ class UpstreamPool:
         self._closed = True
         while self._idle:
             await self._discard(self._idle.pop())
+
+
+class _Exchange:
+    """`pool.request(...)`: a slot and a connection for one exchange, given back on
+    leaving. A class rather than an @asynccontextmanager: this is on every call's
+    path, and the generator machinery cost more than the exchange's own bookkeeping."""
+
+    __slots__ = ("_pool", "_request", "_wait_timeout", "_conn", "_response")
+
+    def __init__(self, pool: UpstreamPool, method, target, headers, body, wait_timeout) -> None:
+        self._pool = pool
+        self._request = (method, target, headers, body)
+        self._wait_timeout = wait_timeout
+        self._conn: _UpstreamConnection | None = None
+        self._response: UpstreamResponse | None = None
+
+    async def __aenter__(self) -> UpstreamResponse:
+        pool = self._pool
+        if pool._closed:
+            raise RuntimeError("the upstream pool is closed")
+        await pool._acquire_slot(self._wait_timeout)
+        try:
+            conn = self._conn = await pool._checkout()
+            await pool._send_request(conn, *self._request)
+            event = await conn.next_event(pool.read_timeout)
+            while isinstance(event, h11.InformationalResponse):
+                event = await conn.next_event(pool.read_timeout)
+            self._response = UpstreamResponse(event, conn, pool.read_timeout)
+            return self._response
+        except BaseException:
+            await self._give_back(completed=False)
+            raise
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        await self._give_back(completed=exc_type is None)
+
+    async def _give_back(self, *, completed: bool) -> None:
+        """Keep the connection if the block ended normally with the exchange complete on
+        a connection both sides keep; else close it. Free the slot either way."""
+        pool, conn, response = self._pool, self._conn, self._response
+        try:
+            if conn is None:
+                return
+            reusable = (
+                completed
+                and response is not None
+                and response.complete
+                and conn.h11.our_state is h11.DONE
+                and conn.h11.their_state is h11.DONE
+                and not pool._closed
+            )
+            if reusable:
+                conn.h11.start_next_cycle()
+                conn.idle_since = trio.current_time()
+                pool._idle.append(conn)
+            else:
+                await pool._discard(conn)
+        finally:
+            pool.stats.in_use -= 1
+            pool._slots.release()
 
 
 def _lower(name: bytes | str) -> bytes:

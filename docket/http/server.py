@@ -233,15 +233,21 @@ class Responder:
             if data:
                 await trio.sleep_forever()
 
-    async def start(self, status: int, headers: HeaderPairs = (), reason: bytes = b"") -> None:
-        """Send the status line and headers now. Without content-length the body
-        is chunked (or, to an HTTP/1.0 client, delimited by closing)."""
+    async def start(
+        self, status: int, headers: HeaderPairs = (), reason: bytes = b"", body: bytes = b""
+    ) -> None:
+        """Send the status line and headers now, with `body`, the first of the body
+        when there is some already, in the same write. Without content-length the
+        body is chunked (or, to an HTTP/1.0 client, delimited by closing)."""
         if self.started:
             raise RuntimeError("response already started")
         conn = self._conn
         head = conn.h11.send(h11.Response(status_code=status, headers=list(headers), reason=reason))
         self.started = True
         self.status = status
+        if body:
+            head += conn.h11.send(h11.Data(data=body))
+            self.bytes_sent += len(body)
         await conn.write(head)
 
     async def send(self, data: bytes) -> None:
