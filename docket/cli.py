@@ -107,7 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the diagnosis as one JSON object")
     p.set_defaults(func=cmd_doctor)
 
-    p = verbs.add_parser("demo", help="write a ledger and receipt, verify, tamper, verify again")
+    p = verbs.add_parser(
+        "demo", help="a capped agent run against a stub, then verify, tamper and doctor"
+    )
     p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
     p.set_defaults(func=cmd_demo)
 
