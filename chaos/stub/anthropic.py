@@ -184,3 +184,18 @@ def models(created: int) -> bytes:
 def response_headers(seq: int, *, streaming: bool) -> list[tuple[bytes, bytes]]:
     kind = b"text/event-stream; charset=utf-8" if streaming else b"application/json"
     return [(b"content-type", kind), (b"request-id", request_id(seq).encode())]
+
+
+OVERLOADED_STATUS = 529
+
+
+def injected_error(kind: str, status: int | None, *, seq: int = 0) -> tuple[int, bytes]:
+    """The status and body of an injected upstream error, in Anthropic's shape."""
+    if kind == "rate_limited":
+        message = "This request would exceed your account's rate limit. Please try again later."
+        return 429, error(429, message, seq=seq)
+    if kind == "overloaded":
+        return OVERLOADED_STATUS, error(OVERLOADED_STATUS, "Overloaded", seq=seq)
+    if kind == "status" and status is not None:
+        return status, error(status, f"Injected upstream error {status} (Docket stub).", seq=seq)
+    raise ValueError(f"no injected error {kind!r} with status {status!r}")

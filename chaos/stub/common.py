@@ -9,6 +9,7 @@ to the max_tokens the request declared.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -102,3 +103,39 @@ def optional_positive_int(body: dict, *names: str) -> int | None:
                 raise StubRequestError(400, f"{name}: must be an integer >= 1", param=name)
             return value
     return None
+
+
+# ---------------------------------------------------------------- injected body faults
+
+# A stream event whose data is not JSON (upstream:malformed_json on a stream).
+MALFORMED_EVENT = b'data: {"id": "malformed", "choices": [\n\n'
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _strip_usage(data: dict) -> dict:
+    data.pop("usage", None)
+    message = data.get("message")
+    if isinstance(message, dict):
+        message.pop("usage", None)  # Anthropic's message_start carries it here
+    return data
+
+
+def without_usage(body: bytes) -> bytes:
+    """A whole answer with its usage removed (upstream:missing_usage)."""
+    return _dumps(_strip_usage(json.loads(body)))
+
+
+def frame_without_usage(frame: bytes) -> bytes:
+    """A stream event with its usage removed; b"" for an event that carried only
+    usage (OpenAI's last chunk, `"choices": []`), which is then not sent."""
+    head, sep, rest = frame.partition(b"data: ")
+    payload = rest.rstrip(b"\n")
+    if not sep or not payload.startswith(b"{"):
+        return frame  # `data: [DONE]` and anything without a JSON object
+    data = json.loads(payload)
+    if data.get("choices") == [] and "usage" in data:
+        return b""
+    return head + sep + _dumps(_strip_usage(data)) + b"\n\n"

@@ -200,3 +200,31 @@ def models(created: int) -> bytes:
 def response_headers(seq: int, *, streaming: bool) -> list[tuple[bytes, bytes]]:
     kind = b"text/event-stream; charset=utf-8" if streaming else b"application/json"
     return [(b"content-type", kind), (b"x-request-id", f"req_stub{seq:012d}".encode())]
+
+
+# OpenAI has no 529: an overloaded server answers 503 with a server_error
+# ("The server is overloaded or not ready yet."), which its SDK retries.
+OVERLOADED_STATUS = 503
+
+
+def injected_error(kind: str, status: int | None, *, seq: int = 0) -> tuple[int, bytes]:
+    """The status and body of an injected upstream error, in OpenAI's shape."""
+    if kind == "rate_limited":
+        # a rate limit is typed by what ran out ("requests" or "tokens")
+        message = (
+            "Rate limit reached for requests per min (RPM) on the Docket stub. "
+            "Please try again later."
+        )
+        body = {
+            "message": message,
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        }
+        return 429, _dumps({"error": body})
+    if kind == "overloaded":
+        message = "The server is overloaded or not ready yet."
+        return OVERLOADED_STATUS, error(OVERLOADED_STATUS, message, seq=seq)
+    if kind == "status" and status is not None:
+        return status, error(status, f"Injected upstream error {status} (Docket stub).", seq=seq)
+    raise ValueError(f"no injected error {kind!r} with status {status!r}")

@@ -10,10 +10,11 @@ which key. The log is also served: GET /_stub/log[?since=SEQ] (JSON lines) and
 POST /_stub/reset.
 
 What the stub does to a request is a Behaviour, chosen per request by a
-pluggable function of the Arrival (its ordinal, model, stream flag...). Only
-latency exists now; upstream faults (statuses with Retry-After, malformed or
-truncated bodies, streams cut after N events, missing usage) are meant to be
-added as Behaviour fields acted on in `_answer`.
+pluggable function of the Arrival (its ordinal, model, stream flag...): delays,
+an injected error status (with Retry-After), a malformed or truncated body, a
+stream cut after N events, an answer without usage. chaos.faults.upstream builds
+the chooser from a fault schedule; each Behaviour names the faults it performs
+(`injected`), and the log entry of the request carries them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ from types import ModuleType
 import trio
 
 from chaos.stub import anthropic, openai
-from chaos.stub.common import Exchange, StubRequestError, make_reply
+from chaos.stub.common import (
+    MALFORMED_EVENT,
+    Exchange,
+    StubRequestError,
+    frame_without_usage,
+    make_reply,
+    without_usage,
+)
 from docket.clock import Clock, rfc3339
 from docket.http.server import BodyTooLarge, Listening, Request, Responder, serve
 
@@ -39,10 +47,24 @@ MiB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Behaviour:
-    """What the stub does to one request (seconds). Faults join here later."""
+    """What the stub does to one request (delays in seconds).
+
+    At most one of `error` and the body faults (`malformed_json`,
+    `truncate_bytes`, `cut_after_events`) is meant to be set; `_answer` checks
+    them in that order. `injected` is the `fault.injected` fields of every fault
+    this behaviour performs, recorded in the request log.
+    """
 
     first_byte_delay: float = 0.0  # before the status line of any answer
     token_delay: float = 0.0  # between two streamed tokens
+    error: str | None = None  # "status", "rate_limited" or "overloaded"
+    status: int | None = None  # the code, for error="status"
+    retry_after: str | None = None  # the Retry-After header value, when sent
+    malformed_json: bool = False  # 200 whose body (or first stream event) is not JSON
+    truncate_bytes: int | None = None  # close the connection after this many body bytes
+    cut_after_events: int | None = None  # close a stream after this many events
+    omit_usage: bool = False  # an answer (whole or streamed) without usage
+    injected: tuple[dict, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,7 +132,15 @@ class RequestLog:
         self._file = open(path, "a", encoding="utf-8") if path is not None else None  # noqa: SIM115 - lives as long as the log
 
     def record(self, entry: dict) -> None:
+        self.keep(entry)
+        self.write(entry)
+
+    def keep(self, entry: dict) -> None:
+        """In memory only: readable at once (a chooser may look at it)."""
         self._entries.append(entry)
+
+    def write(self, entry: dict) -> None:
+        """To the file only, once the entry is final."""
         if self._file is not None:
             self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
             self._file.flush()
@@ -170,7 +200,7 @@ class Stub:
         try:
             body = await request.read_body(self.config.max_body_bytes)
         except BodyTooLarge as exc:
-            self._record(seq, request, None, None)
+            self.log.record(self._entry(seq, request, None, None))
             await self._error(respond, seq, StubRequestError(413, str(exc)))
             return
         exchange: Exchange | None = None
@@ -184,18 +214,25 @@ class Stub:
                 exchange = self.provider.parse(body)
         except StubRequestError as exc:
             problem = exc
-        self._record(seq, request, body, exchange)
-        behaviour = self.choose(
-            Arrival(
-                ordinal=seq,
-                kind=self.config.kind,
-                method=request.method,
-                path=request.path,
-                model=exchange.model if exchange else None,
-                stream=exchange.stream if exchange else False,
-                body_bytes=len(body),
+        # kept before the behaviour is chosen (a chooser may read it), written to the
+        # file with the faults the answer carries, all before it is answered
+        entry = self._entry(seq, request, body, exchange)
+        self.log.keep(entry)
+        try:
+            behaviour = self.choose(
+                Arrival(
+                    ordinal=seq,
+                    kind=self.config.kind,
+                    method=request.method,
+                    path=request.path,
+                    model=exchange.model if exchange else None,
+                    stream=exchange.stream if exchange else False,
+                    body_bytes=len(body),
+                )
             )
-        )
+            entry["faults"] = list(behaviour.injected)
+        finally:
+            self.log.write(entry)  # a chooser that fails still leaves the request on file
         await self._answer(respond, seq, behaviour, endpoint, exchange, problem)
 
     async def _answer(
@@ -212,6 +249,9 @@ class Stub:
         if problem is not None:
             await self._error(respond, seq, problem)
             return
+        if behaviour.error is not None:
+            await self._injected_error(respond, seq, behaviour)
+            return
         created = int(self.clock.wall())
         provider = self.provider
         if endpoint == "models":
@@ -221,49 +261,87 @@ class Stub:
         assert exchange is not None
         reply = make_reply(self.config.reply_tokens, exchange.max_tokens)
         if not exchange.stream:
-            headers = provider.response_headers(seq, streaming=False)
-            await respond.simple(200, headers, provider.whole(exchange, reply, seq, created))
+            body = provider.whole(exchange, reply, seq, created)
+            if behaviour.omit_usage:
+                body = without_usage(body)
+            await self._send_whole(respond, seq, behaviour, body)
             return
+        frames = list(provider.frames(exchange, reply, seq, created))
+        if behaviour.omit_usage:
+            frames = [(f, t) for f, t in ((frame_without_usage(f), t) for f, t in frames) if f]
+        if behaviour.malformed_json:
+            frames[0] = (MALFORMED_EVENT, frames[0][1])
         headers = provider.response_headers(seq, streaming=True)
         headers.append((b"cache-control", b"no-cache"))
         await respond.start(200, headers)
-        tokens_sent = 0
-        for frame, is_token in provider.frames(exchange, reply, seq, created):
+        tokens_sent = sent_bytes = 0
+        for events_sent, (frame, is_token) in enumerate(frames):
+            if behaviour.cut_after_events is not None and events_sent >= behaviour.cut_after_events:
+                await respond.abort()
+                return
             if is_token:
                 if tokens_sent and behaviour.token_delay > 0:
                     await trio.sleep(behaviour.token_delay)
                 tokens_sent += 1
+            limit = behaviour.truncate_bytes
+            if limit is not None and sent_bytes + len(frame) >= limit:
+                await respond.send(frame[: limit - sent_bytes])
+                await respond.abort()
+                return
             await respond.send(frame)
+            sent_bytes += len(frame)
         await respond.end()
+
+    async def _send_whole(
+        self, respond: Responder, seq: int, behaviour: Behaviour, body: bytes
+    ) -> None:
+        headers = self.provider.response_headers(seq, streaming=False)
+        if behaviour.malformed_json:
+            # cut mid-object: a complete HTTP answer whose JSON does not parse
+            await respond.simple(200, headers, body[: len(body) // 2])
+            return
+        limit = behaviour.truncate_bytes
+        if limit is not None and limit < len(body):
+            # the whole length is promised, then the connection closes short of it
+            headers.append((b"content-length", str(len(body)).encode()))
+            await respond.start(200, headers, body=body[:limit])
+            await respond.abort()
+            return
+        await respond.simple(200, headers, body)
+
+    async def _injected_error(self, respond: Responder, seq: int, behaviour: Behaviour) -> None:
+        provider = self.provider
+        status, body = provider.injected_error(behaviour.error, behaviour.status, seq=seq)
+        headers = provider.response_headers(seq, streaming=False)
+        if behaviour.retry_after is not None:
+            headers.append((b"retry-after", behaviour.retry_after.encode("latin-1")))
+        await respond.simple(status, headers, body)
 
     async def _error(self, respond: Responder, seq: int, problem: StubRequestError) -> None:
         body = self.provider.error(problem.status, problem.message, param=problem.param, seq=seq)
         headers = self.provider.response_headers(seq, streaming=False)
         await respond.simple(problem.status, headers, body)
 
-    def _record(
+    def _entry(
         self, seq: int, request: Request, body: bytes | None, exchange: Exchange | None
-    ) -> None:
+    ) -> dict:
         key = self.provider.api_key(request.headers)
-        self.log.record(
-            {
-                "seq": seq,
-                "ts": rfc3339(self.clock.wall()),
-                "mono_ms": round((self.clock.mono() - self._started_mono) * 1000, 3),
-                "kind": self.config.kind,
-                "method": request.method,
-                "path": request.path,
-                "query": request.query,
-                "headers": [
-                    [name.decode("latin-1"), _redact(name, v)] for name, v in request.headers
-                ],
-                "key": fingerprint(key) if key is not None else None,
-                "body_bytes": len(body) if body is not None else None,
-                "body_sha256": hashlib.sha256(body).hexdigest() if body is not None else None,
-                "model": exchange.model if exchange else None,
-                "stream": exchange.stream if exchange else None,
-            }
-        )
+        return {
+            "seq": seq,
+            "ts": rfc3339(self.clock.wall()),
+            "mono_ms": round((self.clock.mono() - self._started_mono) * 1000, 3),
+            "kind": self.config.kind,
+            "method": request.method,
+            "path": request.path,
+            "query": request.query,
+            "headers": [[name.decode("latin-1"), _redact(name, v)] for name, v in request.headers],
+            "key": fingerprint(key) if key is not None else None,
+            "body_bytes": len(body) if body is not None else None,
+            "body_sha256": hashlib.sha256(body).hexdigest() if body is not None else None,
+            "model": exchange.model if exchange else None,
+            "stream": exchange.stream if exchange else None,
+            "faults": [],
+        }
 
     async def _control(self, request: Request, respond: Responder) -> None:
         """The harness's door: read or clear the request log."""
