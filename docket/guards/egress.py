@@ -76,6 +76,14 @@ class Entry:
         return host if self.port is None else f"{host}:{self.port}"
 
 
+def _ip_literal(text: str) -> str | None:
+    """The compressed form of an IP address, or None when `text` is a name instead."""
+    try:
+        return ipaddress.ip_address(text).compressed
+    except ValueError:
+        return None  # not an address: the caller reads it as a host name
+
+
 def canonical_host(text: str) -> str:
     """The one form a host is compared and connected in; ValueError saying why
     `text` is not a host. Brackets around an IPv6 literal are optional."""
@@ -85,10 +93,9 @@ def canonical_host(text: str) -> str:
             return ipaddress.IPv6Address(text).compressed
         except ValueError:
             raise ValueError("not an IPv6 address inside brackets") from None
-    try:
-        return ipaddress.ip_address(text).compressed
-    except ValueError:
-        pass
+    address = _ip_literal(text)
+    if address is not None:
+        return address
     if text.isascii():
         name = text.lower()
     else:
