@@ -4,162 +4,57 @@ spec/fault-grammar.md is the written grammar (EBNF) and the reference for every
 rule here. Parsing is pure; a bad fault raises `FaultSyntaxError`, one line that
 names the 1-based column and what was expected. Every `Fault` prints back
 (`.text`) to the canonical text that parses to the same `Fault`.
+
+The values live in chaos.fault_values, the table of targets and kinds in
+chaos.fault_table, the per-shape value converters in chaos.fault_converters;
+this module re-exports their public names so `chaos.grammar` stays the one door.
 """
 
 from __future__ import annotations
 
-import email.utils
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from chaos.fault_converters import CONVERTERS, SHAPES
+from chaos.fault_table import FAMILIES
+from chaos.fault_values import (
+    CONDITION_ORDER,
+    Chance,
+    Condition,
+    Duration,
+    HttpDate,
+    Instant,
+    Ordinals,
+    Rate,
+    Size,
+    Trigger,
+    Value,
+    Window,
+    value_text,
+)
 from chaos.faults import FamilySpec, KindSpec, Param
 from docket.errors import InputError
 
-# ---------------------------------------------------------------- values
-
-
-@dataclass(frozen=True)
-class Duration:
-    ms: int  # exact integer milliseconds; negative only for clock:step
-
-    @property
-    def text(self) -> str:
-        if self.ms == 0:
-            return "0"
-        sign, n = ("-" if self.ms < 0 else ""), abs(self.ms)
-        if n % 60_000 == 0:
-            return f"{sign}{n // 60_000}m"
-        if n % 1000 == 0:
-            return f"{sign}{n // 1000}s"
-        return f"{sign}{n}ms"
-
-
-@dataclass(frozen=True)
-class Size:
-    bytes: int
-
-    @property
-    def text(self) -> str:
-        for unit, factor in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-            if self.bytes and self.bytes % factor == 0:
-                return f"{self.bytes // factor}{unit}"
-        return f"{self.bytes}B"
-
-
-@dataclass(frozen=True)
-class Rate:
-    kb_per_s: int  # Toxiproxy's bandwidth unit
-
-    @property
-    def text(self) -> str:
-        return f"{self.kb_per_s}KB/s"
-
-
-@dataclass(frozen=True)
-class HttpDate:
-    value: str  # an IMF-fixdate, as Retry-After carries it
-
-    @property
-    def text(self) -> str:
-        return f'"{self.value}"'
-
-
-Value = int | str | Duration | Size | Rate | HttpDate
-
-
-def value_text(value: Value) -> str:
-    if isinstance(value, int | str):
-        return str(value)
-    return value.text
-
-
-# ---------------------------------------------------------------- triggers
-
-
-@dataclass(frozen=True)
-class Ordinals:
-    """`call A..B` / `seq A..B`, both ends inclusive; `last=None` is open-ended."""
-
-    counter: str  # "call" (1-based) or "seq" (the ledger's seq, 0-based)
-    first: int
-    last: int | None
-
-    @property
-    def text(self) -> str:
-        if self.last == self.first:
-            return f"{self.counter} {self.first}"
-        return f"{self.counter} {self.first}..{'' if self.last is None else self.last}"
-
-
-@dataclass(frozen=True)
-class Window:
-    """`t A..B`: from A (inclusive) to B (exclusive) after the run's start."""
-
-    start_ms: int
-    end_ms: int | None
-
-    @property
-    def text(self) -> str:
-        end = "" if self.end_ms is None else Duration(self.end_ms).text
-        return f"t {Duration(self.start_ms).text}..{end}"
-
-
-@dataclass(frozen=True)
-class Instant:
-    """`t A`: the moment A after the run's start (a timer fires once; ordinals see A..)."""
-
-    at_ms: int
-
-    @property
-    def text(self) -> str:
-        return f"t {Duration(self.at_ms).text}"
-
-
-@dataclass(frozen=True)
-class Chance:
-    """`N%`: each ordinal fires with this probability, decided by the seeded schedule."""
-
-    basis_points: int  # hundredths of a percent, 0..10000
-
-    @property
-    def text(self) -> str:
-        whole, frac = divmod(self.basis_points, 100)
-        return f"{whole}%" if frac == 0 else f"{whole}.{frac:02d}".rstrip("0") + "%"
-
-
-Condition = Ordinals | Window | Instant | Chance
-_CONDITION_ORDER = {Ordinals: 0, Window: 1, Instant: 1, Chance: 2}
-
-
-@dataclass(frozen=True)
-class Trigger:
-    """All conditions must hold; none at all is `always`. Kept in canonical order."""
-
-    conditions: tuple[Condition, ...] = ()
-
-    @property
-    def text(self) -> str:
-        if not self.conditions:
-            return "always"
-        return " & ".join(c.text for c in self.conditions)
-
-    def _find(self, *kinds: type) -> Condition | None:
-        return next((c for c in self.conditions if isinstance(c, kinds)), None)
-
-    @property
-    def ordinals(self) -> Ordinals | None:
-        return self._find(Ordinals)  # type: ignore[return-value]
-
-    @property
-    def chance(self) -> Chance | None:
-        return self._find(Chance)  # type: ignore[return-value]
-
-    @property
-    def timed(self) -> Window | Instant | None:
-        return self._find(Window, Instant)  # type: ignore[return-value]
-
+__all__ = [
+    "FAMILIES",
+    "Chance",
+    "Condition",
+    "Duration",
+    "Fault",
+    "FaultSyntaxError",
+    "HttpDate",
+    "Instant",
+    "Ordinals",
+    "Rate",
+    "Size",
+    "Trigger",
+    "Value",
+    "Window",
+    "parse_fault",
+    "parse_faults",
+    "value_text",
+]
 
 # ---------------------------------------------------------------- faults
 
@@ -207,97 +102,6 @@ class Fault:
         return ordinals.counter if ordinals else FAMILIES[self.target].default_counter
 
 
-# ---------------------------------------------------------------- the table
-
-_STREAM = Param("stream", ("choice",), default="downstream", choices=("upstream", "downstream"))
-_WHO = Param("who", ("choice",), required=True, positional=True, choices=("supervisor", "agent"))
-_RETRY_AFTER = Param("retry_after", ("duration", "http_date"))
-
-
-def _dur(name: str, **kw) -> Param:
-    return Param(name, ("duration",), **kw)
-
-
-FAMILIES: dict[str, FamilySpec] = {
-    "upstream": FamilySpec(
-        "upstream",
-        {
-            "status": KindSpec(
-                (
-                    Param(
-                        "code", ("int",), required=True, positional=True, minimum=400, maximum=599
-                    ),
-                    _RETRY_AFTER,
-                )
-            ),
-            "rate_limited": KindSpec((_RETRY_AFTER,)),
-            "overloaded": KindSpec((_RETRY_AFTER,)),
-            "malformed_json": KindSpec(),
-            "truncate": KindSpec((Param("after", ("int", "size"), required=True),)),
-            "cut_stream": KindSpec((Param("after", ("int",), required=True),)),
-            "slow_first_byte": KindSpec((_dur("delay", required=True, positional=True),)),
-            "slow_tokens": KindSpec((_dur("delay", required=True, positional=True),)),
-            "latency": KindSpec((_dur("delay", required=True, positional=True), _dur("jitter"))),
-            "missing_usage": KindSpec(),
-        },
-        counters=("call",),
-    ),
-    # Toxiproxy toxics; `call` counts connections through the fault proxy.
-    "net": FamilySpec(
-        "net",
-        {
-            "latency": KindSpec(
-                (_dur("delay", required=True, positional=True), _dur("jitter"), _STREAM)
-            ),
-            "bandwidth": KindSpec(
-                (Param("rate", ("rate",), required=True, positional=True), _STREAM)
-            ),
-            "slow_close": KindSpec((_dur("delay", required=True, positional=True), _STREAM)),
-            "timeout": KindSpec((_dur("timeout", required=True, positional=True), _STREAM)),
-            "reset_peer": KindSpec(
-                (_dur("timeout", positional=True, default=Duration(0)), _STREAM)
-            ),
-            "slicer": KindSpec(
-                (
-                    Param("average_size", ("int",), required=True, minimum=1),
-                    Param("size_variation", ("int",), default=0),
-                    _dur("delay", default=Duration(0)),
-                    _STREAM,
-                )
-            ),
-            "limit_data": KindSpec(
-                (Param("bytes", ("size",), required=True, positional=True), _STREAM)
-            ),
-            "down": KindSpec(),
-        },
-        counters=("call",),
-    ),
-    "ledger": FamilySpec(
-        "ledger",
-        {"enospc": KindSpec(), "eio": KindSpec(), "ebadf": KindSpec()},
-        counters=("seq",),
-        default_counter="seq",
-    ),
-    "clock": FamilySpec(
-        "clock",
-        {
-            "step": KindSpec(
-                (Param("by", ("signed_duration",), required=True, positional=True, nonzero=True),)
-            ),
-            "pause": KindSpec((_dur("for", required=True, positional=True, nonzero=True),)),
-        },
-        counters=("call", "seq"),
-        default_counter="seq",
-    ),
-    "process": FamilySpec(
-        "process",
-        {"sigterm": KindSpec((_WHO,)), "sigkill": KindSpec((_WHO,))},
-        counters=("call", "seq"),
-        default_counter="seq",
-    ),
-}
-
-
 # ---------------------------------------------------------------- errors
 
 
@@ -315,10 +119,7 @@ class FaultSyntaxError(InputError):
 
 _IDENT = re.compile(r"[a-z_][a-z0-9_]*")
 _WORD = re.compile(r"[a-z]+")  # trigger keywords: `call5` is `call` missing its space
-_NUMBER_UNIT = re.compile(r"([+-]?)(\d+)(?:\.(\d+))?([A-Za-z/]*)")
 _PERCENT = re.compile(r"(\d+)(?:\.(\d+))?%")
-_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000}
-_SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}
 _VALUE_CHARS = re.compile(r"[^,()\s\"]+")
 
 
@@ -477,10 +278,10 @@ class _Parser:
 
     def value(self, param: Param, token: str, at: int) -> Value:
         for kind in param.types:
-            parsed = _CONVERTERS[kind](self, param, token, at)
+            parsed = CONVERTERS[kind](self, param, token, at)
             if parsed is not None:
                 return parsed
-        shapes = " or ".join(_SHAPES[k] for k in param.types)
+        shapes = " or ".join(SHAPES[k] for k in param.types)
         raise self.fail(f"expected {shapes} for {param.name!r}, found {token!r}", at)
 
     # -- triggers
@@ -517,11 +318,11 @@ class _Parser:
             raise self.fail("'always' cannot be combined with other conditions", always_at[0])
         seen: dict[int, int] = {}
         for condition, at in conditions:
-            rank = _CONDITION_ORDER[type(condition)]
+            rank = CONDITION_ORDER[type(condition)]
             if rank in seen:
                 raise self.fail("a trigger takes at most one condition of each kind", at)
             seen[rank] = at
-        ordered = sorted((c for c, _ in conditions), key=lambda c: _CONDITION_ORDER[type(c)])
+        ordered = sorted((c for c, _ in conditions), key=lambda c: CONDITION_ORDER[type(c)])
         return Trigger(tuple(ordered))
 
     def chance(self) -> Chance:
@@ -582,118 +383,12 @@ class _Parser:
         if not m:
             raise self.expected("a duration (e.g. 2s)")
         self.pos = m.end()
-        return _duration(self, Param("t", ("duration",)), m.group(), at).ms  # type: ignore[union-attr]
+        return CONVERTERS["duration"](self, Param("t", ("duration",)), m.group(), at).ms  # type: ignore[union-attr]
 
     def require_space(self, word: str) -> None:
         if not self.peek(" ") and not self.peek("\t"):
             raise self.expected(f"a space after {word!r}")
         self.skip_ws()
-
-
-# ---------------------------------------------------------------- value converters
-# Each returns None when the token is not its shape at all, and raises when the
-# token is its shape but wrong (a bad unit, out of range), so the error is precise.
-
-
-def _check_range(p: _Parser, param: Param, n: int, at: int, shown: str) -> None:
-    if param.nonzero and n == 0:
-        raise p.fail(f"{param.name!r} cannot be zero", at)
-    if param.minimum is not None and n < param.minimum:
-        raise p.fail(f"{param.name!r} is at least {param.minimum}, found {shown}", at)
-    if param.maximum is not None and n > param.maximum:
-        raise p.fail(f"{param.name!r} is at most {param.maximum}, found {shown}", at)
-
-
-def _int(p: _Parser, param: Param, token: str, at: int) -> int | None:
-    if not token.isascii() or not token.isdigit():
-        return None
-    n = int(token)
-    _check_range(p, param, n, at, token)
-    return n
-
-
-def _duration(p: _Parser, param: Param, token: str, at: int) -> Duration | None:
-    m = _NUMBER_UNIT.fullmatch(token)
-    if not m:
-        return None
-    sign, whole, frac, unit = m.groups()
-    if not unit:
-        if token == "0":
-            _check_range(p, param, 0, at, token)
-            return Duration(0)
-        raise p.fail(f"expected a unit (ms, s or m) after {token!r}", at + len(token))
-    factor = _DURATION_UNITS.get(unit)
-    if factor is None:
-        raise p.fail(f"unknown duration unit {unit!r} (expected ms, s or m)", at + m.start(4))
-    if sign and "signed_duration" not in param.types:
-        raise p.fail(f"{param.name!r} takes no sign", at)
-    numerator = int(whole + (frac or "")) * factor
-    denominator = 10 ** len(frac or "")
-    if numerator % denominator:
-        raise p.fail(f"{token!r} is not a whole number of milliseconds", at)
-    ms = numerator // denominator * (-1 if sign == "-" else 1)
-    _check_range(p, param, ms, at, token)
-    return Duration(ms)
-
-
-def _size(p: _Parser, param: Param, token: str, at: int) -> Size | None:
-    m = _NUMBER_UNIT.fullmatch(token)
-    if not m or m.group(1) or m.group(3) or not m.group(4):
-        return None
-    factor = _SIZE_UNITS.get(m.group(4))
-    if factor is None:
-        raise p.fail(f"unknown size unit {m.group(4)!r} (expected B, KiB or MiB)", at + m.start(4))
-    n = int(m.group(2)) * factor
-    _check_range(p, param, n, at, token)
-    return Size(n)
-
-
-def _rate(p: _Parser, param: Param, token: str, at: int) -> Rate | None:
-    m = _NUMBER_UNIT.fullmatch(token)
-    if not m or m.group(1) or m.group(3):
-        return None
-    if m.group(4) != "KB/s":
-        raise p.fail(f"expected a rate in KB/s (e.g. 100KB/s), found {token!r}", at)
-    return Rate(int(m.group(2)))
-
-
-def _http_date(p: _Parser, param: Param, token: str, at: int) -> HttpDate | None:
-    if not token.startswith('"'):
-        return None
-    inner = token[1:-1]
-    try:
-        parsed = email.utils.parsedate_to_datetime(inner)
-    except (TypeError, ValueError) as exc:
-        raise p.fail(f"{inner!r} is not an HTTP date ({exc})", at) from exc
-    if not inner.endswith(" GMT") or parsed.tzinfo is None:
-        raise p.fail(f'{inner!r} is not an HTTP date (e.g. "Wed, 21 Oct 2015 07:28:00 GMT")', at)
-    return HttpDate(email.utils.format_datetime(parsed, usegmt=True))  # the canonical spelling
-
-
-def _choice(p: _Parser, param: Param, token: str, at: int) -> str | None:
-    if token not in param.choices:
-        raise p.fail(f"{param.name!r} is one of {', '.join(param.choices)}, found {token!r}", at)
-    return token
-
-
-_CONVERTERS: dict[str, Callable[[_Parser, Param, str, int], Value | None]] = {
-    "int": _int,
-    "duration": _duration,
-    "signed_duration": _duration,
-    "size": _size,
-    "rate": _rate,
-    "http_date": _http_date,
-    "choice": _choice,
-}
-_SHAPES = {
-    "int": "a whole number",
-    "duration": "a duration (e.g. 2s)",
-    "signed_duration": "a signed duration (e.g. -30s)",
-    "size": "a size (e.g. 64KiB)",
-    "rate": "a rate (e.g. 100KB/s)",
-    "http_date": "an HTTP date in quotes",
-    "choice": "a word",
-}
 
 
 def parse_fault(text: str) -> Fault:
