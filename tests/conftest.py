@@ -11,7 +11,8 @@ trio.fail_after around it:
                     r = await http.post("/openai/v1/chat/completions", json=...)
             events = rig.events()        # read from the bytes on disk, chain verified
 
-Fixtures: `stub_server(kind, choose=None, **StubConfig)`, `upstream_server(handler)`
+Fixtures: `json_parser` (each of strict_json's parsers in turn), `tls_files` (a self-signed certificate and key for 127.0.0.1),
+`stub_server(kind, choose=None, **StubConfig)`, `upstream_server(handler)`
 (any docket.http.server handler, for upstream behaviour the stub lacks) and
 `boundary_rig(providers, policy=None, ...)` (rig.cancel() stops the boundary early,
 cancelling the calls in flight). Constants: TOKEN (the run token the
@@ -21,6 +22,8 @@ agent holds), REAL_KEY (the provider key the boundary sends upstream).
 from __future__ import annotations
 
 import copy
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,30 +32,19 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+from helpers import read_events, serving
 
 from chaos.stub import Stub, StubConfig
 from docket.boundary.app import Boundary
 from docket.clock import Clock
 from docket.http.server import Listening, serve
-from docket.ledger.chain import ChainVerifier
-from docket.ledger.reader import iter_lines
+from docket.ledger import strict_json
 from docket.ledger.writer import Ledger, open_ledger
 from docket.policy import policy_from_dict
 
 TOKEN = "dkt-test-run-token-0123456789abcdef"
 REAL_KEY = "sk-real-upstream-key-fedcba9876543210"
 KEY_ENV = "STUB_KEY"
-
-
-def read_events(path: str | Path) -> list[dict]:
-    """Every event in a ledger file, read from its bytes; the chain must verify and
-    the file must end on a complete line."""
-    verifier = ChainVerifier()
-    events = []
-    for line in iter_lines(path):
-        assert line.complete, f"torn tail at byte {line.offset} of {path}"
-        events.append(verifier.feed(line.data))
-    return events
 
 
 @dataclass
@@ -96,40 +88,13 @@ class Rig:
         return self.ledger_path.read_bytes()
 
 
-@asynccontextmanager
-async def _serving(start: Callable, wrap: Callable) -> AsyncIterator:
-    """Start `start` in a nursery, yield wrap(what it reported, a function that stops
-    it early), and stop it on exit.
-
-    The body's own exception is re-raised outside the nursery, so a failed
-    assertion reaches pytest as itself, not inside an exception group.
-    """
-    failure: BaseException | None = None
-    server_scope = trio.CancelScope()
-
-    async def run(task_status=trio.TASK_STATUS_IGNORED):
-        with server_scope:
-            await start(task_status=task_status)
-
-    async with trio.open_nursery() as nursery:
-        started = await nursery.start(run)
-        try:
-            yield wrap(started, server_scope.cancel)
-        except Exception as exc:  # noqa: BLE001 - re-raised below, outside the nursery
-            failure = exc
-        finally:
-            nursery.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
-
-
 @pytest.fixture
 def stub_server():
     """`async with stub_server("openai", choose=..., **config) as upstream:` a chaos.stub."""
 
     def open_stub(kind: str = "openai", *, choose=None, **config):
         stub = Stub(StubConfig(kind=kind, **config), choose=choose)
-        return _serving(stub.serve, lambda listening, _: Upstream(listening.url, kind, stub))
+        return serving(stub.serve, lambda listening, _: Upstream(listening.url, kind, stub))
 
     return open_stub
 
@@ -145,7 +110,7 @@ def upstream_server():
         def wrap(listening: Listening, _) -> Upstream:
             return Upstream(listening.url, kind)
 
-        return _serving(start, wrap)
+        return serving(start, wrap)
 
     return open_upstream
 
@@ -196,10 +161,40 @@ def boundary_rig(tmp_path):
                 stop=stops.append,
                 env={KEY_ENV: REAL_KEY} if env is None else env,
             )
-            async with _serving(
+            async with serving(
                 boundary.serve,
                 lambda url, cancel: Rig(url, boundary, ledger, path, token, stops, cancel),
             ) as rig:
                 yield rig
 
     return open_rig
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory):
+    """(cert.pem, key.pem): a self-signed certificate for 127.0.0.1, made by openssl."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: cannot make a test certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture(params=["jiter", "stdlib"])
+def json_parser(request, monkeypatch):
+    """Each JSON parser in turn: jiter (when installed), then the standard library's."""
+    if request.param == "jiter" and strict_json.JITER is None:
+        pytest.skip("jiter is not installed")
+    if request.param == "stdlib":
+        monkeypatch.setattr(strict_json, "parsers", strict_json.STDLIB)
+    return request.param

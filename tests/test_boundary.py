@@ -18,7 +18,8 @@ import types
 import httpx
 import pytest
 import trio
-from conftest import REAL_KEY, TOKEN, read_events
+from conftest import REAL_KEY, TOKEN
+from helpers import read_events
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families

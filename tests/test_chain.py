@@ -202,16 +202,6 @@ def flawed_ledger(kind: str) -> tuple[list[bytes], bytes]:
     return lines, b"".join(line + b"\n" for line in lines)
 
 
-@pytest.fixture(params=["jiter", "stdlib"])
-def parser(request, monkeypatch):
-    """Each JSON parser in turn: jiter (when installed), then the standard library's."""
-    if request.param == "jiter" and strict_json.JITER is None:
-        pytest.skip("jiter is not installed")
-    if request.param == "stdlib":
-        monkeypatch.setattr(strict_json, "parsers", strict_json.STDLIB)
-    return request.param
-
-
 @pytest.mark.parametrize("kind", FLAWS)
 def test_a_lenient_reading_would_have_taken_each_flawed_line(kind):
     # Why each case is a trap: json.loads sees the right next event (or, for
@@ -232,7 +222,7 @@ def test_a_lenient_reading_would_have_taken_each_flawed_line(kind):
 
 @pytest.mark.parametrize("exact", [False, True])
 @pytest.mark.parametrize("kind", FLAWS)
-def test_the_verifier_refuses_each_flaw_as_a_malformed_line(parser, kind, exact):
+def test_the_verifier_refuses_each_flaw_as_a_malformed_line(json_parser, kind, exact):
     lines, _ = flawed_ledger(kind)
     v = chain.ChainVerifier(exact=exact)
     for line in lines[:FLAWED_AT]:
@@ -246,7 +236,7 @@ def test_the_verifier_refuses_each_flaw_as_a_malformed_line(parser, kind, exact)
 
 
 @pytest.mark.parametrize("kind", FLAWS)
-async def test_doctor_the_writer_and_verify_refuse_each_flaw_alike(tmp_path, parser, kind):
+async def test_doctor_the_writer_and_verify_refuse_each_flaw_alike(tmp_path, json_parser, kind):
     lines, data = flawed_ledger(kind)
     path = tmp_path / "ledger.jsonl"
     path.write_bytes(data)
@@ -443,7 +433,7 @@ def chain_with_edits(monos: list[int], moves: list[tuple[str, int, int]], edits)
     return bytes(data)
 
 
-# The parser fixture holds for the whole test, the same for every example.
+# The json_parser fixture holds for the whole test, the same for every example.
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -460,7 +450,7 @@ def chain_with_edits(monos: list[int], moves: list[tuple[str, int, int]], edits)
         max_size=2,
     ),
 )
-def test_the_verifier_agrees_with_a_plain_reading_of_the_spec(parser, monos, moves, edits):
+def test_the_verifier_agrees_with_a_plain_reading_of_the_spec(json_parser, monos, moves, edits):
     data = chain_with_edits(monos, moves, edits)
     assert verifier_first_failure(data) == spec_first_failure(data)
 

@@ -12,6 +12,7 @@ from functools import partial
 
 import pytest
 import trio
+from helpers import tcp_echo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -133,15 +134,6 @@ def test_a_bad_toxiproxy_url_is_one_line():
 # ---------------------------------------------------------------- over TCP
 
 
-async def echo(stream: trio.SocketStream) -> None:
-    async with stream:
-        try:
-            while data := await stream.receive_some(65536):
-                await stream.send_all(data)
-        except trio.BrokenResourceError:
-            return  # the client went away mid-echo: nothing to answer
-
-
 @dataclass
 class Rig:
     driver: ToxiproxyDriver
@@ -159,7 +151,7 @@ async def rig(roll=None) -> AsyncIterator[Rig]:
     """An embedded Toxiproxy and an echo server on 127.0.0.1, a proxy between them."""
     async with trio.open_nursery() as nursery:
         server = await nursery.start(partial(serve_toxiproxy, "127.0.0.1", 0, roll=roll))
-        listeners = await nursery.start(partial(trio.serve_tcp, echo, 0, host="127.0.0.1"))
+        listeners = await nursery.start(partial(trio.serve_tcp, tcp_echo, 0, host="127.0.0.1"))
         upstream = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
         driver = ToxiproxyDriver(server.url)
         proxy = await trio.to_thread.run_sync(

@@ -4,10 +4,9 @@ behind buffered chunks is raised only after those chunks are handed over."""
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 import trio
+from helpers import read_head, start_raw
 
 from docket.http.client import ConnectionReset, ProtocolError, UpstreamPool
 
@@ -17,20 +16,6 @@ HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding
 
 def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-async def read_head(stream: trio.abc.Stream) -> None:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        got = await stream.receive_some(65536)
-        if not got:
-            return
-        data += got
-
-
-async def start_raw(nursery: trio.Nursery, behave) -> str:
-    listeners = await nursery.start(partial(trio.serve_tcp, behave, 0, host="127.0.0.1"))
-    return f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
 
 
 async def test_chunks_sent_together_come_out_together_and_later_ones_wait():
@@ -44,7 +29,8 @@ async def test_chunks_sent_together_come_out_together_and_later_ones_wait():
 
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
-            pool = UpstreamPool(await start_raw(nursery, upstream))
+            port = await start_raw(nursery, upstream)
+            pool = UpstreamPool(f"http://127.0.0.1:{port}")
             async with pool.request("GET", "/") as resp:
                 batches = resp.body_batches()
                 first = await batches.__anext__()
@@ -66,7 +52,8 @@ async def test_ready_takes_what_came_with_the_head():
 
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
-            pool = UpstreamPool(await start_raw(nursery, upstream))
+            port = await start_raw(nursery, upstream)
+            pool = UpstreamPool(f"http://127.0.0.1:{port}")
             async with pool.request("GET", "/") as resp:
                 batches = resp.body_batches()
                 got = batches.ready()
@@ -91,7 +78,8 @@ async def test_a_failure_behind_buffered_chunks_comes_after_them(tail, error):
 
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
-            pool = UpstreamPool(await start_raw(nursery, upstream))
+            port = await start_raw(nursery, upstream)
+            pool = UpstreamPool(f"http://127.0.0.1:{port}")
             seen: list[bytes] = []
             with pytest.raises(error):
                 async with pool.request("GET", "/") as resp:

@@ -3,15 +3,14 @@ well-behaved upstreams, raw trio sockets for misbehaving ones. Bounded in time."
 
 from __future__ import annotations
 
-import shutil
 import socket
 import ssl
 import struct
-import subprocess
 from functools import partial
 
 import pytest
 import trio
+from helpers import read_head, start_raw
 
 from docket.http.client import (
     ConnectError,
@@ -31,22 +30,6 @@ DEADLINE = 10
 async def echo(request, respond):
     body = await request.read_body()
     await respond.simple(200, [("content-type", "text/plain")], request.target + b" " + body)
-
-
-async def read_head(stream: trio.abc.Stream) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-async def start_raw(nursery: trio.Nursery, behave) -> int:
-    """A raw TCP server running `behave(stream)` per connection; its port."""
-    listeners = await nursery.start(partial(trio.serve_tcp, behave, 0, host="127.0.0.1"))
-    return listeners[0].socket.getsockname()[1]
 
 
 def test_origin_parsing():
@@ -405,25 +388,6 @@ async def test_waiting_for_a_busy_pool_can_time_out():
             release.set()
             await holding.wait()
             nursery.cancel_scope.cancel()
-
-
-@pytest.fixture(scope="module")
-def tls_files(tmp_path_factory):
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed: cannot make a test certificate")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
-            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )  # fmt: skip
-    return cert, key
 
 
 async def test_https_upstream_with_certificate_verification(tls_files):

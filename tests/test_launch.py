@@ -14,10 +14,9 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
-import pytest
+from helpers import running, wait_until
 
 TIMEOUT = 30  # seconds; generous for a shared 2-core machine
 LAUNCH = [sys.executable, "-m", "docket.launch"]
@@ -33,28 +32,6 @@ def launch(*command: str, supervisor: int | None = None, **kw) -> subprocess.Com
         check=False,
         **kw,
     )
-
-
-def wait_until(predicate, timeout: float, what: str):
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
-def running(pid: int) -> bool:
-    """True while pid exists and is not a zombie (a zombie is dead, only unreaped)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rindex(b")") + 2 :].split()[0] != b"Z"
 
 
 def ignored_signals(status_text: str) -> set[int]:

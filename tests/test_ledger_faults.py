@@ -12,30 +12,18 @@ import fcntl
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import trio
+from helpers import append_from_tasks, read_chain
 
-from docket.ledger.chain import ChainVerifier
 from docket.ledger.faults import FailNext, FailOrdinals, fail_always, os_error
-from docket.ledger.reader import iter_lines
 from docket.ledger.writer import (
     EvidenceLost,
     LedgerLimits,
     _write_durably,
     open_ledger,
 )
-
-
-def read_chain(path: Path) -> list[dict]:
-    verifier = ChainVerifier()
-    events = []
-    for line in iter_lines(path):
-        assert line.complete, f"torn tail at byte {line.offset}"
-        events.append(verifier.feed(line.data))
-    assert verifier.offset == path.stat().st_size
-    return events
 
 
 @pytest.mark.parametrize(
@@ -88,14 +76,7 @@ async def test_the_same_events_are_lost_whatever_the_batching(tmp_path):
     faults = FailOrdinals(errno.ENOSPC, 40, 70)
     with trio.fail_after(20):
         async with open_ledger(path, faults=faults) as ledger:
-
-            async def appender(n: int) -> None:
-                for k in range(10):
-                    await ledger.append("model.request", call_id=f"{n}-{k}")
-
-            async with trio.open_nursery() as nursery:
-                for n in range(16):
-                    nursery.start_soon(appender, n)
+            await append_from_tasks(ledger, tasks=16, each=10)
             stats = ledger.stats
     events = read_chain(path)
     assert stats.unwritten_events == 30 and stats.first_failing_seq == 40

@@ -7,15 +7,13 @@ real files, reading the bytes back.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import trio
+from helpers import read_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from docket.ledger.chain import CONTROL_TYPES, ChainVerifier, encode_body, line_overhead
-from docket.ledger.reader import iter_lines
 from docket.ledger.writer import (
     Batch,
     EvidenceLost,
@@ -40,16 +38,6 @@ def drain(book: LedgerBook, verifier: ChainVerifier) -> list[dict]:
         assert isinstance(step, Batch)
         book.commit(step)
         events += [verifier.feed(line) for line in step.lines]
-    return events
-
-
-def read_chain(path: Path) -> list[dict]:
-    verifier = ChainVerifier()
-    events = []
-    for line in iter_lines(path):
-        assert line.complete, f"torn tail at byte {line.offset}"
-        events.append(verifier.feed(line.data))
-    assert verifier.offset == path.stat().st_size
     return events
 
 

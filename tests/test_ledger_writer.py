@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from helpers import append_from_tasks, read_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,17 +46,6 @@ from docket.ledger.writer import (
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 TS = "2026-11-29T21:52:28.123Z"
-
-
-def read_chain(path: Path) -> list[dict]:
-    """Every line of the file, each checked against the chain; fails on any flaw."""
-    verifier = ChainVerifier()
-    events = []
-    for line in iter_lines(path):
-        assert line.complete, f"torn tail at byte {line.offset}"
-        events.append(verifier.feed(line.data))
-    assert verifier.offset == path.stat().st_size
-    return events
 
 
 def line_ends(path: Path) -> list[int]:
@@ -287,14 +277,7 @@ async def test_batches_are_split_at_their_cap(tmp_path, monkeypatch):
     path = tmp_path / "ledger.jsonl"
     with trio.fail_after(20):
         async with open_ledger(path) as ledger:
-
-            async def appender(n: int) -> None:
-                for k in range(5):
-                    await ledger.append("model.request", call_id=f"{n}-{k}")
-
-            async with trio.open_nursery() as nursery:
-                for n in range(16):
-                    nursery.start_soon(appender, n)
+            await append_from_tasks(ledger, tasks=16, each=5)
             fsyncs = ledger.fsyncs
     assert len(read_chain(path)) == 80
     assert fsyncs >= 80 / 3

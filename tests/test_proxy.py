@@ -10,9 +10,7 @@ import base64
 import json
 import os
 import re
-import shutil
 import ssl
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,7 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from conftest import TOKEN, read_events
+from conftest import TOKEN
+from helpers import read_events, serving
 
 from docket.boundary.app import Boundary
 from docket.boundary.proxy import (
@@ -43,30 +42,6 @@ DEADLINE = 15
 
 
 # ---------------------------------------------------------------- rigs
-
-
-@asynccontextmanager
-async def serving(start: Callable) -> AsyncIterator[tuple[object, Callable[[], None]]]:
-    """Run `start(task_status=...)` in a nursery; yield what it reported and a
-    function that stops it early; stop it on exit. The body's own exception is
-    re-raised outside the nursery, so a failed assertion reaches pytest as itself."""
-    failure: BaseException | None = None
-    scope = trio.CancelScope()
-
-    async def run(task_status=trio.TASK_STATUS_IGNORED):
-        with scope:
-            await start(task_status=task_status)
-
-    async with trio.open_nursery() as nursery:
-        started = await nursery.start(run)
-        try:
-            yield started, scope.cancel
-        except Exception as exc:  # noqa: BLE001 - re-raised below, outside the nursery
-            failure = exc
-        finally:
-            nursery.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
 
 
 @dataclass
@@ -414,25 +389,6 @@ async def test_httpx_is_refused_a_tunnel_to_a_port_not_allowed_and_nothing_conne
         f"127.0.0.1:{other.port}: only 127.0.0.1:{allowed.port} is allowed for this host"
     )
     assert rig.events("net.connect") == []
-
-
-@pytest.fixture(scope="module")
-def tls_files(tmp_path_factory):
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed: cannot make a test certificate")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
-            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )  # fmt: skip
-    return cert, key
 
 
 async def test_httpx_reaches_an_allowed_https_server_through_the_tunnel(tmp_path, tls_files):

@@ -575,15 +575,9 @@ REFUSED = [
 ]
 
 
-@pytest.fixture(params=["jiter", "stdlib"])
-def parser(request, monkeypatch):
+@pytest.fixture
+def parser(json_parser):
     """decode_json with each of its parsers: jiter when installed, else the standard library's."""
-    from docket.ledger import strict_json
-
-    if request.param == "jiter" and strict_json.JITER is None:
-        pytest.skip("jiter is not installed")
-    if request.param == "stdlib":
-        monkeypatch.setattr(strict_json, "parsers", strict_json.STDLIB)
     return decode_json
 
 

@@ -24,16 +24,16 @@ from pathlib import Path
 
 import pytest
 import trio
+from helpers import read_events, running, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.stub import Stub, StubConfig, fingerprint
 from docket.cli import main as docket_main
 from docket.clock import Clock
-from docket.ledger.chain import TORN_TAIL, ChainVerifier
+from docket.ledger.chain import TORN_TAIL
 from docket.ledger.faults import FailOrdinals
 from docket.ledger.lock import holder_pid
-from docket.ledger.reader import iter_lines
 from docket.policy import policy_from_dict
 from docket.supervisor import (
     RunOptions,
@@ -168,28 +168,6 @@ def start_docket(processes, *args: str, stderr_path: Path, env: dict | None = No
     return proc
 
 
-def wait_until(predicate, timeout: float, what: str):
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
-def running(pid: int) -> bool:
-    """True while pid exists and is not a zombie (a zombie is dead, only unreaped)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rindex(b")") + 2 :].split()[0] != b"Z"
-
-
 def kill_group(pgid: int) -> None:
     """Cleanup for a failed test: SIGKILL a child's group if anything is left in it."""
     if not running(pgid):
@@ -198,16 +176,6 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         return  # nothing left: the run cleaned up after itself
-
-
-def read_events(ledger: Path) -> list[dict]:
-    """Every event in the ledger, from its bytes; the chain must verify, the tail be whole."""
-    verifier = ChainVerifier()
-    events = []
-    for line in iter_lines(ledger):
-        assert line.complete, f"torn tail at byte {line.offset} of {ledger}"
-        events.append(verifier.feed(line.data))
-    return events
 
 
 def of_type(events: list[dict], type: str) -> list[dict]:

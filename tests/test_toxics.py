@@ -10,7 +10,7 @@ import toxiproxy
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_toxiproxy_api import port_of, rig
+from toxiproxy_rig import port_of, rig
 
 from chaos.toxiproxy.toxics import Chunk, ToxicError, parse_toxic
 from chaos.toxiproxy.toxics.limit_data import LimitData
