@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from docket.guards.limiter import PER_MINUTE, PER_SECOND, Admit, RateLimiter, Refuse
+from docket.guards.limiter import PER_MINUTE, PER_SECOND, Admit, RateLimiter, Refuse, _delay_until
 from docket.policy import ResiliencePolicy, policy_from_dict
 
 T0 = 5000.0
@@ -254,3 +254,84 @@ def test_no_interval_admits_more_than_burst_plus_rate(per_second, times):
         for j in range(i, len(admitted_at)):
             span = admitted_at[j] - a
             assert j - i + 1 <= cap + span * per_second + 1e-6
+
+
+# ------------------------------------------------- the integer representation
+
+
+def test_absurd_readings_are_refused_as_bad_input_not_overflowed():
+    limiter = RateLimiter(per_second=3)
+    for bad in (2.0**900, -(2.0**900), 1e300, math.inf, -math.inf):
+        with pytest.raises(ValueError, match="now must be"):
+            limiter.admit(bad)
+    assert isinstance(limiter.admit(2.0**899), Admit)  # the largest readings still work
+
+
+class FractionBucket:
+    """The per-second bucket as it was kept before: exact fractions of the readings."""
+
+    def __init__(self, rate: float):
+        self.rate = Fraction(rate)
+        self.cap = max(self.rate, Fraction(1))
+        self.interval = 1 / self.rate
+        self.tolerance = (self.cap - 1) * self.interval
+        self.full_at: Fraction | None = None
+        self.last = -math.inf
+
+    def admit(self, now: float) -> tuple[bool, float, Fraction | None]:
+        self.last = max(self.last, now)
+        exact = Fraction(self.last)
+        ready = None if self.full_at is None else self.full_at - self.tolerance
+        ok = ready is None or ready <= exact
+        if ok:
+            start = exact if self.full_at is None else max(self.full_at, exact)
+            self.full_at = start + self.interval
+        if self.full_at is None or self.full_at <= exact:
+            tokens = float(self.cap)
+        else:
+            tokens = float(max(Fraction(0), self.cap - self.rate * (self.full_at - exact)))
+        return ok, tokens, ready
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    per_second=rates,
+    start=st.one_of(st.floats(2.0**-12, 1.0), st.floats(1.0, 1e12)),
+    gaps=st.lists(
+        st.one_of(st.just(0.0), st.floats(-1.0, 3.0, allow_nan=False)), min_size=1, max_size=80
+    ),
+)
+def test_integer_bucket_answers_exactly_as_the_fraction_bucket(per_second, start, gaps):
+    """Same decision, same tokens to the last bit, Retry-After reaching the exact instant."""
+    limiter = RateLimiter(per_second=per_second)
+    reference = FractionBucket(per_second)
+    now = start
+    for gap in gaps:
+        now = max(now + gap, 2.0**-12)  # the grid is exact from 2**-12 s up
+        got = limiter.admit(now)
+        ok, tokens, ready = reference.admit(now)
+        clamped = reference.last
+        assert isinstance(got, Admit) == ok
+        if ok:
+            assert got.tokens_left == tokens
+        else:
+            assert got.tokens == tokens
+            ra = got.retry_after_s
+            assert Fraction(clamped + ra) >= ready
+            assert Fraction(clamped + math.nextafter(ra, -math.inf)) < ready
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    now=st.floats(-1e9, 1e12, allow_nan=False),
+    ahead=st.one_of(
+        st.floats(1e-300, 1e-9), st.floats(1e-9, 100.0), st.floats(100.0, 1e12, allow_nan=False)
+    ),
+)
+def test_delay_until_is_the_least_float_delay_reaching_the_target(now, ahead):
+    target = now + ahead
+    if not target > now:  # the refusal path only ever asks for a later target
+        target = math.nextafter(now, math.inf)
+    delay = _delay_until(now, target)
+    assert delay > 0 and now + delay >= target
+    assert now + math.nextafter(delay, -math.inf) < target

@@ -10,7 +10,8 @@ refill the bucket or age calls out of the window.
   admit anything), refilled continuously at `rate`. It is kept as the instant
   the bucket will be full again (the GCRA form), so the admission test is a
   comparison of two times and Retry-After is a difference of the same two:
-  a retry at exactly now + retry_after_s is admitted.
+  a retry at exactly now + retry_after_s is admitted. All of it is integer
+  arithmetic, exact (see "units" below) and cheap on the hot path.
 - max_calls_per_minute: exact, not approximated. The window holds the expiry
   (admission + 60 s) of each call admitted in the last minute; it can never
   hold more than the limit, so memory is bounded by the limit itself. A call is
@@ -21,6 +22,15 @@ is admitted meanwhile: the later of the instants at which each limit would
 next admit (both only improve with time), as the least float delay that
 reaches it: a retry at now + retry_after_s is admitted, after any shorter
 delay refused.
+
+Units: a reading is taken on a grid of 2**-64 s, floor(now * 2**64) ticks,
+which is exact for every float reading of at least 2**-12 s in magnitude (their
+last bit is coarser than the grid). With the rate the float p/q, the bucket
+counts time in units of 1/p ticks: the refill interval is q * 2**64 units, the
+burst tolerance (p - q) * 2**64, a reading floor(now * 2**64) * p, so every
+admission test is an exact integer comparison, as exact as the fractions the
+limiter used before and far cheaper. Readings of 2**900 s or more
+are refused as bad input, so that now * 2**64 cannot overflow.
 """
 
 from __future__ import annotations
@@ -29,13 +39,16 @@ import math
 import struct
 from collections import deque
 from dataclasses import dataclass
-from fractions import Fraction
 
 from docket.policy import ResiliencePolicy
 
 PER_SECOND = "max_calls_per_second"
 PER_MINUTE = "max_calls_per_minute"
 WINDOW_SECONDS = 60.0
+_GRID_BITS = 64  # a reading is floor(now * 2**64) ticks
+_TICKS_PER_SECOND = 2**_GRID_BITS
+_TICKS_PER_SECOND_F = float(_TICKS_PER_SECOND)
+_MAX_READING = 2.0**900  # below it now * 2**64 is finite
 
 
 @dataclass(frozen=True)
@@ -96,19 +109,21 @@ class RateLimiter:
             raise ValueError(f"per_minute must be a whole number of at least 1, got {per_minute!r}")
         self.per_second = None if per_second is None else float(per_second)
         self.per_minute = per_minute
-        # The bucket is kept in exact fractions of the float readings: in floats,
-        # ten calls at one instant against a burst of ten could find 0.1 * 10
-        # a hair short of 1.0 and refuse the tenth.
+        # Integers, not floats: in floats ten calls at one instant against a
+        # burst of ten could find 0.1 * 10 a hair short of 1.0 and refuse the
+        # tenth. Units of time: 1/p ticks (module docstring).
         if self.per_second is not None:
-            rate = Fraction(self.per_second)
+            p, q = self.per_second.as_integer_ratio()
             self.capacity = max(self.per_second, 1.0)
-            self._rate = rate
-            self._capacity = max(rate, Fraction(1))
-            self._interval = 1 / rate  # the time one token takes to refill
+            self._p = p
+            self._interval = q << _GRID_BITS  # the time one token takes to refill
             # How far ahead of now the bucket's full-again instant may be while a
             # token is left: capacity - 1 tokens' worth of refill.
-            self._tolerance = (self._capacity - 1) * self._interval
-        self._full_at: Fraction | None = None  # when the bucket is full again; None: full
+            self._tolerance = (p - q) << _GRID_BITS if p > q else 0
+            # tokens = (capacity_units - (full_at - now)) / token_units
+            self._token_units = q << _GRID_BITS
+            self._capacity_units = max(p, q) << _GRID_BITS
+        self._full_at: int | None = None  # when the bucket is full again; None: full
         self._expiries: deque[float] = deque(maxlen=per_minute)
         self._last_now = -math.inf
         self._admitted = 0
@@ -124,31 +139,27 @@ class RateLimiter:
 
     def admit(self, now: float) -> Admit | Refuse:
         now = self._clamp(now)
-        self._expire(now)
-        exact = Fraction(now)
-        ready: dict[str, Fraction] = {}
-        if self.per_second is not None and self._full_at is not None:
-            ready[PER_SECOND] = self._full_at - self._tolerance
-        if self.per_minute is not None and len(self._expiries) >= self.per_minute:
-            ready[PER_MINUTE] = Fraction(self._expiries[0])  # the oldest leaves the window
-        binding = max(ready, key=ready.__getitem__, default=None)
-        if binding is not None and ready[binding] > exact:
-            self._refused += 1
-            return Refuse(
-                limit=binding,
-                retry_after_s=_delay_until(now, ready[binding]),
-                tokens=self._tokens(exact),
-                window_count=self._window_count(),
-                per_second=self.per_second,
-                per_minute=self.per_minute,
-            )
-        if self.per_second is not None:
-            start = exact if self._full_at is None else max(self._full_at, exact)
-            self._full_at = start + self._interval
+        expiries = self._expiries
+        while expiries and expiries[0] <= now:
+            expiries.popleft()
+        per_second = self.per_second is not None
+        if per_second:
+            at = math.floor(now * _TICKS_PER_SECOND_F) * self._p
+            full_at = self._full_at
+            bucket_low = full_at is not None and full_at - self._tolerance > at
+        else:
+            at = full_at = None
+            bucket_low = False
+        # Whatever is left in the window expires after now.
+        minute_full = self.per_minute is not None and len(expiries) >= self.per_minute
+        if bucket_low or minute_full:
+            return self._refuse(now, at, bucket_low, minute_full)
+        if per_second:
+            self._full_at = (at if full_at is None or full_at < at else full_at) + self._interval
         if self.per_minute is not None:
-            self._expiries.append(now + WINDOW_SECONDS)
+            expiries.append(now + WINDOW_SECONDS)
         self._admitted += 1
-        return Admit(tokens_left=self._tokens(exact), window_count=self._window_count())
+        return Admit(tokens_left=self._tokens(at), window_count=self._window_count())
 
     def status(self, now: float) -> LimiterStatus:
         """A reading for metrics; it moves nothing."""
@@ -157,7 +168,7 @@ class RateLimiter:
         if self.per_minute is not None:
             count = sum(1 for e in self._expiries if e > now)
         return LimiterStatus(
-            tokens=self._tokens(Fraction(now)),
+            tokens=self._tokens(self._units(now)),
             window_count=count,
             admitted=self._admitted,
             refused=self._refused,
@@ -165,42 +176,76 @@ class RateLimiter:
 
     # ------------------------------------------------------------ inside
 
+    def _refuse(self, now: float, at: int | None, bucket_low: bool, minute_full: bool) -> Refuse:
+        self._refused += 1
+        # The later of the instants each refusing limit next admits binds the
+        # retry; on a tie the per-second limit is named.
+        limit = PER_SECOND if bucket_low else PER_MINUTE
+        bucket_ready = self._full_at - self._tolerance if bucket_low else None
+        if bucket_low and minute_full and self._units(self._expiries[0]) > bucket_ready:
+            limit = PER_MINUTE
+        # On the minute, the oldest admission leaving the window lets the next in.
+        oldest = self._expiries[0] if minute_full else None
+        target = self._earliest_reading(bucket_ready) if limit == PER_SECOND else oldest
+        return Refuse(
+            limit=limit,
+            retry_after_s=_delay_until(now, target),
+            tokens=self._tokens(at),
+            window_count=self._window_count(),
+            per_second=self.per_second,
+            per_minute=self.per_minute,
+        )
+
+    def _units(self, reading: float) -> int | None:
+        if self.per_second is None:
+            return None
+        return math.floor(reading * _TICKS_PER_SECOND_F) * self._p
+
+    def _earliest_reading(self, units: int) -> float:
+        """The least float reading r with _units(r) >= units."""
+        ticks = -(-units // self._p)  # floor(r * 2**64) >= ticks  <=>  r >= ticks / 2**64
+        reading = ticks / _TICKS_PER_SECOND  # correctly rounded
+        if math.floor(reading * _TICKS_PER_SECOND_F) < ticks:
+            reading = math.nextafter(reading, math.inf)
+        return reading
+
     def _clamp(self, now: float) -> float:
         now = _check_now(now)
         if now > self._last_now:
             self._last_now = now
         return self._last_now
 
-    def _expire(self, now: float) -> None:
-        while self._expiries and self._expiries[0] <= now:
-            self._expiries.popleft()
-
-    def _tokens(self, now: Fraction) -> float | None:
-        if self.per_second is None:
+    def _tokens(self, at: int | None) -> float | None:
+        if at is None:
             return None
-        if self._full_at is None or self._full_at <= now:
+        full_at = self._full_at
+        if full_at is None or full_at <= at:
             return self.capacity
-        return float(max(Fraction(0), self._capacity - self._rate * (self._full_at - now)))
+        return max(0, self._capacity_units - (full_at - at)) / self._token_units
 
     def _window_count(self) -> int | None:
         return None if self.per_minute is None else len(self._expiries)
 
 
-def _delay_until(now: float, instant: Fraction) -> float:
-    """The least float delay for which the float now + delay is at or after instant.
+def _delay_until(now: float, target: float) -> float:
+    """The least float delay for which the float now + delay is at or after target.
 
     Least, so that a retry after any shorter delay is refused. With a large
     `now` that can be a hair under the round figure (0.9999999999995 for 1 s at
-    now = 5000), since the sum rounds up onto the instant.
+    now = 5000), since the sum rounds up onto the target.
     """
-    target = float(instant)
-    if Fraction(target) < instant:
-        target = math.nextafter(target, math.inf)
+    # target - now and the float sum are each off by at most an ulp of the
+    # larger operand, so the answer is a few such steps from target - now:
+    # bracket it there (each move strictly, so the loops end), then bisect.
+    step = max(math.ulp(target), math.ulp(now))
     enough = max(target - now, math.ulp(0.0))
     while now + enough < target:
-        enough *= 2
+        enough = math.nextafter(enough + step, math.inf)
+    short = enough
+    while short > 0.0 and now + short >= target:
+        short = max(math.nextafter(short - step, -math.inf), 0.0)
     # Non-negative floats sort as their bit patterns: bisect those, 64 steps at most.
-    lo, hi = 0, _bits(enough)
+    lo, hi = _bits(short), _bits(enough)
     while lo < hi:
         mid = (lo + hi) // 2
         if now + _float(mid) >= target:
@@ -219,6 +264,7 @@ def _float(bits: int) -> float:
 
 
 def _check_now(now: float) -> float:
-    if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+    # `not abs(now) < ...` also refuses nan and the infinities.
+    if isinstance(now, bool) or not isinstance(now, int | float) or not abs(now) < _MAX_READING:
         raise ValueError(f"now must be a finite monotonic reading in seconds, got {now!r}")
     return float(now)
