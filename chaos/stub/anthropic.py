@@ -17,6 +17,7 @@ from chaos.stub.common import (
     Reply,
     StubRequestError,
     count_tokens,
+    dumps,
     optional_positive_int,
     text_bytes,
 )
@@ -34,10 +35,6 @@ _ERROR_TYPES = {
     500: "api_error",
     529: "overloaded_error",
 }
-
-
-def _dumps(value: object) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def route(method: str, path: str) -> str:
@@ -127,11 +124,11 @@ def _message(ex: Exchange, seq: int, content: list, stop: str | None, output_tok
 
 def whole(ex: Exchange, reply: Reply, seq: int, created: int) -> bytes:
     content = [{"type": "text", "text": reply.text}]
-    return _dumps(_message(ex, seq, content, _stop_reason(reply), reply.output_tokens))
+    return dumps(_message(ex, seq, content, _stop_reason(reply), reply.output_tokens))
 
 
 def _event(kind: str, data: dict) -> bytes:
-    return b"event: " + kind.encode() + b"\ndata: " + _dumps(data) + b"\n\n"
+    return b"event: " + kind.encode() + b"\ndata: " + dumps(data) + b"\n\n"
 
 
 def frames(ex: Exchange, reply: Reply, seq: int, created: int) -> Iterator[tuple[bytes, bool]]:
@@ -164,7 +161,7 @@ def frames(ex: Exchange, reply: Reply, seq: int, created: int) -> Iterator[tuple
 
 def error(status: int, message: str, *, param: str | None = None, seq: int = 0) -> bytes:
     kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return _dumps(
+    return dumps(
         {
             "type": "error",
             "error": {"type": kind, "message": message},
@@ -178,7 +175,7 @@ def models(created: int) -> bytes:
         {"type": "model", "id": name, "display_name": name, "created_at": "2025-01-01T00:00:00Z"}
         for name in MODELS
     ]
-    return _dumps({"data": data, "has_more": False, "first_id": MODELS[0], "last_id": MODELS[-1]})
+    return dumps({"data": data, "has_more": False, "first_id": MODELS[0], "last_id": MODELS[-1]})
 
 
 def response_headers(seq: int, *, streaming: bool) -> list[tuple[bytes, bytes]]:

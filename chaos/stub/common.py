@@ -111,7 +111,8 @@ def optional_positive_int(body: dict, *names: str) -> int | None:
 MALFORMED_EVENT = b'data: {"id": "malformed", "choices": [\n\n'
 
 
-def _dumps(value: object) -> bytes:
+def dumps(value: object) -> bytes:
+    """Compact JSON, as the providers send it."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -125,7 +126,7 @@ def _strip_usage(data: dict) -> dict:
 
 def without_usage(body: bytes) -> bytes:
     """A whole answer with its usage removed (upstream:missing_usage)."""
-    return _dumps(_strip_usage(json.loads(body)))
+    return dumps(_strip_usage(json.loads(body)))
 
 
 def frame_without_usage(frame: bytes) -> bytes:
@@ -138,4 +139,4 @@ def frame_without_usage(frame: bytes) -> bytes:
     data = json.loads(payload)
     if data.get("choices") == [] and "usage" in data:
         return b""
-    return head + sep + _dumps(_strip_usage(data)) + b"\n\n"
+    return head + sep + dumps(_strip_usage(data)) + b"\n\n"

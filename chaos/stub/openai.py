@@ -16,6 +16,7 @@ from chaos.stub.common import (
     Reply,
     StubRequestError,
     count_tokens,
+    dumps,
     optional_positive_int,
     text_bytes,
 )
@@ -34,10 +35,6 @@ _ERROR_TYPES = {
     500: "server_error",
     503: "server_error",
 }
-
-
-def _dumps(value: object) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def route(method: str, path: str) -> str:
@@ -123,7 +120,7 @@ def _finish_reason(reply: Reply) -> str:
 
 def whole(ex: Exchange, reply: Reply, seq: int, created: int) -> bytes:
     """The body of a non-streamed answer: one chat.completion object."""
-    return _dumps(
+    return dumps(
         {
             "id": ident(seq),
             "object": "chat.completion",
@@ -164,7 +161,7 @@ def frames(ex: Exchange, reply: Reply, seq: int, created: int) -> Iterator[tuple
         }
         if ex.include_usage:
             body["usage"] = usage_value
-        return b"data: " + _dumps(body) + b"\n\n"
+        return b"data: " + dumps(body) + b"\n\n"
 
     def choice(delta: dict, finish: str | None = None) -> list:
         return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
@@ -182,11 +179,11 @@ def error(
     status: int, message: str, *, param: str | None = None, seq: int = 0, code: str | None = None
 ) -> bytes:
     kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return _dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
+    return dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
 
 
 def models(created: int) -> bytes:
-    return _dumps(
+    return dumps(
         {
             "object": "list",
             "data": [
@@ -221,7 +218,7 @@ def injected_error(kind: str, status: int | None, *, seq: int = 0) -> tuple[int,
             "param": None,
             "code": "rate_limit_exceeded",
         }
-        return 429, _dumps({"error": body})
+        return 429, dumps({"error": body})
     if kind == "overloaded":
         message = "The server is overloaded or not ready yet."
         return OVERLOADED_STATUS, error(OVERLOADED_STATUS, message, seq=seq)
