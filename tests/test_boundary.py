@@ -1035,3 +1035,41 @@ def test_a_backoff_report_is_either_refused_or_fit_for_the_ledger(report):
     line = encode_body(fields)  # raises on NaN, infinities, or anything not JSON
     assert json.loads(line) == fields
     assert fields["attempt"] >= 0 and fields["wait_s"] >= 0
+
+
+async def test_without_a_bulkhead_a_call_waiting_for_a_connection_is_bounded_and_recorded(
+    upstream_server, boundary_rig
+):
+    """The pool's 32 connections are all held upstream; a 33rd call waits no longer than
+    the connect timeout, then ends as a recorded model.error (pool_timeout), never sent."""
+    gate = trio.Event()
+    seen: list[bytes] = []
+
+    async def held_upstream(request, respond):
+        seen.append(await request.read_body())
+        await gate.wait()
+        await respond.simple(200, [(b"content-type", b"application/json")], completion())
+
+    responses: list[httpx.Response] = []
+    policy = {"boundary": {"connect_timeout": 0.3}}
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(held_upstream, "openai") as up,
+            boundary_rig({"openai": up}, policy) as rig,
+            rig.client() as http,
+        ):
+
+            async def caller(n: int) -> None:
+                responses.append(await http.post(CHAT, json=chat(f"call {n}")))
+
+            async with trio.open_nursery() as nursery:
+                for n in range(33):
+                    nursery.start_soon(caller, n)
+                while not responses:  # the one that found no connection comes back first
+                    await trio.sleep(0.01)
+                assert len(seen) == 32
+                gate.set()
+    assert sorted(r.status_code for r in responses) == [200] * 32 + [502]
+    errors = [e for e in rig.events("model.error")]
+    assert [e["reason"] for e in errors] == ["pool_timeout"] and errors[0]["cost_nusd"] == 0
+    assert len(seen) == 32  # the 33rd never reached the upstream

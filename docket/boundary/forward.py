@@ -225,7 +225,11 @@ class ModelCall:
 
     async def _attempt_once(self, pool, target, out_headers, body, respond, strip) -> None:
         try:
-            async with pool.request("POST", target, out_headers, body) as resp:
+            # Waiting for a free connection is bounded too (by the connect timeout), so
+            # without a bulkhead no call queues unrecorded: it ends as pool_timeout.
+            async with pool.request(
+                "POST", target, out_headers, body, wait_timeout=pool.connect_timeout
+            ) as resp:
                 self.record.status = resp.status
                 self.record.ttfb = self.b.clock.mono()
                 streamed = (
