@@ -859,20 +859,31 @@ async def test_a_call_is_refused_before_forwarding_unless_its_closing_event_fits
     assert ready.status_code == 503 and "max_events" in " ".join(ready.json()["problems"])
 
 
+def holding_upstream():
+    """An upstream that reads each request and holds every answer until `gate` is set:
+    (gate, the bodies it has seen, the handler)."""
+    gate = trio.Event()
+    seen: list[bytes] = []
+
+    async def handler(request, respond):
+        seen.append(await request.read_body())
+        await gate.wait()
+        await respond.simple(200, [(b"content-type", b"application/json")], completion())
+
+    return gate, seen, handler
+
+
+async def post_chat(http, n: int, responses: list) -> None:
+    responses.append(await http.post(CHAT, json=chat(f"call {n}")))
+
+
 async def test_concurrent_callers_under_max_events_each_call_has_exactly_one_closing_event(
     upstream_server, boundary_rig
 ):
     """16 callers at once under max_events = 9: four calls (eight events) are admitted
     and held upstream while the other twelve are refused; then the four are answered,
     and each answer's closing event is written, though the ceiling is all but reached."""
-    gate = trio.Event()
-    seen: list[bytes] = []
-
-    async def held_upstream(request, respond):
-        seen.append(await request.read_body())
-        await gate.wait()
-        await respond.simple(200, [(b"content-type", b"application/json")], completion())
-
+    gate, seen, held_upstream = holding_upstream()
     responses: list[httpx.Response] = []
     policy = {"ledger": {"max_events": 9}}
     with trio.fail_after(DEADLINE):
@@ -881,13 +892,9 @@ async def test_concurrent_callers_under_max_events_each_call_has_exactly_one_clo
             boundary_rig({"openai": up}, policy) as rig,
             rig.client() as http,
         ):
-
-            async def caller(n: int) -> None:
-                responses.append(await http.post(CHAT, json=chat(f"call {n}")))
-
             async with trio.open_nursery() as nursery:
                 for n in range(16):
-                    nursery.start_soon(caller, n)
+                    nursery.start_soon(post_chat, http, n, responses)
                 while len(responses) < 12 or len(seen) < 4:  # refused, and held upstream
                     await trio.sleep(0.01)
                 assert len(seen) == 4 and len(responses) == 12
@@ -1042,14 +1049,7 @@ async def test_without_a_bulkhead_a_call_waiting_for_a_connection_is_bounded_and
 ):
     """The pool's 32 connections are all held upstream; a 33rd call waits no longer than
     the connect timeout, then ends as a recorded model.error (pool_timeout), never sent."""
-    gate = trio.Event()
-    seen: list[bytes] = []
-
-    async def held_upstream(request, respond):
-        seen.append(await request.read_body())
-        await gate.wait()
-        await respond.simple(200, [(b"content-type", b"application/json")], completion())
-
+    gate, seen, held_upstream = holding_upstream()
     responses: list[httpx.Response] = []
     policy = {"boundary": {"connect_timeout": 0.3}}
     with trio.fail_after(DEADLINE):
@@ -1057,18 +1057,14 @@ async def test_without_a_bulkhead_a_call_waiting_for_a_connection_is_bounded_and
             upstream_server(held_upstream, "openai") as up,
             boundary_rig({"openai": up}, policy) as rig,
             rig.client() as http,
+            trio.open_nursery() as nursery,
         ):
-
-            async def caller(n: int) -> None:
-                responses.append(await http.post(CHAT, json=chat(f"call {n}")))
-
-            async with trio.open_nursery() as nursery:
-                for n in range(33):
-                    nursery.start_soon(caller, n)
-                while not responses:  # the one that found no connection comes back first
-                    await trio.sleep(0.01)
-                assert len(seen) == 32
-                gate.set()
+            for n in range(33):
+                nursery.start_soon(post_chat, http, n, responses)
+            while not responses:  # the one that found no connection comes back first
+                await trio.sleep(0.01)
+            assert len(seen) == 32
+            gate.set()
     assert sorted(r.status_code for r in responses) == [200] * 32 + [502]
     errors = [e for e in rig.events("model.error")]
     assert [e["reason"] for e in errors] == ["pool_timeout"] and errors[0]["cost_nusd"] == 0
