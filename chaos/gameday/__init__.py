@@ -1,0 +1,1 @@
+"""Game days: phase files, the runner, assertions over the evidence, the report."""

@@ -1,0 +1,102 @@
+"""YAML documents that remember where each value came from.
+
+Scenarios and game-day phases are small YAML files a person edits by hand, so a
+mistake must be reported as `FILE:LINE: reason`, before anything starts. PyYAML's
+composed node tree carries line numbers; `load` turns it into plain Python values
+plus a `Where` that maps a path of keys and indexes back to the line it came
+from. Only the safe subset is read (no tags, no objects), and a mapping with a
+repeated key is refused (YAML says keys are unique; PyYAML would keep the last).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from docket.errors import InputError
+from docket.inputs import read_text
+
+Path_ = tuple[str | int, ...]
+
+
+class YamlError(InputError):
+    """A YAML input that is missing, unreadable, malformed or has a bad value: FILE:LINE: reason."""
+
+
+@dataclass
+class Where:
+    """Maps a path inside the document to a 1-based line of the file."""
+
+    file: str
+    lines: dict[Path_, int] = field(default_factory=dict)
+
+    def line(self, path: Sequence[str | int] = ()) -> int:
+        path = tuple(path)
+        while path and path not in self.lines:
+            path = path[:-1]  # a missing key is reported at its parent's line
+        return self.lines.get(path, 1)
+
+    def error(self, path: Sequence[str | int], reason: str) -> YamlError:
+        """The error to raise for the value at `path`: `FILE:LINE: at a.b[2]: reason`."""
+        shown = _show_path(path)
+        where = f" at {shown}" if shown else ""
+        return YamlError(f"{self.file}:{self.line(path)}:{where} {reason}")
+
+
+def _show_path(path: Sequence[str | int]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _value(node: yaml.Node, path: Path_, where: Where, loader: yaml.SafeLoader):
+    where.lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out: dict = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise where.error(path, "a mapping key must be a plain value")
+            key = loader.construct_object(key_node)
+            if not isinstance(key, str):
+                key = str(key)
+            if key in out:
+                where.lines[(*path, key)] = key_node.start_mark.line + 1
+                raise YamlError(
+                    f"{where.file}:{key_node.start_mark.line + 1}: key {key!r} repeated"
+                )
+            out[key] = _value(value_node, (*path, key), where, loader)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_value(item, (*path, i), where, loader) for i, item in enumerate(node.value)]
+    return loader.construct_object(node)
+
+
+def loads(text: str, file: str) -> tuple[object, Where]:
+    """Parse one YAML document; YamlError names the file and line of any problem."""
+    where = Where(file)
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise YamlError(f"{file}:1: empty document")
+        return _value(node, (), where, loader), where
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        problem = exc.problem or exc.context or "not valid YAML"
+        raise YamlError(f"{file}:{line}: not valid YAML: {problem}") from None
+    except yaml.YAMLError as exc:  # a reader error: control characters, bad encoding
+        raise YamlError(f"{file}:1: not valid YAML: {str(exc).splitlines()[0]}") from None
+    finally:
+        loader.dispose()
+
+
+def load(path: str | os.PathLike) -> tuple[object, Where]:
+    """Read and parse a YAML file (missing, empty, binary or huge: one-line InputError)."""
+    text = read_text(Path(path), "YAML file", max_bytes=1024 * 1024)
+    return loads(text, str(path))
