@@ -54,8 +54,14 @@ def _show_path(path: Sequence[str | int]) -> str:
     return out
 
 
+_PLAIN = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
+
 def _value(node: yaml.Node, path: Path_, where: Where, loader: yaml.SafeLoader):
     where.lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.tag not in _PLAIN:
+        # a tag on a collection would be ignored by this walk: refuse it, as the safe loader would
+        raise YamlError(f"{where.file}:{node.start_mark.line + 1}: not valid YAML: tag {node.tag}")
     if isinstance(node, yaml.MappingNode):
         out: dict = {}
         for key_node, value_node in node.value:
@@ -79,7 +85,10 @@ def _value(node: yaml.Node, path: Path_, where: Where, loader: yaml.SafeLoader):
 def loads(text: str, file: str) -> tuple[object, Where]:
     """Parse one YAML document; YamlError names the file and line of any problem."""
     where = Where(file)
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # the reader refuses control characters here
+    except yaml.YAMLError as exc:
+        raise YamlError(f"{file}:1: not valid YAML: {str(exc).splitlines()[0]}") from None
     try:
         node = loader.get_single_node()
         if node is None:
