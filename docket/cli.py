@@ -74,12 +74,24 @@ def cmd_stub(args: argparse.Namespace) -> int:
     return stub_command(args)
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from chaos.cli import chaos_command  # the harness, loaded only for this verb
+
+    return chaos_command(args)
+
+
 def cmd_agent(args: argparse.Namespace) -> int:
     from docket.agent import FLAGS, agent_command
 
     return agent_command(
         {env: getattr(args, flag[2:].replace("-", "_")) for env, flag in FLAGS.items()}
     )
+
+
+def cmd_game_day(args: argparse.Namespace) -> int:
+    from chaos.gameday.runner import game_day_command  # the harness, loaded only for this verb
+
+    return game_day_command(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,6 +164,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_stub)
 
     p = verbs.add_parser(
+        "chaos", help="one supervised run under seeded faults against stub providers"
+    )
+    p.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: drawn)")
+    p.add_argument("--scenario", default=None, metavar="FILE", help="a scenario (YAML)")
+    p.add_argument(
+        "--fault", action="append", metavar="SPEC", help="a fault (spec/fault-grammar.md); repeat"
+    )
+    p.add_argument("--agent", default=None, metavar="MODE", help="the reference agent's mode")
+    p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
+    p.add_argument("--dir", default=None, help="the run's folder (default: under ./docket-runs/)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (your own agent)")
+    p.set_defaults(func=cmd_chaos)
+
+    p = verbs.add_parser(
         "agent",
         help="the reference agent: drive a boundary (settings from the environment; flags override)",
     )
@@ -173,6 +199,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-retry-after", help="longest Retry-After honoured (DOCKET_AGENT_MAX_RETRY_AFTER)"
     )
     p.set_defaults(func=cmd_agent)
+
+    p = verbs.add_parser(
+        "game-day",
+        help="run the game-day phases (gamedays/*.yaml), judge each from its evidence, report",
+    )
+    p.add_argument(
+        "--phase",
+        action="append",
+        metavar="NAME",
+        help="run only this phase (a name, or a phase file's path); repeat for several",
+    )
+    p.add_argument("--seed", type=int, default=None, help="every phase with this seed")
+    p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
+    p.add_argument(
+        "--report",
+        default="gameday-report",
+        metavar="DIR",
+        help="where the HTML report (and JSON, JUnit) go (default ./gameday-report/)",
+    )
+    p.add_argument("--junit", default=None, metavar="FILE", help="JUnit XML here instead")
+    p.add_argument("--json", default=None, metavar="FILE", help="the results as JSON here instead")
+    p.set_defaults(func=cmd_game_day)
     return parser
 
 

@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import trio
 
@@ -32,6 +33,7 @@ from docket.boundary.proxy import proxy_env
 from docket.clock import Clock, rfc3339
 from docket.errors import EXIT_CAP_KILL, EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
 from docket.guards.redact import redact_argv
+from docket.hooks import RunHooks
 
 GRACE_SECONDS = 5.0  # SIGTERM to SIGKILL
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -48,6 +50,8 @@ class RunOptions:
     budget_mode: str | None = None  # overrides caps.budget_mode ("usd" | "quota")
     grace_seconds: float = GRACE_SECONDS
     extra_env: dict[str, str] = field(default_factory=dict)
+    stdout: IO | None = None  # the child's stdout (default: ours), e.g. a file to read its report
+    stderr: IO | None = None
 
 
 @dataclass
@@ -191,9 +195,11 @@ def _wait_no_reap(pid: int) -> None:
 class Supervisor:
     """Runs one command under a boundary and a ledger; `await run()` once, in the main thread.
 
-    `clock` stamps the ledger (the chaos harness's clock hook); `env` is the
-    environment the provider keys are read from and the child's is built from
-    (default: os.environ); `faults` is the ledger's write-fault hook.
+    `hooks` is the recorder's documented fault hook (docket.hooks.RunHooks);
+    `clock` and `faults` are shorthands for its `clock` and `write_faults`.
+    `env` is the environment the provider keys are read from and the child's is
+    built from (default: os.environ). `policy`, a docket.policy.Policy, is used
+    instead of reading `options.policy_path`.
     """
 
     def __init__(
@@ -203,14 +209,21 @@ class Supervisor:
         *,
         env: dict[str, str] | None = None,
         faults=None,
+        hooks: RunHooks | None = None,
+        policy=None,
     ) -> None:
         from docket.policy import load_policy
 
+        if hooks is not None and (clock is not None or faults is not None):
+            raise ValueError("give the clock and write faults in hooks, not beside them")
+        if policy is not None and options.policy_path is not None:
+            raise ValueError("give a policy or a policy path, not both")
+        self.hooks = hooks or RunHooks(clock=clock, write_faults=faults)
         self.options = options
-        self.policy = load_policy(options.policy_path)
-        self.clock = clock or Clock()
+        self.policy = policy if policy is not None else load_policy(options.policy_path)
+        self.clock = self.hooks.clock or Clock()
         self.env = dict(os.environ if env is None else env) | options.extra_env
-        self.faults = faults
+        self.faults = self.hooks.write_faults
         self.run_id = new_run_id()
         self.token = "dkt-" + secrets.token_urlsafe(24)
         base = Path(options.ledger_dir) if options.ledger_dir else Path("docket-runs") / self.run_id
@@ -224,6 +237,8 @@ class Supervisor:
         self._opened_mono = 0.0  # the clock's reading when the ledger opened
         self._escalating = False
         self._group_killed = False  # a SIGKILL went to the whole group
+        self.boundary_url: str | None = None
+        self._hooks_scope = trio.CancelScope()  # the `started` hook's; cancelled at the reap
 
     # The boundary and guards call this; the supervisor ends the run legibly.
     def request_stop(self, request: StopRequest) -> None:
@@ -270,7 +285,7 @@ class Supervisor:
             ledger_path,
             limits=policy.ledger_limits(),
             clock=self.clock,
-            observers=[tally.add],
+            observers=[tally.add, *self.hooks.observers],
             faults=self.faults,
         ) as ledger:
             self._ledger = ledger
@@ -289,6 +304,9 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_signals, signals, nursery)
                 status = await self._serve_and_run(nursery, boundary, policy)
+                self._hooks_scope.cancel()
+                if self.hooks.before_stop is not None and self.boundary_url is not None:
+                    await self.hooks.before_stop(RunHandleOf(self))
                 nursery.cancel_scope.cancel()
             exit_status, reason, cap = self.verdict(status)
             end = {
@@ -349,7 +367,7 @@ class Supervisor:
             "pricing": {"table_date": prices.date, "provenance": prices.provenance},
             "caps": policy.caps.limits_dict(),
             "argv": redact_argv(self.options.command),
-        }
+        } | ({} if self.hooks.chaos is None else {"chaos": dict(self.hooks.chaos)})
 
     def verdict(self, status: int | None) -> tuple[int, str, str | None]:
         """The run's exit status, why, and the cap that stopped it (if one did)."""
@@ -411,6 +429,7 @@ class Supervisor:
                 )
             )
             return None
+        self.boundary_url = url
         if self.wall_limit() is not None:
             nursery.start_soon(self._watch_wall_clock, boundary)
         return await self._run_child(nursery, url)
@@ -420,6 +439,10 @@ class Supervisor:
         command = self.options.command
         if self.stop_requested is not None:
             return None  # stopped during start-up (a signal, lost evidence): nothing to run
+        if self.hooks.before_spawn is not None:
+            await self.hooks.before_spawn(RunHandleOf(self))
+            if self.stop_requested is not None:
+                return None  # the hook (or a signal meanwhile) ended the run before it began
         if command_missing(command[0], env.get("PATH", os.defpath)):
             self.request_stop(
                 StopRequest(f"command not found: {command[0]}", exit_status=EXIT_NOT_FOUND)
@@ -433,7 +456,13 @@ class Supervisor:
             # forked it exits, which an idle worker does after a few seconds.
             # Popen forks without running Python in the child, and returns once
             # the launcher is exec'd: a millisecond of blocking, once per run.
-            popen = subprocess.Popen(argv, env=env, start_new_session=True)
+            popen = subprocess.Popen(
+                argv,
+                env=env,
+                start_new_session=True,
+                stdout=self.options.stdout,
+                stderr=self.options.stderr,
+            )
         except (OSError, ValueError) as exc:
             self.request_stop(
                 StopRequest(f"cannot start the child: {exc}", exit_status=EXIT_CANNOT_EXEC)
@@ -443,15 +472,22 @@ class Supervisor:
         try:
             await self._record("process.spawn", pid=child.pid, argv=redact_argv(command))
             nursery.start_soon(self._stop_on_request, child, nursery)
+            if self.hooks.started is not None:
+                nursery.start_soon(self._run_started_hook)
             returncode = await child.reap()
         finally:
             # Leaving without having reaped it (cancelled, or a bug): never leave it running.
             child.kill_now()
+            self._hooks_scope.cancel()
         await self._record(
             "process.exit", pid=child.pid, status=returncode, reason=describe_exit(returncode)
         )
         await self._kill_stragglers(child)
         return wait_status(returncode)
+
+    async def _run_started_hook(self) -> None:
+        with self._hooks_scope:
+            await self.hooks.started(RunHandleOf(self))
 
     async def _kill_stragglers(self, child: Child) -> None:
         """The child is gone but processes it started in its group may not be: the run is
@@ -546,6 +582,34 @@ class Supervisor:
         reason = self.stop_requested.reason
         await self._signal_group(child, signal.SIGTERM, reason)
         self._escalate_once(child, nursery, reason)
+
+
+class RunHandleOf:
+    """The docket.hooks.RunHandle a supervisor gives its hooks."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
+
+    @property
+    def boundary_url(self) -> str:
+        url = self._supervisor.boundary_url
+        assert url is not None, "the hooks run only once the boundary serves"
+        return url
+
+    @property
+    def child_pid(self) -> int | None:
+        child = self._supervisor._child
+        return None if child is None else child.pid
+
+    @property
+    def supervisor_pid(self) -> int:
+        return os.getpid()
+
+    async def record_fault(self, fields) -> int | None:
+        return await self._supervisor._record("fault.injected", **fields)
+
+    def request_stop(self, reason: str, *, exit_status: int) -> None:
+        self._supervisor.request_stop(StopRequest(reason, exit_status=exit_status))
 
 
 def run_command(args) -> int:

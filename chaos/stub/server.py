@@ -14,7 +14,10 @@ pluggable function of the Arrival (its ordinal, model, stream flag...): delays,
 an injected error status (with Retry-After), a malformed or truncated body, a
 stream cut after N events, an answer without usage. chaos.faults.upstream builds
 the chooser from a fault schedule; each Behaviour names the faults it performs
-(`injected`), and the log entry of the request carries them.
+(`injected`), and the log entry of the request carries them. A harness that
+keeps the evidence of faults elsewhere (the chaos engine: in the run's ledger)
+passes `record_fault`, awaited for each of them before the answer starts, so
+the record of a fault always precedes its effect.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import hashlib
 import json
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -170,6 +173,7 @@ class Stub:
         choose: Chooser | None = None,
         log: RequestLog | None = None,
         clock: Clock | None = None,
+        record_fault: Callable[[dict], Awaitable[object]] | None = None,
     ) -> None:
         self.config = config or StubConfig()
         self.provider = PROVIDERS[self.config.kind]
@@ -177,6 +181,7 @@ class Stub:
             Behaviour(first_byte_delay=self.config.latency, token_delay=self.config.token_delay)
         )
         self.log = log or RequestLog(self.config.log_capacity)
+        self.record_fault = record_fault
         self.clock = clock or Clock()
         self._started_mono = self.clock.mono()
         self._next_seq = 0
@@ -233,6 +238,9 @@ class Stub:
             entry["faults"] = list(behaviour.injected)
         finally:
             self.log.write(entry)  # a chooser that fails still leaves the request on file
+        if self.record_fault is not None:
+            for fields in behaviour.injected:
+                await self.record_fault(fields)
         await self._answer(respond, seq, behaviour, endpoint, exchange, problem)
 
     async def _answer(

@@ -1,0 +1,143 @@
+"""`docket chaos`: one supervised run under seeded faults, against stub providers.
+
+    docket chaos --seed N [--scenario FILE] [--fault SPEC ...] [--agent MODE | -- CMD ...]
+                 [--toxiproxy URL] [--dir DIR]
+
+Everything the user typed is checked before anything starts (a bad scenario,
+fault or agent mode is one line naming the problem, exit 2). Then it prints the
+seed and the resolved schedule, runs, and prints the receipt's summary and the
+exact command that reproduces the run. It exits with the supervised run's status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import shlex
+import time
+from pathlib import Path
+
+import trio
+
+from chaos.run import RESOLVE_UP_TO, run_chaos
+from chaos.scenario import SEED_LIMIT, AgentSpec, Scenario, check_faults, load_scenario
+from chaos.schedule import FaultSchedule
+from docket.agent import MODES
+from docket.errors import InputError
+
+
+def build_scenario(args) -> Scenario:
+    scenario = load_scenario(args.scenario) if args.scenario else Scenario(source="<flags>")
+    extra = check_faults(args.fault or [])
+    repeated = sorted(set(extra) & set(scenario.faults))
+    if repeated:
+        raise InputError(f"--fault {repeated[0]!r}: already in the scenario")
+    changes: dict = {"faults": scenario.faults + extra}
+    command = [c for c in (args.command or []) if c != "--"] if args.command else []
+    if args.agent is not None and command:
+        raise InputError("give --agent MODE or -- CMD, not both")
+    if args.agent is not None:
+        if args.agent not in MODES:
+            raise InputError(f"--agent {args.agent!r}: not one of {', '.join(MODES)}")
+        changes["agents"] = (AgentSpec(name="agent", mode=args.agent),)
+    elif command:
+        changes["agents"] = (AgentSpec(name="agent", mode=None, command=tuple(command)),)
+    return dataclasses.replace(scenario, **changes)
+
+
+def pick_seed(args, scenario: Scenario) -> tuple[int, bool]:
+    """The seed to use and whether it was drawn here."""
+    if args.seed is not None:
+        if not 0 <= args.seed < SEED_LIMIT:
+            raise InputError(f"--seed {args.seed}: must be in [0, 2**53)")
+        return args.seed, False
+    if scenario.seed is not None:
+        return scenario.seed, False
+    return secrets.randbelow(SEED_LIMIT), True
+
+
+def ranges(ordinals: list[int]) -> str:
+    """[1, 2, 3, 7] -> "1..3, 7"."""
+    out: list[str] = []
+    for n in ordinals:
+        if out and out[-1][1] == n - 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in out)
+
+
+def schedule_lines(schedule: FaultSchedule, up_to: int) -> list[str]:
+    """The resolved schedule, one line per fault: where it fires (ordinals up to `up_to`)."""
+    fired: dict[str, list[int]] = {}
+    for ordinal, text in schedule.resolve(up_to):
+        fired.setdefault(text, []).append(ordinal)
+    lines = [f"fault schedule: seed {schedule.seed}, {len(schedule.faults)} fault(s)"]
+    for fault in schedule.faults:
+        if fault.trigger.timed is not None:
+            lines.append(f"  {fault.text}: timed (which ordinals it meets varies by run)")
+            continue
+        where = ranges(fired.get(fault.text, []))
+        lines.append(f"  {fault.text}: {fault.counter} {where or 'none'} (of the first {up_to})")
+    return lines
+
+
+def repro_argv(args, seed: int) -> list[str]:
+    argv = ["docket", "chaos", "--seed", str(seed)]
+    if args.scenario:
+        argv += ["--scenario", args.scenario]
+    for text in args.fault or []:
+        argv += ["--fault", text]
+    if args.agent:
+        argv += ["--agent", args.agent]
+    if args.toxiproxy:
+        argv += ["--toxiproxy", args.toxiproxy]
+    command = [c for c in (args.command or []) if c != "--"]
+    if command:
+        argv += ["--", *command]
+    return argv
+
+
+def chaos_command(args) -> int:
+    scenario = build_scenario(args)
+    seed, drawn = pick_seed(args, scenario)
+    folder = (
+        Path(args.dir)
+        if args.dir
+        else Path("docket-runs") / time.strftime(f"chaos-%Y%m%dT%H%M%S-{seed}")
+    )
+    schedule = FaultSchedule.parse(seed, scenario.faults)
+    print(f"seed {seed}" + (" (drawn: pass --seed to repeat it)" if drawn else ""))
+    for line in schedule_lines(schedule, RESOLVE_UP_TO):
+        print(line)
+    try:
+        result = trio.run(
+            lambda: run_chaos(scenario, seed=seed, folder=folder, toxiproxy_url=args.toxiproxy)
+        )
+    except BaseExceptionGroup as group:
+        refused, other = group.split(InputError)
+        if refused is None or other is not None:
+            raise
+        raise _first_leaf(refused) from None
+    summary = result.summary()
+    print(
+        f"run: {summary['calls']} call(s), {summary['ok']} ok, {summary['errors']} error(s), "
+        f"{summary['refused']} refused; {summary['faults_injected']} fault record(s) in the "
+        f"ledger, {summary['faults_performed']} fault(s) performed"
+    )
+    if summary["ledger_complete"] is False:
+        print("ledger: incomplete (write faults): see the receipt's ops.evidence")
+    for name, report in result.agent_reports.items():
+        print(f"agent {name}: {json.dumps(report) if report is not None else 'no report'}")
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"exit {result.exit_status}: {result.reason}")
+    print(f"folder: {result.folder}")
+    print(f"reproduce: {shlex.join(repro_argv(args, seed))}")
+    return result.exit_status
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first

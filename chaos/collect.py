@@ -1,0 +1,166 @@
+"""A chaos run's result, read back from the files the run left in its folder.
+
+Reading from disk, not from the engine's memory, is what lets a run whose
+recorder was killed outright (no receipt, no outcome.json) be reported the
+same way, and it means the result is what a later reader would also see.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from docket.ledger.reader import iter_lines
+
+
+@dataclass
+class RunResult:
+    seed: int
+    schedule: list[str]  # the canonical fault texts, in order
+    exit_status: int  # the supervised run's (42 = cap kill, 43 = evidence lost, ...)
+    reason: str
+    folder: Path
+    ledger_path: Path
+    receipt_path: Path
+    receipt: dict  # {} when no receipt was written (the recorder was killed)
+    events: list[dict]
+    stub_logs: dict[str, list[dict]]
+    metrics: str  # Prometheus text scraped before the boundary stopped ("" if none)
+    probes: list[dict]
+    agent_reports: dict[str, dict | None]
+    injected: list[dict]
+    duration_s: float
+    repro: str
+    notes: list[str] = field(default_factory=list)  # what could not be collected, and why
+
+    def evidence(self) -> dict:
+        """Everything, as one JSON-able dict (metrics parsed: sample name{labels} -> value)."""
+        return {
+            "events": self.events,
+            "receipt": self.receipt,
+            "metrics": parse_metrics(self.metrics),
+            "stubs": self.stub_logs,
+            "probes": self.probes,
+            "agents": self.agent_reports,
+            "injected": self.injected,
+            "exit_status": self.exit_status,
+            "seed": self.seed,
+        }
+
+    def summary(self) -> dict:
+        """The receipt's headline, for a terminal: calls, outcomes, faults, exit and why."""
+        types: dict[str, int] = {}
+        for event in self.events:
+            types[event["type"]] = types.get(event["type"], 0) + 1
+        faults = self.receipt.get("faults") or {}
+        return {
+            "calls": types.get("model.request", 0),
+            "ok": types.get("model.response", 0),
+            "errors": types.get("model.error", 0),
+            "refused": types.get("policy.denied", 0),
+            "faults_injected": faults.get("injected", types.get("fault.injected", 0)),
+            "faults_performed": len(self.injected),
+            "ledger_complete": ((self.receipt.get("ops") or {}).get("evidence") or {}).get(
+                "ledger_complete"
+            ),
+            "exit_status": self.exit_status,
+            "reason": self.reason,
+        }
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return out
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def read_ledger(path: Path) -> list[dict]:
+    """The complete lines of a ledger, parsed (a torn tail, after a kill, is left out)."""
+    if not path.exists():
+        return []
+    return [json.loads(line.data) for line in iter_lines(path) if line.complete]
+
+
+def last_json_line(path: Path) -> dict | None:
+    """An agent's report: the last line of its stdout that is a JSON object."""
+    if not path.exists():
+        return None
+    for line in reversed(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def collect(
+    folder: Path,
+    *,
+    seed: int,
+    schedule: list[str],
+    repro: str,
+    agents: list[str],
+    duration_s: float,
+    killed: tuple[int, str] | None = None,
+) -> RunResult:
+    """Build the RunResult from `folder`. `killed` is (status, reason) for a run whose
+    supervisor died without writing outcome.json."""
+    notes = []
+    outcome_path = folder / "outcome.json"
+    if outcome_path.exists():
+        outcome = json.loads(outcome_path.read_text())
+        exit_status, reason = outcome["exit_status"], outcome["reason"]
+    elif killed is not None:
+        exit_status, reason = killed
+    else:
+        exit_status, reason = 70, "the run ended without an outcome"
+    receipt_path = folder / "receipt.json"
+    receipt = json.loads(receipt_path.read_text()) if receipt_path.exists() else {}
+    if not receipt:
+        notes.append("no receipt: the recorder did not finish")
+    metrics_path = folder / "metrics.txt"
+    metrics = metrics_path.read_text() if metrics_path.exists() else ""
+    error = folder / "metrics.error"
+    if error.exists():
+        notes.append(f"metrics not scraped: {error.read_text().strip()}")
+    stub_logs = {
+        path.name.removeprefix("stub-").removesuffix(".jsonl"): read_jsonl(path)
+        for path in sorted(folder.glob("stub-*.jsonl"))
+    }
+    return RunResult(
+        seed=seed,
+        schedule=schedule,
+        exit_status=exit_status,
+        reason=reason,
+        folder=folder,
+        ledger_path=folder / "ledger.jsonl",
+        receipt_path=receipt_path,
+        receipt=receipt,
+        events=read_ledger(folder / "ledger.jsonl"),
+        stub_logs=stub_logs,
+        metrics=metrics,
+        probes=read_jsonl(folder / "probes.jsonl"),
+        agent_reports={name: last_json_line(folder / "agents" / f"{name}.out") for name in agents},
+        injected=read_jsonl(folder / "injected.jsonl"),
+        duration_s=duration_s,
+        repro=repro,
+        notes=notes,
+    )

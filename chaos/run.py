@@ -1,0 +1,331 @@
+"""The chaos engine: one supervised run under a seeded fault schedule.
+
+    result = await run_chaos(scenario, seed=1234, folder=Path("runs/x"))
+
+One trio run owns everything, in one nursery, torn down however it ends (an
+error, Ctrl-C, a cancelled caller): the stub providers and the fault proxy in
+front of them (chaos.upstreams), then the recorder (docket.supervisor) with
+the hooks that put faults inside it (a failing ledger write, a stepping clock,
+a signal) and their evidence in its chain, and under it the agents (one
+launcher process, chaos.launcher, running each agent of the scenario). While
+the agents run, healthz/readyz are sampled; once they have exited, and before
+the boundary stops, its metrics are scraped.
+
+Everything the run leaves is in `folder`: ledger.jsonl and receipt.json (the
+recorder's), stub-NAME.jsonl (what each stub saw), injected.jsonl (every fault
+the harness performed, with the seq of its record), probes.jsonl, metrics.txt,
+agents/NAME.out and .err, outcome.json. `RunResult` is read back from those
+files (chaos.collect), so a run whose supervisor was killed outright (which
+happens in a worker process: chaos.worker) is read the same way.
+
+`@t` faults count from one instant: when run_chaos starts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import trio
+
+from chaos.collect import RunResult, collect
+from chaos.evidence import FaultEvidence
+from chaos.faults import clock as clock_faults
+from chaos.faults import process as process_faults
+from chaos.faults.ledger import LedgerFaults
+from chaos.faults.triggers import EventTriggers, injection_fields
+from chaos.grammar import Fault
+from chaos.scenario import Scenario
+from chaos.schedule import FaultSchedule
+from chaos.upstreams import (
+    Upstreams,
+    arm_net_faults,
+    remove_proxies,
+    run_policy,
+    start_proxies,
+    start_stubs,
+)
+from docket.errors import InputError
+from docket.hooks import RunHandle, RunHooks
+from docket.supervisor import RunOptions, Supervisor
+
+__all__ = ["RunResult", "repro_command", "run_chaos"]
+
+GRACE_SECONDS = 2.0  # SIGTERM to SIGKILL for the agents when the run is stopped
+PROBE_TIMEOUT = 2.0
+SCRAPE_TIMEOUT = 5.0
+RESOLVE_UP_TO = 100  # ordinals shown in the printed and recorded schedule
+
+
+def repro_command(scenario: Scenario, seed: int, toxiproxy_url: str | None = None) -> str:
+    """The `docket chaos` command line that runs this scenario again with this seed."""
+    argv = ["docket", "chaos", "--seed", str(seed)]
+    if scenario.source is not None and not scenario.source.startswith("<"):
+        argv += ["--scenario", scenario.source]
+    else:
+        for text in scenario.faults:
+            argv += ["--fault", text]
+        (agent,) = scenario.agents[:1] or (None,)
+        if agent is not None and agent.command:
+            argv += ["--", *agent.command]
+        elif agent is not None and agent.mode:
+            argv += ["--agent", agent.mode]
+    if toxiproxy_url:
+        argv += ["--toxiproxy", toxiproxy_url]
+    return shlex.join(argv)
+
+
+def prepare_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"run folder {folder}: cannot create ({exc.strerror})") from None
+    if (folder / "ledger.jsonl").exists():
+        raise InputError(f"run folder {folder} already holds a run: give a new folder")
+    (folder / "agents").mkdir(exist_ok=True)
+
+
+async def run_chaos(
+    scenario: Scenario, *, seed: int, folder: Path, toxiproxy_url: str | None = None
+) -> RunResult:
+    """Run the scenario under `seed`; every file lands in `folder` (created; must be new)."""
+    folder = Path(folder)
+    schedule = FaultSchedule.parse(seed, scenario.faults)
+    repro = repro_command(scenario, seed, toxiproxy_url)
+    prepare_folder(folder)
+    if process_faults.kills_supervisor(schedule.faults):
+        from chaos.worker import run_in_worker
+
+        return await run_in_worker(scenario, seed=seed, folder=folder, toxiproxy_url=toxiproxy_url)
+    started = trio.current_time()
+    await run_here(scenario, schedule, folder=folder, toxiproxy_url=toxiproxy_url)
+    return collect(
+        folder,
+        seed=seed,
+        schedule=[f.text for f in schedule.faults],
+        repro=repro,
+        agents=[a.name for a in scenario.agents],
+        duration_s=trio.current_time() - started,
+    )
+
+
+async def run_here(
+    scenario: Scenario, schedule: FaultSchedule, *, folder: Path, toxiproxy_url: str | None
+) -> None:
+    """The run itself, in this process; writes outcome.json at the end."""
+    run = _Run(scenario, schedule, folder)
+    async with trio.open_nursery() as nursery:
+        try:
+            await start_stubs(
+                nursery,
+                scenario,
+                schedule,
+                run.upstreams,
+                folder=folder,
+                elapsed=run.elapsed,
+                evidence=run.evidence,
+            )
+            await start_proxies(
+                nursery,
+                scenario,
+                schedule,
+                run.upstreams,
+                elapsed=run.elapsed,
+                evidence=run.evidence,
+                toxiproxy_url=toxiproxy_url,
+            )
+            run.nursery = nursery
+            outcome = await run.supervise()
+        finally:
+            await remove_proxies(run.upstreams)
+            run.upstreams.close()
+            nursery.cancel_scope.cancel()
+    (folder / "outcome.json").write_text(
+        json.dumps({"exit_status": outcome.exit_status, "reason": outcome.reason}) + "\n"
+    )
+
+
+class _Run:
+    """One run's state: what the hooks share with the tasks they start."""
+
+    def __init__(self, scenario: Scenario, schedule: FaultSchedule, folder: Path) -> None:
+        self.scenario, self.schedule, self.folder = scenario, schedule, folder
+        self.t0 = trio.current_time()
+        self.upstreams = Upstreams()
+        self.evidence = FaultEvidence(folder / "injected.jsonl")
+        self.clock = clock_faults.ChaosClock()
+        self.nursery: trio.Nursery | None = None
+        self.probes = folder / "probes.jsonl"
+        faults_of = {t: [f for f in schedule.faults if f.target == t] for t in ("clock", "process")}
+        self.clock_triggers = EventTriggers(schedule, faults_of["clock"], once=False)
+        self.process_triggers = EventTriggers(schedule, faults_of["process"], once=True)
+        self.watching = bool(faults_of["clock"] or faults_of["process"])
+        self._events_in, self._events_out = trio.open_memory_channel[dict](math.inf)
+
+    def elapsed(self) -> float:
+        return trio.current_time() - self.t0
+
+    def _observe(self, event: dict) -> None:
+        if self.watching:
+            self._events_in.send_nowait(event)
+
+    async def supervise(self):
+        ledger_faults = LedgerFaults(
+            self.schedule,
+            elapsed=self.elapsed,
+            on_inject=lambda fields: self.evidence.unwritable(
+                fields, "a ledger fault: its record cannot be in the ledger it breaks"
+            ),
+        )
+        hooks = RunHooks(
+            clock=self.clock,
+            write_faults=ledger_faults if ledger_faults.active else None,
+            chaos=self.schedule.receipt_entry(RESOLVE_UP_TO),
+            observers=(self._observe,),
+            before_spawn=self._before_spawn,
+            started=self._started,
+            before_stop=self._before_stop,
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKET_AGENT_")}
+        env |= self.upstreams.env(self.scenario)
+        plan = self.folder / "agents" / "plan.json"
+        plan.write_text(json.dumps(self._agent_plan(), indent=1) + "\n")
+        with (
+            open(self.folder / "agents" / "launcher.out", "wb") as out,
+            open(self.folder / "agents" / "launcher.err", "wb") as err,
+        ):
+            options = RunOptions(
+                command=[sys.executable, "-m", "chaos.launcher", str(plan)],
+                ledger_dir=str(self.folder),
+                max_wall_clock=self.scenario.max_wall_clock,
+                grace_seconds=GRACE_SECONDS,
+                stdout=out,
+                stderr=err,
+            )
+            policy = run_policy(self.scenario, self.upstreams)
+            supervisor = Supervisor(options, hooks=hooks, env=env, policy=policy)
+            return await supervisor.run()
+
+    def _agent_plan(self) -> list[dict]:
+        plan = []
+        for index, agent in enumerate(self.scenario.agents):
+            provider = self.scenario.provider(agent.provider)
+            settings = agent.settings()
+            # The agent's jitter is seeded from the run's seed, so a rerun backs off alike.
+            settings.setdefault("DOCKET_AGENT_SEED", str((self.schedule.seed + index) % (1 << 53)))
+            argv = list(agent.command) or [sys.executable, "-m", "docket", "agent"]
+            route = f"/{provider.name}" + ("/v1" if provider.kind == "openai" else "")
+            out = self.folder / "agents" / agent.name
+            plan.append(
+                {
+                    "name": agent.name,
+                    "argv": argv,
+                    "env": settings,
+                    "route": route,
+                    "kind": provider.kind,
+                    "stdout": str(out.with_suffix(".out")),
+                    "stderr": str(out.with_suffix(".err")),
+                }
+            )
+        return plan
+
+    # -- the hooks
+
+    async def _before_spawn(self, handle: RunHandle) -> None:
+        self.evidence.open(handle)
+        assert self.nursery is not None
+        await arm_net_faults(
+            self.nursery,
+            self.scenario,
+            self.schedule,
+            self.upstreams,
+            run_started=self.t0,
+            evidence=self.evidence,
+        )
+
+    async def _started(self, handle: RunHandle) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.evidence.pump)
+            if self.scenario.probe_every > 0:
+                nursery.start_soon(self._probe, handle.boundary_url)
+            if self.watching:
+                nursery.start_soon(self._watch_events, handle)
+                for triggers in (self.clock_triggers, self.process_triggers):
+                    for at, fault in triggers.timers():
+                        nursery.start_soon(self._at_time, handle, at, fault)
+
+    async def _before_stop(self, handle: RunHandle) -> None:
+        await self.evidence.close()
+        await self._scrape(handle.boundary_url)
+
+    # -- inside faults: clock and process
+
+    async def _watch_events(self, handle: RunHandle) -> None:
+        async for event in self._events_out:
+            now = self.elapsed()
+            for fault, ordinal in self.clock_triggers.on_event(event, now):
+                await self._perform(handle, fault, ordinal)
+            for fault, ordinal in self.process_triggers.on_event(event, now):
+                await self._perform(handle, fault, ordinal)
+
+    async def _at_time(self, handle: RunHandle, at: float, fault: Fault) -> None:
+        await trio.sleep_until(self.t0 + at)
+        await self._perform(handle, fault, None)
+
+    async def _perform(self, handle: RunHandle, fault: Fault, ordinal: int | None) -> None:
+        """Record the fault (durable), then act: the evidence precedes the effect."""
+        fields = injection_fields(self.schedule, fault, ordinal, at_s=round(self.elapsed(), 3))
+        if fault.target == "clock":
+            await self.evidence.record(fields)
+            self.clock.apply(fault)
+            return
+        await self.evidence.record(fields | {"signal": process_faults.signal_of(fault).name})
+        problem = process_faults.send(fault, handle)
+        if problem is not None:
+            self.evidence.unwritable(fields, f"signal not sent: {problem}")
+
+    # -- observation
+
+    async def _probe(self, url: str) -> None:
+        import httpx
+
+        async with httpx.AsyncClient(base_url=url, timeout=PROBE_TIMEOUT, trust_env=False) as http:
+            with self.probes.open("a", encoding="utf-8") as out:
+                while True:
+                    sample: dict = {"t": round(self.elapsed(), 3)}
+                    for name in ("healthz", "readyz"):
+                        try:
+                            answer = await http.get(f"/docket/{name}")
+                        except httpx.HTTPError as exc:
+                            sample[name] = None
+                            sample[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
+                            continue
+                        sample[name] = answer.status_code
+                        if name == "readyz":
+                            sample["ready"] = _json_or_text(answer)
+                    out.write(json.dumps(sample, separators=(",", ":")) + "\n")
+                    out.flush()
+                    await trio.sleep(self.scenario.probe_every)
+
+    async def _scrape(self, url: str) -> None:
+        import httpx
+
+        target = self.folder / "metrics.txt"
+        try:
+            with trio.fail_after(SCRAPE_TIMEOUT):
+                async with httpx.AsyncClient(timeout=SCRAPE_TIMEOUT, trust_env=False) as http:
+                    answer = await http.get(f"{url}/docket/metrics")
+            target.write_text(answer.text)
+        except (httpx.HTTPError, trio.TooSlowError) as exc:
+            (self.folder / "metrics.error").write_text(f"{type(exc).__name__}: {exc}\n")
+
+
+def _json_or_text(answer) -> object:
+    try:
+        return answer.json()
+    except ValueError:
+        return answer.text

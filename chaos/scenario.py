@@ -1,0 +1,318 @@
+"""A chaos scenario: the seed, the faults, the stub providers, the agents, the policy.
+
+Scenarios are small YAML files (scenarios/*.yaml, or the `run:` block of a
+game-day phase) that a person edits by hand, so every key is checked before
+anything starts: an unknown key, a wrong type, a bad duration, a fault that
+does not parse or that its layer cannot perform is refused as `FILE:LINE: at
+PATH reason` (chaos.yamldoc), exit 2.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chaos.faults.net import check_performable
+from chaos.grammar import parse_fault
+from chaos.schedule import FaultSchedule
+from chaos.yamldoc import Where, load
+from docket.agent import MODES
+from docket.errors import InputError
+from docket.policy import policy_from_dict
+
+# A seed must survive the receipt: its `faults.seed` is a JSON integer, exact only
+# below 2^53 (spec/docket-receipt-1.md), a narrower range than the schedule's 2^64.
+SEED_LIMIT = 1 << 53
+DEFAULT_WALL_CLOCK = 60.0
+DEFAULT_PROBE_EVERY = 0.1
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")  # also a file name and a route
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)\Z")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+_KINDS = ("openai", "anthropic")
+
+
+@dataclass(frozen=True)
+class ProviderSpec:
+    name: str = "openai"  # the policy's provider name and the boundary route /<name>/
+    kind: str = "openai"
+    latency: float = 0.0  # the stub's steady delay before the first byte, seconds
+    token_delay: float = 0.0  # between streamed tokens
+    via_proxy: bool = True  # through the fault proxy (net faults act only then)
+    faults: bool = True  # whether the scenario's upstream and net faults act on it
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str = "agent"
+    mode: str | None = "once"  # a docket agent mode, or None with `command`
+    command: tuple[str, ...] = ()
+    provider: str | None = None  # default: the first provider
+    calls: int | None = None
+    concurrency: int | None = None
+    timeout: float | None = None
+    max_tokens: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def settings(self) -> dict[str, str]:
+        """The DOCKET_AGENT_* environment this agent runs with (the mode's part)."""
+        out = dict(self.env)
+        if self.mode is not None:
+            out["DOCKET_AGENT_MODE"] = self.mode
+        for key, value in (
+            ("DOCKET_AGENT_CALLS", self.calls),
+            ("DOCKET_AGENT_CONCURRENCY", self.concurrency),
+            ("DOCKET_AGENT_TIMEOUT", self.timeout),
+            ("DOCKET_AGENT_MAX_TOKENS", self.max_tokens),
+        ):
+            if value is not None:
+                out[key] = f"{value:g}" if isinstance(value, float) else str(value)
+        return out
+
+
+@dataclass(frozen=True)
+class Scenario:
+    seed: int | None = None
+    faults: tuple[str, ...] = ()  # canonical texts
+    providers: tuple[ProviderSpec, ...] = (ProviderSpec(),)
+    agents: tuple[AgentSpec, ...] = (AgentSpec(),)
+    policy: Mapping[str, object] = field(default_factory=dict)
+    max_wall_clock: float = DEFAULT_WALL_CLOCK
+    probe_every: float = DEFAULT_PROBE_EVERY
+    source: str | None = None  # the file it came from, for the repro command
+
+    def provider(self, name: str | None) -> ProviderSpec:
+        if name is None:
+            return self.providers[0]
+        return next(p for p in self.providers if p.name == name)
+
+
+# ---------------------------------------------------------------- checking
+
+
+class _Check:
+    """Reads one mapping of a YAML document, naming the line of any bad value."""
+
+    def __init__(self, data: object, where: Where, path: tuple, allowed: tuple[str, ...]):
+        self.where, self.path = where, path
+        if not isinstance(data, dict):
+            raise where.error(path, f"must be a mapping, got {_kind(data)}")
+        unknown = [k for k in data if k not in allowed]
+        if unknown:
+            raise where.error(
+                (*path, unknown[0]),
+                f"unknown key {unknown[0]!r} (expected one of: {', '.join(allowed)})",
+            )
+        self.data = data
+
+    def fail(self, key: str | tuple, reason: str) -> InputError:
+        keys = key if isinstance(key, tuple) else (key,)
+        return self.where.error((*self.path, *keys), reason)
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def integer(self, key: str, default, *, minimum: int = 0, limit: int | None = None):
+        value = self.data.get(key, default)
+        if value is default:
+            return value
+        if type(value) is not int or value < minimum or (limit is not None and value >= limit):
+            bound = f"in [{minimum}, {limit})" if limit is not None else f">= {minimum}"
+            raise self.fail(key, f"must be a whole number {bound}, got {value!r}")
+        return value
+
+    def seconds(self, key: str, default, *, positive: bool = False):
+        value = self.data.get(key, default)
+        if value is default:
+            return value
+        seconds = None
+        if isinstance(value, str):
+            m = _DURATION.fullmatch(value.strip())
+            if m:
+                seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        elif type(value) is int and value == 0:
+            seconds = 0.0
+        if seconds is None or (positive and seconds <= 0):
+            shape = "a duration above zero" if positive else "a duration"
+            raise self.fail(key, f"must be {shape} like 500ms, 2s or 1m, got {value!r}")
+        return seconds
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if type(value) is not bool:
+            raise self.fail(key, f"must be true or false, got {value!r}")
+        return value
+
+    def name(self, key: str, default: str) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str) or not _NAME.match(value):
+            raise self.fail(key, "must be a name of letters, digits, '-' and '_' (at most 64)")
+        return value
+
+    def choice(self, key: str, default, choices: tuple[str, ...]):
+        value = self.data.get(key, default)
+        if value is not default and value not in choices:
+            raise self.fail(key, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def listing(self, key: str) -> list:
+        value = self.data.get(key, [])
+        if not isinstance(value, list):
+            raise self.fail(key, f"must be a list, got {_kind(value)}")
+        return value
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "nothing"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "true/false"}.get(
+        type(value), f"a {type(value).__name__}"
+    )
+
+
+_TOP = ("seed", "faults", "providers", "agents", "policy", "max_wall_clock", "probe_every")
+_PROVIDER_KEYS = ("name", "kind", "latency", "token_delay", "via_proxy", "faults")
+_AGENT_KEYS = (
+    "name", "mode", "command", "provider", "calls", "concurrency", "timeout", "max_tokens", "env",
+)  # fmt: skip
+
+
+def scenario_from_data(data: object, where: Where, path: tuple = ()) -> Scenario:
+    """Check a parsed scenario (a whole file, or a block at `path` inside a bigger one)."""
+    top = _Check(data, where, tuple(path), _TOP)
+    seed = top.integer("seed", None, limit=SEED_LIMIT)
+    faults = _faults(top)
+    providers = _providers(top)
+    if any(f.startswith("net:") for f in faults) and not any(
+        p.via_proxy and p.faults for p in providers
+    ):
+        raise top.fail("faults", "net faults need a provider with via_proxy: true")
+    agents = _agents(top, providers)
+    policy = top.data.get("policy", {})
+    if not isinstance(policy, dict):
+        raise top.fail("policy", f"must be a mapping, got {_kind(policy)}")
+    if "providers" in policy:
+        raise top.fail(("policy", "providers"), "is filled in by the harness: use `providers:`")
+    try:
+        policy_from_dict(copy.deepcopy(policy), source="policy")
+    except InputError as exc:
+        raise top.fail("policy", str(exc).removeprefix("policy ")) from None
+    return Scenario(
+        seed=seed,
+        faults=faults,
+        providers=providers,
+        agents=agents,
+        policy=policy,
+        max_wall_clock=top.seconds("max_wall_clock", DEFAULT_WALL_CLOCK, positive=True),
+        probe_every=top.seconds("probe_every", DEFAULT_PROBE_EVERY),
+        source=where.file,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and check a scenario file; InputError (exit 2) names file:line:reason."""
+    data, where = load(path)
+    return scenario_from_data(data, where)
+
+
+def check_faults(texts: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Parse fault texts (e.g. from --fault): canonical texts, or InputError naming the column."""
+    faults = [parse_fault(t) for t in texts]
+    for fault in faults:
+        if fault.target == "net":
+            check_performable(fault)
+    try:
+        FaultSchedule(0, tuple(faults))
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    return tuple(f.text for f in faults)
+
+
+def _faults(top: _Check) -> tuple[str, ...]:
+    texts = []
+    for i, text in enumerate(top.listing("faults")):
+        if not isinstance(text, str):
+            raise top.fail(("faults", i), f"must be a fault text, got {_kind(text)}")
+        try:
+            (canonical,) = check_faults([text])
+        except InputError as exc:
+            raise top.fail(("faults", i), str(exc)) from None
+        if canonical in texts:
+            raise top.fail(("faults", i), f"fault listed twice: {canonical}")
+        texts.append(canonical)
+    return tuple(texts)
+
+
+def _providers(top: _Check) -> tuple[ProviderSpec, ...]:
+    if not top.has("providers"):
+        return (ProviderSpec(),)
+    items = top.listing("providers")
+    if not items:
+        raise top.fail("providers", "names no provider")
+    out: list[ProviderSpec] = []
+    for i, item in enumerate(items):
+        c = _Check(item, top.where, (*top.path, "providers", i), _PROVIDER_KEYS)
+        kind = c.choice("kind", None, _KINDS)
+        name = c.name("name", kind or "openai")
+        kind = kind or (name if name in _KINDS else "openai")
+        if any(p.name == name for p in out):
+            raise c.fail("name", f"provider {name!r} named twice")
+        out.append(
+            ProviderSpec(
+                name=name,
+                kind=kind,
+                latency=c.seconds("latency", 0.0),
+                token_delay=c.seconds("token_delay", 0.0),
+                via_proxy=c.boolean("via_proxy", True),
+                faults=c.boolean("faults", True),
+            )
+        )
+    return tuple(out)
+
+
+def _agents(top: _Check, providers: tuple[ProviderSpec, ...]) -> tuple[AgentSpec, ...]:
+    if not top.has("agents"):
+        return (AgentSpec(),)
+    items = top.listing("agents")
+    if not items:
+        raise top.fail("agents", "names no agent")
+    names = [p.name for p in providers]
+    out: list[AgentSpec] = []
+    for i, item in enumerate(items):
+        c = _Check(item, top.where, (*top.path, "agents", i), _AGENT_KEYS)
+        name = c.name("name", "agent" if i == 0 else f"agent{i}")
+        if any(a.name == name for a in out):
+            raise c.fail("name", f"agent {name!r} named twice")
+        command = c.listing("command") if c.has("command") else []
+        if command and (not all(isinstance(x, str) and x for x in command)):
+            raise c.fail("command", "must be a list of non-empty strings")
+        if c.has("command") and not command:
+            raise c.fail("command", "is empty")
+        if command and c.has("mode"):
+            raise c.fail("mode", "give a mode or a command, not both")
+        mode = None if command else c.choice("mode", "once", MODES)
+        provider = c.data.get("provider")
+        if provider is not None and provider not in names:
+            raise c.fail("provider", f"no provider {provider!r} (have: {', '.join(names)})")
+        env = c.data.get("env", {})
+        if not isinstance(env, dict):
+            raise c.fail("env", f"must be a mapping, got {_kind(env)}")
+        for key, value in env.items():
+            if not key.startswith("DOCKET_AGENT_") or not isinstance(value, str):
+                raise c.fail(("env", key), "must be a DOCKET_AGENT_* setting with a string value")
+        out.append(
+            AgentSpec(
+                name=name,
+                mode=mode,
+                command=tuple(command),
+                provider=provider,
+                calls=c.integer("calls", None, minimum=1),
+                concurrency=c.integer("concurrency", None, minimum=1),
+                timeout=c.seconds("timeout", None, positive=True),
+                max_tokens=c.integer("max_tokens", None, minimum=1),
+                env=dict(env),
+            )
+        )
+    return tuple(out)

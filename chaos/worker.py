@@ -1,0 +1,104 @@
+"""A chaos run in a process of its own, for a schedule that SIGKILLs the supervisor.
+
+`process:sigkill(supervisor)` kills the process the recorder runs in; run in
+the caller's process it would kill the caller. So run_chaos hands such a run to
+`python -m chaos.worker SPEC.json`, which runs it (stubs, proxy, recorder and
+all) and is killed by its own fault; the caller then reads the folder
+(chaos.collect) as for any run. The agents die with it (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import sys
+from pathlib import Path
+
+import trio
+
+from chaos.collect import RunResult, collect
+from chaos.scenario import AgentSpec, ProviderSpec, Scenario
+from chaos.schedule import FaultSchedule
+
+SPARE_SECONDS = 30.0  # beyond the scenario's wall clock, for start-up and teardown
+
+
+def scenario_to_json(scenario: Scenario) -> dict:
+    return dataclasses.asdict(scenario)
+
+
+def scenario_from_json(data: dict) -> Scenario:
+    return Scenario(
+        **{
+            **data,
+            "faults": tuple(data["faults"]),
+            "providers": tuple(ProviderSpec(**p) for p in data["providers"]),
+            "agents": tuple(
+                AgentSpec(**{**a, "command": tuple(a["command"])}) for a in data["agents"]
+            ),
+        }
+    )
+
+
+async def run_in_worker(
+    scenario: Scenario, *, seed: int, folder: Path, toxiproxy_url: str | None
+) -> RunResult:
+    from chaos.run import repro_command
+
+    spec = folder / "worker.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "scenario": scenario_to_json(scenario),
+                "seed": seed,
+                "folder": str(folder),
+                "toxiproxy_url": toxiproxy_url,
+            }
+        )
+    )
+    started = trio.current_time()
+    with (
+        trio.fail_after(scenario.max_wall_clock + SPARE_SECONDS),
+        (folder / "worker.out").open("wb") as out,
+        (folder / "worker.err").open("wb") as err,
+    ):
+        done = await trio.run_process(
+            [sys.executable, "-m", "chaos.worker", str(spec)], check=False, stdout=out, stderr=err
+        )
+    status = done.returncode
+    if status < 0:
+        why = f"the supervisor was killed by {signal.Signals(-status).name}"
+        killed = (128 - status, why)
+    else:
+        killed = (status, f"the worker exited with status {status} without an outcome")
+    return collect(
+        folder,
+        seed=seed,
+        schedule=[f.text for f in FaultSchedule.parse(seed, scenario.faults).faults],
+        repro=repro_command(scenario, seed, toxiproxy_url),
+        agents=[a.name for a in scenario.agents],
+        duration_s=trio.current_time() - started,
+        killed=killed,
+    )
+
+
+def main(argv: list[str]) -> int:
+    from chaos.run import run_here
+
+    spec = json.loads(Path(argv[0]).read_text())
+    scenario = scenario_from_json(spec["scenario"])
+    schedule = FaultSchedule.parse(spec["seed"], scenario.faults)
+    trio.run(
+        lambda: run_here(
+            scenario,
+            schedule,
+            folder=Path(spec["folder"]),
+            toxiproxy_url=spec["toxiproxy_url"],
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,89 @@
+"""The process fault family: signals to the agent or the supervisor, recorded before they are sent.
+
+The real tests run a chaos run end to end (stub, proxy, supervisor, agent) and
+read the ledger from disk: the fault's record is durable, in the chain, before
+the effect of its signal (the process.exit it causes).
+"""
+
+from __future__ import annotations
+
+import signal
+
+import trio
+from helpers import read_chain, running, wait_until
+
+from chaos.faults.process import kills_supervisor, signal_of
+from chaos.faults.triggers import EventTriggers
+from chaos.grammar import parse_fault
+from chaos.run import run_chaos
+from chaos.scenario import AgentSpec, Scenario
+from chaos.schedule import FaultSchedule
+from docket.ledger.lock import holder_pid
+
+DEADLINE = 60
+
+
+def test_signals_and_who():
+    assert signal_of(parse_fault("process:sigterm(agent)@seq 3")) == signal.SIGTERM
+    assert signal_of(parse_fault("process:sigkill(supervisor)@t 1s")) == signal.SIGKILL
+    assert kills_supervisor([parse_fault("process:sigkill(supervisor)@seq 3")])
+    assert not kills_supervisor([parse_fault("process:sigterm(supervisor)@seq 3")])
+    assert not kills_supervisor([parse_fault("process:sigkill(agent)@seq 3")])
+
+
+def test_a_signal_fires_once_even_on_an_open_range():
+    schedule = FaultSchedule.parse(3, ["process:sigterm(agent)@call 2.."])
+    triggers = EventTriggers(schedule, list(schedule.faults), once=True)
+    fired = []
+    for seq in range(10):
+        event = {"seq": seq, "type": "model.request"}
+        fired += [(f.text, n) for f, n in triggers.on_event(event, 0.0)]
+    assert fired == [("process:sigterm(agent)@call 2..", 2)]
+
+
+def loop_scenario(*faults: str, calls: int = 30) -> Scenario:
+    agent = AgentSpec(name="looper", mode="loop", calls=calls, timeout=5.0)
+    return Scenario(faults=faults, agents=(agent,), max_wall_clock=30.0, probe_every=0.0)
+
+
+async def test_sigterm_to_the_agent_is_recorded_before_it_lands(tmp_path):
+    with trio.fail_after(DEADLINE):
+        result = await run_chaos(
+            loop_scenario("process:sigterm(agent)@call 3"), seed=11, folder=tmp_path / "run"
+        )
+    events = read_chain(result.ledger_path)
+    types = [e["type"] for e in events]
+    (record,) = [e for e in events if e["type"] == "fault.injected"]
+    assert record["fault"] == "process:sigterm(agent)@call 3"
+    assert record["ordinal"] == 3 and record["seed"] == 11 and record["signal"] == "SIGTERM"
+    # durable after the 3rd request, before the child's exit that the signal caused
+    third_request = [i for i, t in enumerate(types) if t == "model.request"][2]
+    assert third_request < record["seq"] < types.index("process.exit")
+    assert types.count("model.request") < 30  # the loop did not finish
+    assert result.exit_status == 128 + signal.SIGTERM
+    assert result.receipt["exit"]["status"] == 128 + signal.SIGTERM
+    assert result.receipt["faults"] == {
+        "seed": 11,
+        "injected": 1,
+        "by_fault": {"process:sigterm(agent)@call 3": 1},
+    }
+    assert result.agent_reports == {"looper": None}  # killed before it could report
+
+
+async def test_sigkill_to_the_supervisor_leaves_a_clean_prefix_and_no_receipt(tmp_path):
+    folder = tmp_path / "run"
+    with trio.fail_after(DEADLINE):
+        result = await run_chaos(
+            loop_scenario("process:sigkill(supervisor)@seq 6"), seed=12, folder=folder
+        )
+    assert result.exit_status == 128 + signal.SIGKILL
+    assert "SIGKILL" in result.reason
+    assert result.receipt == {} and not result.receipt_path.exists()
+    events = read_chain(result.ledger_path)  # every line whole, the chain intact
+    assert events[-1]["type"] == "fault.injected"  # the last word is why it stopped
+    assert events[-1]["fault"] == "process:sigkill(supervisor)@seq 6"
+    assert "session.end" not in [e["type"] for e in events]
+    assert holder_pid(result.ledger_path) is None  # the dead writer's lock is gone
+    spawn = next(e for e in events if e["type"] == "process.spawn")
+    # the agents die with their supervisor (PR_SET_PDEATHSIG: the kernel sends it)
+    wait_until(lambda: not running(spawn["pid"]), 10, "the launcher to die")
