@@ -73,6 +73,10 @@ def _json_object(v: object) -> str | None:
     return None if type(v) is dict else "must be an object"
 
 
+def _json_object_or_null(v: object) -> str | None:
+    return None if v is None or type(v) is dict else "must be an object or null"
+
+
 def _anything(v: object) -> str | None:
     return None
 
@@ -119,7 +123,12 @@ RECEIPT_SHAPE = {
             "write_failures": _count,
         }
     },
-    "faults": {"seed": _int_or_null, "injected": _count, "by_fault": _MapOf(_count)},
+    "faults": {
+        "seed": _int_or_null,
+        "plan": _json_object_or_null,
+        "injected": _count,
+        "by_fault": _MapOf(_count),
+    },
 }
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")

@@ -146,12 +146,14 @@ def _session_start(event: dict) -> dict:
     where = "session.start"
     pricing = _object(event.get("pricing"), f"{where}.pricing")
     chaos = event.get("chaos")
-    seed = None
+    seed = plan = None
     if chaos is not None:
         _object(chaos, f"{where}.chaos")
         seed = chaos.get("seed")
         if seed is not None and (type(seed) is not int or abs(seed) > MAX_INT):
             raise TallyError(f"{where}.chaos.seed must be an integer or null")
+        # the resolved schedule the run declared, as declared: the receipt restates it
+        plan = {k: v for k, v in chaos.items() if k != "seed"}
     return {
         "run_id": _text(event.get("run_id"), f"{where}.run_id"),
         "docket_version": _text(event.get("docket_version"), f"{where}.docket_version"),
@@ -160,6 +162,7 @@ def _session_start(event: dict) -> dict:
         "provenance": _text_or_null(pricing.get("provenance"), f"{where}.pricing.provenance"),
         "limits": _object(event.get("caps"), f"{where}.caps"),
         "seed": seed,
+        "plan": plan,
         "ts": _text(event.get("ts"), f"{where}.ts"),
         "mono_ms": _count(event.get("mono_ms"), f"{where}.mono_ms"),
     }
@@ -330,6 +333,7 @@ class Tally:
             # Its claims are unbacked, but a fault's seed is still on the faults' own lines.
             seed = self.fault_seed if self.faults else UNBACKED
             s = dict.fromkeys(_START_CLAIMS, UNBACKED) | {"seed": seed, "mono_ms": None}
+            s["plan"] = UNBACKED
         totals = [0] * len(COUNTERS)
         by_model = {}
         for model in sorted(self.models):
@@ -362,6 +366,7 @@ class Tally:
             "policy_digest": s["policy_digest"],
             "faults": {
                 "seed": s["seed"],
+                "plan": s["plan"],
                 "injected": sum(self.faults.values()),
                 "by_fault": {f: self.faults[f] for f in sorted(self.faults)},
             },

@@ -164,6 +164,7 @@ def test_tally_totals_match_the_hand_count():
     ]
     assert claims["faults"] == {
         "seed": 7,
+        "plan": {"faults": ["upstream:status(503)@call 2"]},  # session.start's chaos, less its seed
         "injected": 1,
         "by_fault": {"upstream:status(503)@call 2": 1},
     }
