@@ -1,0 +1,219 @@
+"""Named conveniences computed from the evidence, so assertions stay one query and one comparison.
+
+Each is a small pure function of the events and the stubs' request logs; the
+runner adds their results to the evidence under the names in `derive()`. They
+compute facts (a percentile, the breaker's states in order, calls per second),
+never verdicts: whether a fact is good is written in the phase file.
+A fact that cannot be computed from the evidence is null, so an assertion on it
+is unknown, never a pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+CLOSING = ("model.response", "model.error")
+OPEN = "open"
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Nearest-rank percentile: a value that was observed, never an interpolation."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _summary(durations: list[float]) -> dict:
+    return {
+        "count": len(durations),
+        "p50_ms": percentile(durations, 50),
+        "p90_ms": percentile(durations, 90),
+        "p99_ms": percentile(durations, 99),
+        "max_ms": max(durations) if durations else None,
+    }
+
+
+def latency(events: Iterable[Mapping]) -> dict:
+    """Per-call time from forwarding to the closing event (the ledger's `duration_ms`),
+    over every closed call and per provider."""
+    every: list[float] = []
+    by_provider: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("type") in CLOSING and _number(e.get("duration_ms")):
+            every.append(e["duration_ms"])
+            by_provider.setdefault(str(e.get("provider")), []).append(e["duration_ms"])
+    return {
+        "all": _summary(every),
+        "by_provider": {name: _summary(d) for name, d in sorted(by_provider.items())},
+    }
+
+
+def counts(events: Iterable[Mapping]) -> dict[str, int]:
+    """Events per type."""
+    return dict(Counter(str(e.get("type")) for e in events))
+
+
+def first_seq(events: Iterable[Mapping]) -> dict[str, int]:
+    """The seq of the first event of each type (to assert one kind of event comes first)."""
+    out: dict[str, int] = {}
+    for e in events:
+        out.setdefault(str(e.get("type")), e.get("seq"))
+    return out
+
+
+def mono(events: Sequence[Mapping]) -> dict:
+    """Whether the ledger's monotonic clock never went back, the span it covers, and the
+    span its wall-clock stamps (`ts`) cover: the two differ when the clock was stepped."""
+    stamps = [e.get("mono_ms") for e in events]
+    walls = [wall_ms(e.get("ts")) for e in events]
+    wall_span = None if not walls or None in walls else round(max(walls) - min(walls))
+    if not stamps or not all(_number(s) for s in stamps):
+        return {"non_decreasing": None, "span_ms": None, "wall_span_ms": wall_span}
+    ordered = all(a <= b for a, b in zip(stamps, stamps[1:], strict=False))
+    return {"non_decreasing": ordered, "span_ms": stamps[-1] - stamps[0], "wall_span_ms": wall_span}
+
+
+def model_calls(entries: Iterable[Mapping]) -> list[Mapping]:
+    """The stub log entries that are model calls (POSTs), not the harness's own requests."""
+    return [e for e in entries if e.get("method") == "POST"]
+
+
+def stub_calls(stub_logs: Mapping[str, Sequence[Mapping]]) -> dict[str, int]:
+    """Model calls each stub provider received: what the dependency really saw."""
+    return {name: len(model_calls(entries)) for name, entries in sorted(stub_logs.items())}
+
+
+def max_in_window(stamps_ms: Sequence[float], window_ms: float) -> int:
+    """The most stamps inside any half-open window [t, t + window_ms)."""
+    ordered = sorted(stamps_ms)
+    best, start = 0, 0
+    for end, t in enumerate(ordered):
+        while ordered[start] <= t - window_ms:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+def stub_rate(stub_logs: Mapping[str, Sequence[Mapping]]) -> dict[str, dict]:
+    """Per stub provider, the most calls it received in any 1 s and any 60 s window
+    (by its own monotonic clock): what a rate limit in front of it let through."""
+    out = {}
+    for name, entries in sorted(stub_logs.items()):
+        stamps = [e["mono_ms"] for e in model_calls(entries) if _number(e.get("mono_ms"))]
+        out[name] = {
+            "calls": len(stamps),
+            "max_in_1s": max_in_window(stamps, 1000),
+            "max_in_60s": max_in_window(stamps, 60000),
+        }
+    return out
+
+
+def wall_ms(ts: object) -> float | None:
+    """Milliseconds since the epoch from an RFC 3339 time (the ledger's and the stub's `ts`)."""
+    if not isinstance(ts, str):
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000
+    except ValueError:
+        return None
+
+
+def breaker(events: Sequence[Mapping], stub_logs: Mapping[str, Sequence[Mapping]]) -> dict:
+    """The breakers' lives as the ledger tells them, and what the stubs saw meanwhile.
+
+    `sequence[upstream]` is the states it went through, joined by `>` (starting
+    closed). An open window runs from a `breaker.state` to open until the next
+    `breaker.state` of that upstream (half-open, once the cooldown is over) or
+    the end of the ledger. In each window, `requests` counts `model.request`
+    events for that upstream (by seq: the ledger's own order), `refusals` the
+    `x-docket.breaker-open` events, and `stub_calls` the model calls its stub
+    logged between the two events' wall times (`ts`: the stub is another
+    clock's process, so the two records meet on the wall clock, at millisecond
+    resolution, which is why a call at the very instant of opening is not counted).
+    """
+    sequence: dict[str, list[str]] = {}
+    windows: list[dict] = []
+    current: dict[str, dict] = {}
+    for e in events:
+        kind = e.get("type")
+        if kind == "breaker.state":
+            upstream = str(e.get("upstream"))
+            states = sequence.setdefault(upstream, [str(e.get("from", "closed"))])
+            states.append(str(e.get("to")))
+            window = current.pop(upstream, None)
+            if window is not None:
+                window.update(closed_seq=e.get("seq"), closed_ts=e.get("ts"), ended=e.get("to"))
+            if e.get("to") == OPEN:
+                window = {
+                    "upstream": upstream,
+                    "opened_seq": e.get("seq"),
+                    "opened_ts": e.get("ts"),
+                    "closed_seq": None,
+                    "closed_ts": None,
+                    "ended": "end of ledger",
+                    "requests": 0,
+                    "refusals": 0,
+                }
+                current[upstream] = window
+                windows.append(window)
+        elif kind == "model.request":
+            window = current.get(str(e.get("provider")))
+            if window is not None:
+                window["requests"] += 1
+        elif kind == "x-docket.breaker-open":
+            window = current.get(str(e.get("upstream")))
+            if window is not None:
+                window["refusals"] += 1
+    last_ts = events[-1].get("ts") if events else None
+    for window in windows:
+        window["stub_calls"] = _stub_calls_between(
+            stub_logs.get(window["upstream"], ()),
+            wall_ms(window["opened_ts"]),
+            wall_ms(window["closed_ts"] if window["closed_ts"] is not None else last_ts),
+        )
+    return {
+        "sequence": {name: ">".join(states) for name, states in sorted(sequence.items())},
+        "opened": sum(1 for w in windows),
+        "open_windows": windows,
+        "requests_while_open": sum(w["requests"] for w in windows),
+        "refusals_while_open": sum(w["refusals"] for w in windows),
+        "stub_calls_while_open": _total(w["stub_calls"] for w in windows),
+    }
+
+
+def _stub_calls_between(entries: Sequence[Mapping], start: float | None, end: float | None):
+    if start is None or end is None:
+        return None
+    stamps = [wall_ms(e.get("ts")) for e in model_calls(entries)]
+    if any(s is None for s in stamps):
+        return None
+    return sum(1 for s in stamps if start < s < end)
+
+
+def _total(values: Iterable[int | None]) -> int | None:
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def derive(evidence: Mapping) -> dict:
+    """The derived fields, by the name an assertion queries them by."""
+    events = evidence.get("events") or []
+    stubs = evidence.get("stubs") or {}
+    return {
+        "counts": counts(events),
+        "first_seq": first_seq(events),
+        "latency": latency(events),
+        "mono": mono(events),
+        "stub_calls": stub_calls(stubs),
+        "stub_rate": stub_rate(stubs),
+        "breaker": breaker(events, stubs),
+    }

@@ -1,0 +1,94 @@
+"""Live progress for `docket game-day`: a line per phase with its verdict and time.
+
+On a terminal, rich shows a spinner on the phase that is running; anywhere else
+(CI logs, a pipe) each phase is one plain line when it starts and one when it
+ends, so a log reads the same as the screen did.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+
+from chaos.gameday.phase import Phase
+from chaos.gameday.results import GameDayResult, PhaseResult
+
+STYLE = {"pass": "bold green", "fail": "bold red", "unknown": "bold yellow"}
+
+
+class Progress:
+    def __init__(self, total: int, *, console: Console | None = None) -> None:
+        self.console = console or Console(file=sys.stdout, highlight=False)
+        self.total = total
+        self.index = 0
+        self._status = None
+
+    @property
+    def live(self) -> bool:
+        return self.console.is_terminal
+
+    def start(self, phase: Phase) -> None:
+        self.index += 1
+        what = f"[{self.index}/{self.total}] {phase.name}: {phase.title}"
+        if self.live:
+            self._status = self.console.status(escape(what) + " …")
+            self._status.start()
+        else:
+            print(f"{what} ...", file=self.console.file, flush=True)
+
+    def finish(self, result: PhaseResult) -> None:
+        self._stop_status()
+        passed = sum(1 for c in result.checks if c.verdict == "pass")
+        line = (
+            f"{result.verdict.upper():7} {result.name:20} {result.duration_s:6.1f} s  "
+            f"{passed}/{len(result.checks)} checks"
+        )
+        if result.error:
+            line += f"  ({result.error})"
+        if self.live:
+            style = STYLE.get(result.verdict, "")
+            self.console.print(f"[{style}]{result.verdict.upper():7}[/] " + escape(line[8:]))
+            for c in result.checks:
+                if c.verdict != "pass":
+                    self.console.print(
+                        f"        [{STYLE[c.verdict]}]{c.verdict}[/] "
+                        + escape(f"{c.check.name}: {c.check.reason}")
+                    )
+        else:
+            print(line, file=self.console.file, flush=True)
+            for c in result.checks:
+                if c.verdict != "pass":
+                    print(
+                        f"        {c.verdict} {c.check.name}: {c.check.reason}",
+                        file=self.console.file,
+                        flush=True,
+                    )
+
+    def _stop_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def close(self) -> None:
+        self._stop_status()
+
+    def summary(self, result: GameDayResult, written) -> None:
+        counts = result.counts()
+        head = (
+            f"game day {result.verdict}: {counts['pass']} passed, {counts['fail']} failed, "
+            f"{counts['unknown']} unknown in {result.duration_s:.1f} s"
+        )
+        if result.interrupted:
+            head += " (interrupted: the phases not listed did not run)"
+        out = self.console.file
+        print(head, file=out)
+        for label, path in (
+            ("report", written.html),
+            ("json", written.json),
+            ("junit", written.junit),
+        ):
+            if path is not None:
+                print(f"  {label}: {path}", file=out)
+        out.flush()

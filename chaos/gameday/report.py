@@ -1,0 +1,308 @@
+"""The game day's report: one self-contained HTML file, the same results as JSON, and JUnit XML.
+
+The HTML is rendered by jinja2 with autoescape from reports/report.html.j2
+(its CSS is inlined from reports/report.css, its timelines are inline SVG):
+nothing in it is fetched from the network. Every internal link points at an
+anchor the same file defines (tests/test_gameday_report.py parses it to check).
+JUnit has one testcase per assertion, grouped in one testsuite per phase: a
+failed check is a <failure>, an unknown one an <error> (it could not be
+evaluated, which CI must not read as a pass).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from chaos.gameday.assertions import FAIL, OPERATORS, UNKNOWN, brief
+from chaos.gameday.results import GameDayResult, PhaseResult, phases_for_fmea
+from chaos.gameday.review import review
+from chaos.gameday.timeline import COLOURS, layout
+
+HTML_NAME = "index.html"
+JSON_NAME = "gameday.json"
+JUNIT_NAME = "junit.xml"
+
+
+@dataclass(frozen=True)
+class FmeaLink:
+    """A check that exercises an FMEA row: the phase, the check, and their verdicts."""
+
+    phase: str
+    phase_anchor: str
+    phase_verdict: str
+    check: str
+    check_anchor: str
+    check_verdict: str
+
+
+@dataclass(frozen=True)
+class FmeaView:
+    id: str
+    anchor: str
+    mode: str
+    effect: str
+    severity: int | None
+    occurrence: int | None
+    detection: int | None
+    rpn: int | None
+    detectors: tuple[str, ...]
+    mitigation: str
+    links: tuple[FmeaLink, ...]
+    in_table: bool  # False: a phase names it but the table has no such row
+
+    @property
+    def verdict(self) -> str:
+        """The latest verdict of the phases that exercise it ('' when none does)."""
+        verdicts = {link.phase_verdict for link in self.links}
+        for v in (UNKNOWN, FAIL, "pass"):
+            if v in verdicts:
+                return v
+        return ""
+
+
+def fmea_anchor(row_id: str) -> str:
+    return f"fmea-{row_id.lower()}"
+
+
+def fmea_rows() -> list:
+    """The FMEA table (chaos.gameday.fmea reads docs/resilience.md)."""
+    from chaos.gameday.fmea import load_fmea
+
+    return load_fmea()
+
+
+def fmea_view(rows: Sequence, phases: Sequence[PhaseResult]) -> tuple[FmeaView, ...]:
+    """The FMEA rows with the phases and checks that exercise each, plus any row a phase
+    names that the table lacks (shown, so the link from the phase still lands)."""
+    by_row = phases_for_fmea(phases)
+
+    def links(row_id: str) -> tuple[FmeaLink, ...]:
+        out: list[FmeaLink] = []
+        for p in by_row.get(row_id, ()):
+            if not p.checks:  # the phase could not run: link the phase alone
+                out.append(FmeaLink(p.name, p.anchor, p.verdict, "", "", ""))
+            for i, c in enumerate(p.checks):
+                out.append(
+                    FmeaLink(
+                        p.name, p.anchor, p.verdict, c.check.name, p.check_anchor(i), c.verdict
+                    )
+                )
+        return tuple(out)
+
+    out = [
+        FmeaView(
+            id=row.id,
+            anchor=fmea_anchor(row.id),
+            mode=row.mode,
+            effect=row.effect,
+            severity=row.severity,
+            occurrence=row.occurrence,
+            detection=row.detection,
+            rpn=row.rpn,
+            detectors=tuple(row.detectors),
+            mitigation=row.mitigation,
+            links=links(row.id),
+            in_table=True,
+        )
+        for row in rows
+    ]
+    known = {row.id for row in rows}
+    for row_id in sorted(set(by_row) - known):
+        out.append(
+            FmeaView(row_id, fmea_anchor(row_id), "(not in the FMEA table)", "", None, None,
+                     None, None, (), "", links(row_id), False)
+        )  # fmt: skip
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- HTML
+
+
+def injected_counts(phase: PhaseResult) -> dict[str, int]:
+    """Injections per fault text, from the phase's fault.injected records."""
+    out: dict[str, int] = {}
+    for record in phase.injected:
+        text = str(record.get("fault"))
+        out[text] = out.get(text, 0) + 1
+    return out
+
+
+def _environment():
+    import jinja2
+
+    from chaos.data.locate import folder
+
+    reports = folder("reports")
+
+    def load(name: str) -> str:
+        return (reports / name).read_text(encoding="utf-8")
+
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(load),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["brief"] = brief
+    env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True, indent=1)
+    env.globals["fmea_anchor"] = fmea_anchor
+    env.globals["injected_counts"] = injected_counts
+    env.globals["op_shown"] = lambda op: OPERATORS[op].shown if op in OPERATORS else op
+    return env
+
+
+def render_html(result: GameDayResult, rows: Sequence | None = None) -> str:
+    """The report as one HTML document; `rows` defaults to the FMEA table in docs/resilience.md."""
+    if rows is None:
+        rows = fmea_rows()
+    env = _environment()
+    template = env.get_template("report.html.j2")
+    css = env.loader.get_source(env, "report.css")[0]
+    return template.render(
+        result=result,
+        day=result.to_json(),
+        phases=result.phases,
+        timelines={p.name: layout(p.timeline) for p in result.phases},
+        fmea=fmea_view(rows, result.phases),
+        reviews=review(result.phases),
+        colours=COLOURS,
+        css=css,
+    )
+
+
+# ---------------------------------------------------------------- JSON and JUnit
+
+
+def render_json(result: GameDayResult, rows: Sequence | None = None) -> str:
+    if rows is None:
+        rows = fmea_rows()
+    data = result.to_json()
+    data["fmea"] = [
+        {
+            "id": v.id,
+            "in_table": v.in_table,
+            "rpn": v.rpn,
+            "verdict": v.verdict,
+            "phases": sorted({link.phase for link in v.links}),
+        }
+        for v in fmea_view(rows, result.phases)
+    ]
+    return json.dumps(data, ensure_ascii=False, sort_keys=True, indent=2) + "\n"
+
+
+def render_junit(result: GameDayResult) -> str:
+    root = ET.Element("testsuites", name="docket game-day")
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for phase in result.phases:
+        suite = ET.SubElement(root, "testsuite", name=phase.name)
+        props = ET.SubElement(suite, "properties")
+        for key, value in (
+            ("title", phase.title),
+            ("seed", str(phase.seed)),
+            ("repro", phase.repro),
+            ("fmea", " ".join(phase.fmea)),
+            ("verdict", phase.verdict),
+        ):
+            ET.SubElement(props, "property", name=key, value=value)
+        counts = {"tests": 0, "failures": 0, "errors": 0}
+        if phase.error is not None and not phase.checks:
+            case = ET.SubElement(suite, "testcase", classname=f"gameday.{phase.name}", name="(run)")
+            ET.SubElement(case, "error", type=UNKNOWN, message=phase.error)
+            counts["tests"] += 1
+            counts["errors"] += 1
+        for c in phase.checks:
+            check = c.check
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"gameday.{phase.name}",
+                name=check.name,
+                file=phase.source,
+                line=str(c.line),
+            )
+            counts["tests"] += 1
+            detail = (
+                f"query: {check.query}\nexpected: {check.op} {brief(check.expected, 2000)}\n"
+                f"observed: {brief(check.observed, 2000)}"
+            )
+            if check.verdict == FAIL:
+                counts["failures"] += 1
+                ET.SubElement(case, "failure", type=FAIL, message=check.reason).text = detail
+            elif check.verdict == UNKNOWN:
+                counts["errors"] += 1
+                ET.SubElement(case, "error", type=UNKNOWN, message=check.reason).text = detail
+        ET.SubElement(suite, "system-out").text = f"{phase.repro}\n{phase.engine_repro}\n" + (
+            f"error: {phase.error}\n" if phase.error else ""
+        )
+        suite.set("tests", str(counts["tests"]))
+        suite.set("failures", str(counts["failures"]))
+        suite.set("errors", str(counts["errors"]))
+        suite.set("time", f"{phase.duration_s:.3f}")
+        for key in totals:
+            totals[key] += counts[key]
+    for key, value in totals.items():
+        root.set(key, str(value))
+    root.set("time", f"{result.duration_s:.3f}")
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+# ---------------------------------------------------------------- writing
+
+
+def write_file(path: str | os.PathLike, text: str) -> Path:
+    """Write text durably and atomically (temp file, fsync, rename): a report is never half there."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+@dataclass(frozen=True)
+class Written:
+    html: Path | None
+    json: Path | None
+    junit: Path | None
+
+
+def write_reports(
+    result: GameDayResult,
+    *,
+    report_dir: str | os.PathLike | None,
+    json_path: str | os.PathLike | None = None,
+    junit_path: str | os.PathLike | None = None,
+    rows: Sequence | None = None,
+) -> Written:
+    """The HTML report (and JSON and JUnit beside it) in `report_dir`; --json and --junit
+    put those two where they say instead."""
+    if rows is None:
+        rows = fmea_rows()
+    html = json_out = junit_out = None
+    if report_dir is not None:
+        folder = Path(report_dir)
+        html = write_file(folder / HTML_NAME, render_html(result, rows))
+        json_out = write_file(json_path or folder / JSON_NAME, render_json(result, rows))
+        junit_out = write_file(junit_path or folder / JUNIT_NAME, render_junit(result))
+    else:
+        if json_path is not None:
+            json_out = write_file(json_path, render_json(result, rows))
+        if junit_path is not None:
+            junit_out = write_file(junit_path, render_junit(result))
+    return Written(html, json_out, junit_out)

@@ -1,0 +1,199 @@
+"""What a game day found: per phase its checks and facts, and the whole day's verdict.
+
+Plain data, JSON both ways, so the report (HTML, JSON, JUnit) is rendered from
+the same values whether they were just measured or built by hand in a test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from chaos.gameday.assertions import PASS, UNKNOWN, Check, worst
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_UNKNOWN = 2
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """A check, and the line of the phase file its assertion is on."""
+
+    check: Check
+    line: int
+
+    @property
+    def verdict(self) -> str:
+        return self.check.verdict
+
+    def to_json(self) -> dict:
+        return {**self.check.to_json(), "line": self.line}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> CheckResult:
+        fields = {k: data[k] for k in ("name", "query", "op", "expected", "observed", "verdict")}
+        return cls(Check(**fields, reason=data.get("reason", "")), int(data.get("line", 0)))
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    seq: int
+    mono_ms: float
+    type: str
+    label: str = ""  # a few words on what it was (a fault's text, a breaker's new state)
+
+    def to_json(self) -> dict:
+        return {"seq": self.seq, "mono_ms": self.mono_ms, "type": self.type, "label": self.label}
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    name: str
+    title: str
+    about: str
+    fmea: tuple[str, ...]
+    seed: int
+    mode: str
+    source: str
+    repro: str  # `docket game-day --phase NAME --seed N`
+    engine_repro: str  # the engine's own `docket chaos ...` command, when it ran
+    duration_s: float
+    budget_s: float
+    checks: tuple[CheckResult, ...]
+    error: str | None = None  # the phase could not run (or was cut off): every check is unknown
+    exit_status: int | None = None  # the supervised run's
+    run_reason: str = ""
+    schedule: tuple[str, ...] = ()  # the resolved faults, canonical texts
+    injected: tuple[Mapping, ...] = ()  # fault.injected records
+    timeline: tuple[TimelineEvent, ...] = ()
+    policy: Mapping = field(default_factory=dict)  # the resolved policy the run ran under
+    providers: tuple[Mapping, ...] = ()  # [{"name", "kind", "via_proxy"}]
+    agents: tuple[Mapping, ...] = ()  # [{"name", "mode", ...}] as the scenario declares them
+    facts: Mapping = field(default_factory=dict)  # derived evidence worth showing (latency, ...)
+
+    @property
+    def verdict(self) -> str:
+        if self.error is not None:
+            return UNKNOWN
+        return worst(c.verdict for c in self.checks)
+
+    @property
+    def anchor(self) -> str:
+        return f"phase-{self.name}"
+
+    def check_anchor(self, index: int) -> str:
+        return f"phase-{self.name}-check-{index + 1}"
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "about": self.about,
+            "fmea": list(self.fmea),
+            "seed": self.seed,
+            "mode": self.mode,
+            "source": self.source,
+            "repro": self.repro,
+            "engine_repro": self.engine_repro,
+            "verdict": self.verdict,
+            "duration_s": round(self.duration_s, 3),
+            "budget_s": self.budget_s,
+            "error": self.error,
+            "exit_status": self.exit_status,
+            "run_reason": self.run_reason,
+            "schedule": list(self.schedule),
+            "injected": [dict(i) for i in self.injected],
+            "checks": [c.to_json() for c in self.checks],
+            "timeline": [t.to_json() for t in self.timeline],
+            "policy": dict(self.policy),
+            "providers": [dict(p) for p in self.providers],
+            "agents": [dict(a) for a in self.agents],
+            "facts": dict(self.facts),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> PhaseResult:
+        return cls(
+            name=data["name"],
+            title=data["title"],
+            about=data.get("about", ""),
+            fmea=tuple(data["fmea"]),
+            seed=data["seed"],
+            mode=data["mode"],
+            source=data["source"],
+            repro=data["repro"],
+            engine_repro=data.get("engine_repro", ""),
+            duration_s=data["duration_s"],
+            budget_s=data["budget_s"],
+            checks=tuple(CheckResult.from_json(c) for c in data["checks"]),
+            error=data.get("error"),
+            exit_status=data.get("exit_status"),
+            run_reason=data.get("run_reason", ""),
+            schedule=tuple(data.get("schedule", ())),
+            injected=tuple(data.get("injected", ())),
+            timeline=tuple(TimelineEvent(**t) for t in data.get("timeline", ())),
+            policy=data.get("policy", {}),
+            providers=tuple(data.get("providers", ())),
+            agents=tuple(data.get("agents", ())),
+            facts=data.get("facts", {}),
+        )
+
+
+@dataclass(frozen=True)
+class GameDayResult:
+    phases: tuple[PhaseResult, ...]
+    started_at: str  # RFC 3339, for readers
+    duration_s: float
+    seed: int | None  # the --seed that overrode every phase's own, if one did
+    docket_version: str
+    interrupted: bool = False  # Ctrl-C: the phases not run are missing, so the day is unknown
+
+    @property
+    def verdict(self) -> str:
+        if self.interrupted:
+            return UNKNOWN
+        return worst(p.verdict for p in self.phases)
+
+    @property
+    def exit_code(self) -> int:
+        return {PASS: EXIT_PASS, UNKNOWN: EXIT_UNKNOWN}.get(self.verdict, EXIT_FAIL)
+
+    def counts(self) -> dict[str, int]:
+        out = {"pass": 0, "fail": 0, "unknown": 0}
+        for p in self.phases:
+            out[p.verdict] += 1
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "format": "docket-gameday-1",
+            "docket_version": self.docket_version,
+            "started_at": self.started_at,
+            "duration_s": round(self.duration_s, 3),
+            "seed": self.seed,
+            "interrupted": self.interrupted,
+            "verdict": self.verdict,
+            "counts": self.counts(),
+            "phases": [p.to_json() for p in self.phases],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> GameDayResult:
+        return cls(
+            phases=tuple(PhaseResult.from_json(p) for p in data["phases"]),
+            started_at=data["started_at"],
+            duration_s=data["duration_s"],
+            seed=data.get("seed"),
+            docket_version=data["docket_version"],
+            interrupted=data.get("interrupted", False),
+        )
+
+
+def phases_for_fmea(phases: Sequence[PhaseResult]) -> dict[str, list[PhaseResult]]:
+    """FMEA row id -> the phases that name it, in run order."""
+    out: dict[str, list[PhaseResult]] = {}
+    for phase in phases:
+        for row in phase.fmea:
+            out.setdefault(row, []).append(phase)
+    return out

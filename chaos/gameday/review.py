@@ -1,0 +1,185 @@
+"""The resilience review: for each upstream, the defences the policy gave it and what the faults showed.
+
+Pure, from the phase results: the settings are read from each phase's resolved
+policy (connect and request timeouts, breaker, bulkhead, rate limit), the
+stance on retries, fallback and idempotency is the boundary's by design
+(DESIGN.md section 5: it never retries, falls back or deduplicates, because each
+would make the record describe a run that did not happen; the agent's backoff is
+the agent's), and the observations come from the phase's facts and verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from chaos.gameday.results import PhaseResult
+
+RETRIES = "none at the boundary: a retry is the agent's decision, and is recorded as a new call"
+FALLBACK = (
+    "none: the boundary never answers in a provider's place; a refusal says which guard refused"
+)
+IDEMPOTENCY = (
+    "not deduplicated: each call is forwarded once and recorded once; "
+    "the stub's log is checked against the ledger for amplification"
+)
+
+
+@dataclass(frozen=True)
+class Setting:
+    phase: str
+    connect_timeout: str
+    request_timeout: str
+    breaker: str
+    bulkhead: str
+    rate_limit: str
+    agent_retries: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    phase: str
+    anchor: str
+    verdict: str
+    faults: tuple[str, ...]
+    outcomes: str  # model.error reasons and refusals, as counted in the ledger
+    breaker: str  # the breaker's sequence of states
+    latency: str
+
+
+@dataclass(frozen=True)
+class UpstreamReview:
+    upstream: str
+    kind: str
+    settings: tuple[Setting, ...]
+    observations: tuple[Observation, ...]
+    retries: str = RETRIES
+    fallback: str = FALLBACK
+    idempotency: str = IDEMPOTENCY
+
+    @property
+    def anchor(self) -> str:
+        return f"upstream-{self.upstream}"
+
+
+def _seconds(value: object) -> str:
+    return (
+        "none"
+        if value is None
+        else f"{value:g} s"
+        if isinstance(value, int | float)
+        else str(value)
+    )
+
+
+def _setting(phase: PhaseResult, upstream: str) -> Setting:
+    policy = phase.policy
+    boundary = policy.get("boundary", {})
+    r = policy.get("resilience", {})
+    breaker = (
+        f"opens after {r.get('breaker_threshold')} consecutive failures or "
+        f"{r.get('breaker_failure_rate')} of ≥{r.get('breaker_min_calls')} calls; "
+        f"cooldown {_seconds(r.get('breaker_cooldown_seconds'))} doubling to "
+        f"{_seconds(r.get('breaker_max_cooldown_seconds'))}"
+        if r
+        else "unknown"
+    )
+    if r.get("max_concurrent_upstream") is None:
+        bulkhead = "none (waits bounded by the connect timeout)"
+    else:
+        bulkhead = f"{r['max_concurrent_upstream']} in flight, queue {r.get('max_queue')}"
+    limits = [
+        f"{r['max_calls_per_second']:g}/s" if r.get("max_calls_per_second") is not None else "",
+        f"{r['max_calls_per_minute']}/min" if r.get("max_calls_per_minute") is not None else "",
+    ]
+    rate = ", ".join(x for x in limits if x) or "none"
+    agents = [a for a in phase.agents if a.get("provider", "openai") == upstream]
+    retrying = [a for a in agents if a.get("mode") == "backoff"]
+    agent_retries = (
+        "backoff agent(s): " + ", ".join(str(a.get("name")) for a in retrying)
+        if retrying
+        else "none (agents do not retry)"
+    )
+    return Setting(
+        phase=phase.name,
+        connect_timeout=_seconds(boundary.get("connect_timeout")),
+        request_timeout=_seconds(boundary.get("upstream_timeout")),
+        breaker=breaker,
+        bulkhead=bulkhead,
+        rate_limit=rate,
+        agent_retries=agent_retries,
+    )
+
+
+def _observation(phase: PhaseResult, upstream: str) -> Observation:
+    facts = phase.facts
+    errors = facts.get("errors_by_reason", {}).get(upstream, {})
+    refusals = facts.get("refusals_by_type", {})
+    parts = [f"{n} {reason}" for reason, n in sorted(errors.items())]
+    parts += [f"{n} refused ({kind})" for kind, n in sorted(refusals.items())]
+    p99 = facts.get("latency", {}).get("by_provider", {}).get(upstream, {}).get("p99_ms")
+    count = facts.get("latency", {}).get("by_provider", {}).get(upstream, {}).get("count", 0)
+    faults = tuple(
+        f
+        for f in phase.schedule
+        if f.startswith(("upstream:", "net:", "ledger:", "process:", "clock:"))
+    )
+    return Observation(
+        phase=phase.name,
+        anchor=phase.anchor,
+        verdict=phase.verdict,
+        faults=faults,
+        outcomes=", ".join(parts) or "no errors or refusals",
+        breaker=facts.get("breaker_sequence", {}).get(upstream, "closed throughout"),
+        latency="no calls closed" if p99 is None else f"p99 {p99:g} ms over {count} calls",
+    )
+
+
+def review(phases: Sequence[PhaseResult]) -> tuple[UpstreamReview, ...]:
+    """One review per upstream some phase used, in the order they first appear."""
+    order: list[str] = []
+    kinds: dict[str, str] = {}
+    users: dict[str, list[PhaseResult]] = {}
+    for phase in phases:
+        for provider in phase.providers or ({"name": "openai", "kind": "openai"},):
+            name = str(provider.get("name"))
+            if name not in users:
+                order.append(name)
+                users[name] = []
+                kinds[name] = str(provider.get("kind", name))
+            users[name].append(phase)
+    return tuple(
+        UpstreamReview(
+            upstream=name,
+            kind=kinds[name],
+            settings=tuple(_setting(p, name) for p in users[name]),
+            observations=tuple(_observation(p, name) for p in users[name]),
+        )
+        for name in order
+    )
+
+
+def facts_for_review(evidence: Mapping) -> dict:
+    """The few facts the review and the report show, taken from a phase's evidence."""
+    errors: dict[str, dict[str, int]] = {}
+    refusals: dict[str, int] = {}
+    for e in evidence.get("events") or []:
+        kind = e.get("type")
+        if kind == "model.error":
+            by = errors.setdefault(str(e.get("provider")), {})
+            by[str(e.get("reason"))] = by.get(str(e.get("reason")), 0) + 1
+        elif kind in (
+            "policy.denied",
+            "x-docket.breaker-open",
+            "x-docket.rate-limited",
+            "load.shed",
+        ):
+            refusals[kind] = refusals.get(kind, 0) + 1
+    return {
+        "errors_by_reason": errors,
+        "refusals_by_type": refusals,
+        "latency": evidence.get("latency", {}),
+        "breaker_sequence": (evidence.get("breaker") or {}).get("sequence", {}),
+        "counts": evidence.get("counts", {}),
+        "stub_calls": evidence.get("stub_calls", {}),
+    }

@@ -1,0 +1,353 @@
+"""`docket game-day`: run the phases one after another, judge each from its evidence, report.
+
+Each phase runs in a temporary directory of its own, removed when the phase
+ends, Ctrl-C included, under its own deadline (`budget:`). An in-process phase
+calls the chaos engine (chaos.run.run_chaos) in this process; a subprocess
+phase runs `python -m docket chaos` as a child, because its fault kills the
+supervisor and that must be a real process (chaos.gameday.aftermath reads what
+it left). Then the evidence is completed with the derived facts
+(chaos.gameday.derive) and every assertion is evaluated over it. A phase that
+cannot run, or overruns its budget, is unknown, with the reason; it never stops
+the phases after it.
+
+Exit status: 0 every phase passed, 1 one failed, 2 one is unknown (or the input
+was bad), 130 interrupted (the report of the phases that ran is still written).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from chaos.gameday import aftermath
+from chaos.gameday.assertions import UNKNOWN, Check, evaluate
+from chaos.gameday.derive import derive
+from chaos.gameday.phase import Phase
+from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult
+from chaos.gameday.review import facts_for_review
+from chaos.gameday.timeline import timeline_of
+
+DEFAULT_REPORT_DIR = "gameday-report"
+INTERRUPTED = 130
+
+
+@dataclass
+class Outcome:
+    """What running a phase produced, before judging: the evidence, or why there is none."""
+
+    evidence: dict | None
+    error: str | None
+    exit_status: int | None = None
+    reason: str = ""
+    schedule: tuple[str, ...] = ()
+    engine_repro: str = ""
+
+
+def resolved_policy(policy: dict) -> dict:
+    """The phase's policy with every default filled in (what the run was held to)."""
+    import copy
+
+    from docket.policy import policy_from_dict
+
+    resolved = policy_from_dict(copy.deepcopy(dict(policy)), source="policy").to_dict()
+    resolved.pop("providers", None)  # the harness fills these with its stubs' addresses
+    return resolved
+
+
+def complete_evidence(evidence: dict, phase: Phase) -> dict:
+    """The engine's evidence plus the derived facts and the policy, under their own names."""
+    out = dict(evidence)
+    for key, value in derive(evidence).items():
+        out.setdefault(key, value)
+    out.setdefault("policy", resolved_policy(getattr(phase.run, "policy", {}) or {}))
+    return out
+
+
+def judge(phase: Phase, outcome: Outcome, *, seed: int, duration_s: float) -> PhaseResult:
+    """Evaluate every assertion of the phase over the outcome's evidence."""
+    evidence = outcome.evidence
+    checks: list[CheckResult] = []
+    for expectation in phase.expect:
+        a = expectation.assertion
+        if evidence is None:
+            check = Check(a.name, a.query, a.op, a.expected, None, UNKNOWN, outcome.error or "")
+        else:
+            check = evaluate(a, evidence)
+        checks.append(CheckResult(check, expectation.line))
+    events = (evidence or {}).get("events") or []
+    facts = facts_for_review(evidence or {})
+    if evidence is not None:
+        for key in ("doctor", "quarantine", "verify", "orphans", "stub_rate", "mono"):
+            if key in evidence:
+                facts[key] = evidence[key]
+    return PhaseResult(
+        name=phase.name,
+        title=phase.title,
+        about=phase.about,
+        fmea=phase.fmea,
+        seed=seed,
+        mode=phase.mode,
+        source=phase.source,
+        repro=phase.repro(seed),
+        engine_repro=outcome.engine_repro,
+        duration_s=duration_s,
+        budget_s=phase.budget_s,
+        checks=tuple(checks),
+        error=outcome.error,
+        exit_status=outcome.exit_status,
+        run_reason=outcome.reason,
+        schedule=outcome.schedule,
+        injected=tuple((evidence or {}).get("injected") or ()),
+        timeline=timeline_of(events),
+        policy=(evidence or {}).get("policy") or _safe_policy(phase),
+        providers=tuple(
+            {"name": p.name, "kind": p.kind, "via_proxy": p.via_proxy}
+            for p in getattr(phase.run, "providers", ())
+        ),
+        agents=tuple(_agent_view(a) for a in getattr(phase.run, "agents", ())),
+        facts=facts,
+    )
+
+
+def _safe_policy(phase: Phase) -> dict:
+    from docket.errors import DocketError
+
+    try:
+        return resolved_policy(getattr(phase.run, "policy", {}) or {})
+    except DocketError as exc:  # checked when the phase was read; say so if it is not
+        return {"error": str(exc)}
+
+
+def _agent_view(agent) -> dict:
+    return {
+        "name": agent.name,
+        "mode": agent.mode,
+        "provider": agent.provider,
+        "calls": agent.calls,
+        "concurrency": agent.concurrency,
+        "timeout": agent.timeout,
+    }
+
+
+# ---------------------------------------------------------------- running one phase
+
+
+def _outcome(result) -> Outcome:
+    """An Outcome from the engine's RunResult (chaos.collect)."""
+    evidence = result.evidence()
+    evidence["ledger_path"] = str(result.ledger_path)
+    evidence["notes"] = list(getattr(result, "notes", ()))
+    return Outcome(
+        evidence=evidence,
+        error=None,
+        exit_status=result.exit_status,
+        reason=result.reason,
+        schedule=tuple(result.schedule),
+        # result.repro names the scenario's source, which for a phase is the phase file
+        # (not a scenario `docket chaos` reads): the game-day command is the repro.
+        engine_repro="",
+    )
+
+
+async def run_in_process(phase: Phase, seed: int, folder: Path, toxiproxy: str | None) -> Outcome:
+    from chaos.run import run_chaos
+
+    run_dir = folder / "run"
+    return _outcome(await run_chaos(phase.run, seed=seed, folder=run_dir, toxiproxy_url=toxiproxy))
+
+
+def chaos_command(scenario: Path, seed: int, folder: Path, toxiproxy: str | None) -> list[str]:
+    argv = [sys.executable, "-m", "docket", "chaos", "--scenario", str(scenario)]
+    argv += ["--seed", str(seed), "--dir", str(folder)]
+    if toxiproxy:
+        argv += ["--toxiproxy", toxiproxy]
+    return argv
+
+
+async def run_in_subprocess(
+    phase: Phase, seed: int, folder: Path, toxiproxy: str | None
+) -> Outcome:
+    """`docket chaos` as a child process, read back from its folder afterwards: the
+    CLI path end to end, and a run whose supervisor may be killed outright."""
+    import yaml
+
+    from chaos.collect import collect
+    from chaos.run import repro_command
+
+    scenario = folder / "run.yaml"
+    scenario.write_text(yaml.safe_dump(dict(phase.run_data), sort_keys=False), encoding="utf-8")
+    run_dir = folder / "run"
+    argv = chaos_command(scenario, seed, run_dir, toxiproxy)
+    started = time.monotonic()
+    done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    status = done.returncode
+    stderr = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    why = (
+        f"docket chaos exited with status {status}"
+        if status >= 0
+        else (f"docket chaos was killed by signal {-status}")
+    )
+    if stderr:
+        why += f" ({stderr[-1][:200]})"
+    if not (run_dir / "ledger.jsonl").exists():
+        raise RuntimeError(f"{why}, and left no ledger")
+    result = collect(
+        run_dir,
+        seed=seed,
+        schedule=list(getattr(phase.run, "faults", ())),
+        repro=repro_command(phase.run, seed, toxiproxy),
+        agents=[a.name for a in getattr(phase.run, "agents", ())],
+        duration_s=time.monotonic() - started,
+        killed=(status, why),
+    )
+    return _outcome(result)
+
+
+async def add_aftermath(evidence: dict) -> None:
+    """doctor, quarantine and verify for the ledger, and the processes that outlived the run."""
+    ledger = Path(evidence["ledger_path"])
+    notes = evidence.setdefault("notes", [])
+    if ledger.is_file():
+        evidence.setdefault("ledger_file", {"bytes": ledger.stat().st_size})
+        evidence.update(aftermath.doctor_facts(ledger))
+    pids = aftermath.spawned_pids(evidence.get("events") or [], ledger.parent, notes)
+    evidence["spawned"] = pids
+    evidence["orphans"] = await aftermath.orphans(pids)
+
+
+RUNNERS = {"in-process": run_in_process, "subprocess": run_in_subprocess}
+
+
+async def run_phase(
+    phase: Phase, *, seed: int | None = None, toxiproxy: str | None = None
+) -> PhaseResult:
+    """Run one phase in a temporary directory of its own and judge it; never raises for
+    a phase that fails to run (that is an unknown verdict with the reason)."""
+    seed = phase.seed if seed is None else seed
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"docket-gameday-{phase.name}-") as tmp:
+        outcome = Outcome(None, None)
+        with trio.move_on_after(phase.budget_s) as deadline:
+            try:
+                outcome = await RUNNERS[phase.mode](phase, seed, Path(tmp), toxiproxy)
+                await add_aftermath(outcome.evidence)
+            except Exception as exc:  # noqa: BLE001 - one phase's crash is its verdict, not the day's end
+                outcome = Outcome(None, f"the phase could not run: {type(exc).__name__}: {exc}")
+        if deadline.cancelled_caught:
+            outcome = Outcome(
+                None, f"the phase did not finish within its budget of {phase.budget_s:g} s"
+            )
+        if outcome.evidence is not None:
+            try:
+                outcome.evidence = complete_evidence(outcome.evidence, phase)
+            except Exception as exc:  # noqa: BLE001 - a bug in a derivation: unknown, with why
+                outcome = Outcome(None, f"deriving facts failed: {type(exc).__name__}: {exc}")
+        return judge(phase, outcome, seed=seed, duration_s=time.monotonic() - started)
+
+
+async def run_phases(
+    phases: Sequence[Phase],
+    *,
+    seed: int | None,
+    toxiproxy: str | None,
+    done: list[PhaseResult],
+    on_start: Callable[[Phase], None] = lambda phase: None,
+    on_finish: Callable[[PhaseResult], None] = lambda result: None,
+) -> None:
+    """Run the phases in order, appending each result to `done` as it finishes (so an
+    interrupted game day still has the phases that ran)."""
+    for phase in phases:
+        on_start(phase)
+        result = await run_phase(phase, seed=seed, toxiproxy=toxiproxy)
+        done.append(result)
+        on_finish(result)
+
+
+def game_day(
+    phases: Sequence[Phase],
+    *,
+    seed: int | None = None,
+    toxiproxy: str | None = None,
+    on_start: Callable[[Phase], None] = lambda phase: None,
+    on_finish: Callable[[PhaseResult], None] = lambda result: None,
+) -> GameDayResult:
+    """Run a game day (trio.run inside); Ctrl-C gives a result marked interrupted."""
+    from docket import __version__
+    from docket.clock import rfc3339
+
+    started_at = rfc3339(time.time())
+    started = time.monotonic()
+    done: list[PhaseResult] = []
+    interrupted = False
+    try:
+        trio.run(
+            lambda: run_phases(
+                phases,
+                seed=seed,
+                toxiproxy=toxiproxy,
+                done=done,
+                on_start=on_start,
+                on_finish=on_finish,
+            )
+        )
+    except KeyboardInterrupt:
+        interrupted = True  # the temporary folders went with the unwinding; report what ran
+    return GameDayResult(
+        phases=tuple(done),
+        started_at=started_at,
+        duration_s=time.monotonic() - started,
+        seed=seed,
+        docket_version=__version__,
+        interrupted=interrupted,
+    )
+
+
+# ---------------------------------------------------------------- the verb
+
+
+def game_day_command(args) -> int:
+    from chaos.gameday.phase import load_phases
+    from chaos.gameday.progress import Progress
+    from chaos.gameday.report import fmea_rows, write_reports
+    from docket.errors import InputError
+
+    if args.seed is not None and not 0 <= args.seed < (1 << 53):
+        raise InputError(f"--seed {args.seed}: a seed is a whole number from 0 to 2**53 - 1")
+    phases = load_phases(args.phase or ())  # every phase file is checked before any runs
+    rows = fmea_rows()  # and the FMEA table the report links to
+    progress = Progress(len(phases))
+    result = game_day(
+        phases,
+        seed=args.seed,
+        toxiproxy=args.toxiproxy,
+        on_start=progress.start,
+        on_finish=progress.finish,
+    )
+    progress.close()
+    written = write_reports(
+        result,
+        report_dir=args.report,
+        json_path=args.json,
+        junit_path=args.junit,
+        rows=rows,
+    )
+    progress.summary(result, written)
+    return INTERRUPTED if result.interrupted else result.exit_code
+
+
+__all__ = [
+    "DEFAULT_REPORT_DIR",
+    "Outcome",
+    "complete_evidence",
+    "game_day",
+    "game_day_command",
+    "judge",
+    "run_phase",
+    "run_phases",
+]

@@ -1,0 +1,140 @@
+"""chaos.gameday.derive: the facts assertions query, computed from hand-built evidence."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaos.gameday.derive import (
+    breaker,
+    counts,
+    derive,
+    first_seq,
+    latency,
+    max_in_window,
+    mono,
+    percentile,
+    stub_rate,
+)
+
+
+def ts(ms: int) -> str:
+    return f"2026-01-01T00:00:{ms // 1000:02d}.{ms % 1000:03d}Z"
+
+
+def ev(seq: int, ms: int, type: str, **fields) -> dict:
+    return {"seq": seq, "mono_ms": ms, "ts": ts(ms), "type": type, **fields}
+
+
+def stub(ms: int, method: str = "POST") -> dict:
+    return {"ts": ts(ms), "mono_ms": float(ms), "method": method}
+
+
+def test_percentile_is_nearest_rank():
+    values = list(range(1, 101))
+    assert [percentile(values, p) for p in (50, 90, 99, 100)] == [50, 90, 99, 100]
+    assert percentile([7], 99) == 7
+    assert percentile([], 50) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=50), st.floats(0.1, 100))
+def test_percentile_is_an_observed_value_with_enough_below_it(values, p):
+    got = percentile(values, p)
+    assert got in values
+    assert sum(v <= got for v in values) >= p / 100 * len(values)
+
+
+def test_latency_per_provider_from_closing_events():
+    events = [
+        ev(0, 0, "model.request", provider="a"),
+        ev(1, 5, "model.response", provider="a", duration_ms=5),
+        ev(2, 9, "model.error", provider="b", duration_ms=300),
+        ev(3, 9, "model.request", provider="b"),
+    ]
+    out = latency(events)
+    assert out["all"] == {"count": 2, "p50_ms": 5, "p90_ms": 300, "p99_ms": 300, "max_ms": 300}
+    assert out["by_provider"]["b"]["max_ms"] == 300
+    assert latency([])["all"]["p99_ms"] is None  # no calls: an assertion on it is unknown
+
+
+def test_counts_first_seq_and_mono():
+    events = [ev(0, 0, "a"), ev(1, 4, "b"), ev(2, 4, "a"), ev(3, 10, "c")]
+    assert counts(events) == {"a": 2, "b": 1, "c": 1}
+    assert first_seq(events) == {"a": 0, "b": 1, "c": 3}
+    assert mono(events) == {"non_decreasing": True, "span_ms": 10, "wall_span_ms": 10}
+    stepped = [ev(0, 0, "a"), {**ev(1, 5, "b"), "ts": "2026-01-01T00:30:00.005Z"}, ev(2, 3, "c")]
+    assert mono(stepped) == {"non_decreasing": False, "span_ms": 3, "wall_span_ms": 1800005}
+
+
+def test_max_in_window():
+    assert max_in_window([], 1000) == 0
+    assert max_in_window([0, 999, 1000, 1500, 1999], 1000) == 3  # [1000, 2000) holds 3
+    assert max_in_window([0, 1, 2], 1) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 5000), max_size=40), st.integers(1, 2000))
+def test_max_in_window_matches_brute_force(stamps, window):
+    brute = max((sum(t <= s < t + window for s in stamps) for t in stamps), default=0)
+    assert max_in_window(stamps, window) == brute
+
+
+def test_stub_rate_counts_only_model_calls():
+    logs = {"openai": [stub(0), stub(100), stub(200, "GET"), stub(1500)]}
+    assert stub_rate(logs) == {"openai": {"calls": 3, "max_in_1s": 2, "max_in_60s": 3}}
+
+
+def _cycle(stub_calls_ms: list[int]) -> tuple[list[dict], dict]:
+    events = [
+        ev(0, 0, "model.request", provider="openai"),
+        ev(1, 10, "model.error", provider="openai"),
+        ev(2, 11, "breaker.state", upstream="openai", to="open", **{"from": "closed"}),
+        ev(3, 20, "x-docket.breaker-open", upstream="openai"),
+        ev(4, 300, "breaker.state", upstream="openai", to="half_open", **{"from": "open"}),
+        ev(5, 301, "model.request", provider="openai"),
+        ev(6, 305, "model.response", provider="openai"),
+        ev(7, 306, "breaker.state", upstream="openai", to="closed", **{"from": "half_open"}),
+    ]
+    return events, {"openai": [stub(ms) for ms in stub_calls_ms]}
+
+
+def test_breaker_cycle_with_a_quiet_stub():
+    events, logs = _cycle([5, 302])
+    out = breaker(events, logs)
+    assert out["sequence"] == {"openai": "closed>open>half_open>closed"}
+    assert out["opened"] == 1
+    assert (out["requests_while_open"], out["refusals_while_open"]) == (0, 1)
+    assert out["stub_calls_while_open"] == 0
+    (window,) = out["open_windows"]
+    assert (window["opened_seq"], window["closed_seq"], window["ended"]) == (2, 4, "half_open")
+
+
+def test_a_stub_call_inside_an_open_window_is_counted():
+    events, logs = _cycle([5, 150, 302])
+    assert breaker(events, logs)["stub_calls_while_open"] == 1
+    # and a request the ledger forwarded while open is counted too
+    events.insert(4, ev(3, 25, "model.request", provider="openai"))
+    assert breaker(events, logs)["requests_while_open"] == 1
+
+
+def test_a_breaker_open_at_the_end_runs_to_the_last_event():
+    events, logs = _cycle([5, 250])
+    out = breaker(events[:4], logs)
+    assert out["open_windows"][0]["ended"] == "end of ledger"
+    assert out["stub_calls_while_open"] == 0  # 250 ms is after the last event (20 ms)
+    assert breaker(events[:4], {"openai": [{"method": "POST"}]})["stub_calls_while_open"] is None
+
+
+def test_derive_names():
+    out = derive({"events": [ev(0, 0, "session.start")], "stubs": {}})
+    assert set(out) == {
+        "counts",
+        "first_seq",
+        "latency",
+        "mono",
+        "stub_calls",
+        "stub_rate",
+        "breaker",
+    }
+    assert out["breaker"]["stub_calls_while_open"] == 0 and out["breaker"]["opened"] == 0

@@ -1,0 +1,200 @@
+"""chaos.gameday.report: one self-contained HTML file, JSON and JUnit, from hand-built results."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+from chaos.gameday.assertions import FAIL, PASS, UNKNOWN, Check
+from chaos.gameday.fmea import load_fmea
+from chaos.gameday.report import render_html, render_json, render_junit, write_reports
+from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult, TimelineEvent
+from chaos.gameday.timeline import layout
+
+
+def check(name: str, verdict: str, observed: object = 1) -> CheckResult:
+    reason = "" if verdict == PASS else f"observed {observed}"
+    return CheckResult(Check(name, "length(events)", "at_least", 1, observed, verdict, reason), 20)
+
+
+def phase(name: str, fmea: tuple[str, ...], checks: tuple[CheckResult, ...], **kw) -> PhaseResult:
+    timeline = (
+        TimelineEvent(0, 0, "session.start"),
+        TimelineEvent(1, 12, "fault.injected", "upstream:status(503)@20%"),
+        TimelineEvent(2, 40, "model.error", "openai: upstream_status 503"),
+        TimelineEvent(3, 95, "session.end"),
+    )
+    return PhaseResult(
+        name=name,
+        title=f"<b>{name}</b> & co",  # escaped, not markup
+        about="what it shows",
+        fmea=fmea,
+        seed=7,
+        mode="in-process",
+        source=f"gamedays/{name}.yaml",
+        repro=f"docket game-day --phase {name} --seed 7",
+        engine_repro="docket chaos --seed 7",
+        duration_s=1.5,
+        budget_s=20,
+        checks=checks,
+        schedule=("upstream:status(503)@20%",),
+        injected=({"fault": "upstream:status(503)@20%"}, {"fault": "upstream:status(503)@20%"}),
+        timeline=timeline,
+        policy={
+            "boundary": {"connect_timeout": 0.3, "upstream_timeout": 0.3},
+            "resilience": {"breaker_threshold": 3, "max_concurrent_upstream": 2, "max_queue": 1},
+        },
+        providers=({"name": "openai", "kind": "openai", "via_proxy": True},),
+        agents=({"name": "polite", "mode": "backoff", "provider": None},),
+        facts={
+            "errors_by_reason": {"openai": {"timeout": 2}},
+            "breaker_sequence": {"openai": "closed>open"},
+        },
+        **kw,
+    )
+
+
+def day() -> GameDayResult:
+    return GameDayResult(
+        phases=(
+            phase("circuit-breaker", ("F03",), (check("cycle", PASS), check("quiet stub", PASS))),
+            phase("partition", ("F04", "F17"), (check("live", PASS), check("shed", FAIL, 0))),
+            phase("evidence-loss", ("F09",), (check("disclosed", UNKNOWN, None),)),
+            phase(
+                "supervisor-killed",
+                ("F10",),
+                (),
+                error="the phase did not finish within its budget of 30 s",
+            ),
+        ),
+        started_at="2026-01-01T00:00:00.000Z",
+        duration_s=12.5,
+        seed=None,
+        docket_version="0.1.0",
+    )
+
+
+class Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.hrefs: list[str] = []
+        self.external: list[str] = []
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        for key, value in attrs:
+            if key == "id":
+                assert value not in self.ids, f"id {value} defined twice"
+                self.ids.add(value)
+            if key == "href":
+                self.hrefs.append(value)
+            if (
+                key in ("src", "href", "xlink:href", "action")
+                and value
+                and not value.startswith("#")
+            ):
+                self.external.append(value)
+
+
+def test_the_html_is_self_contained_and_every_link_lands():
+    html = render_html(day())
+    parser = Links()
+    parser.feed(html)
+    assert parser.external == []  # no src/href outside the page
+    assert not re.search(r"https?://|url\(|@import", html, re.IGNORECASE)
+    assert {"link", "script", "img", "iframe"}.isdisjoint(parser.tags)
+    internal = [h[1:] for h in parser.hrefs]
+    assert internal, "the report links its parts"
+    missing = sorted(set(internal) - parser.ids)
+    assert missing == [], f"links without an anchor: {missing}"
+    # the FMEA rows link to the phases and the checks that exercise them
+    for target in ("phase-partition", "phase-partition-check-2", "fmea-f17", "upstream-openai"):
+        assert target in parser.ids
+        assert f'href="#{target}"' in html or target.startswith("upstream")
+
+
+def test_the_html_shows_verdicts_values_faults_timeline_and_repro():
+    html = render_html(day())
+    assert (
+        "<b>circuit-breaker</b>" not in html
+        and "&lt;b&gt;circuit-breaker&lt;/b&gt; &amp; co" in html
+    )
+    assert 'class="verdict unknown"' in html and 'class="verdict fail"' in html
+    assert "docket game-day --phase partition --seed 7" in html
+    assert "upstream:status(503)@20%" in html
+    assert html.count("<svg") == 4  # a timeline per phase (each hand-built one has events)
+    assert "the phase did not finish within its budget of 30 s" in html
+    for row in load_fmea():
+        assert f'id="fmea-{row.id.lower()}"' in html
+    # the FMEA row F17 carries the failed check's verdict
+    row = html[html.index('id="fmea-f17"') : html.index("</tr>", html.index('id="fmea-f17"'))]
+    assert 'href="#phase-partition-check-2"' in row and "verdict fail" in row
+
+
+def test_a_phase_naming_a_row_the_table_lacks_still_links(tmp_path: Path):
+    result = GameDayResult((phase("odd", ("F77",), (check("c", PASS),)),), "t", 1.0, None, "0.1.0")
+    parser = Links()
+    parser.feed(render_html(result, rows=[]))
+    assert "fmea-f77" in parser.ids
+    assert set(h[1:] for h in parser.hrefs) <= parser.ids
+
+
+def test_junit_has_a_testcase_per_assertion_grouped_by_phase():
+    root = ET.fromstring(render_junit(day()))
+    assert root.tag == "testsuites"
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert list(suites) == ["circuit-breaker", "partition", "evidence-loss", "supervisor-killed"]
+    assert [len(s.findall("testcase")) for s in suites.values()] == [2, 2, 1, 1]
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("6", "1", "2")
+    failed = suites["partition"].findall("testcase")[1]
+    assert failed.get("name") == "shed" and failed.find("failure").get("message") == "observed 0"
+    assert suites["evidence-loss"].find("testcase/error").get("type") == UNKNOWN
+    props = {p.get("name"): p.get("value") for p in suites["partition"].iter("property")}
+    assert props["seed"] == "7" and props["fmea"] == "F04 F17"
+
+
+def test_json_round_trips_and_links_fmea_rows():
+    result = day()
+    data = json.loads(render_json(result))
+    assert data["verdict"] == UNKNOWN and data["counts"] == {"pass": 1, "fail": 1, "unknown": 2}
+    assert GameDayResult.from_json(data).to_json() == result.to_json()
+    rows = {r["id"]: r for r in data["fmea"]}
+    assert rows["F17"]["phases"] == ["partition"] and rows["F17"]["verdict"] == FAIL
+    assert rows["F03"]["verdict"] == PASS
+
+
+def test_verdicts_and_exit_codes():
+    assert day().exit_code == 2
+    only = lambda *p: GameDayResult(tuple(p), "t", 1.0, None, "0.1.0")  # noqa: E731
+    passing = phase("a", ("F03",), (check("c", PASS),))
+    failing = phase("b", ("F03",), (check("c", FAIL),))
+    assert only(passing).exit_code == 0
+    assert only(passing, failing).exit_code == 1
+    interrupted = GameDayResult((passing,), "t", 1.0, None, "0.1.0", interrupted=True)
+    assert interrupted.verdict == UNKNOWN
+
+
+def test_write_reports(tmp_path: Path):
+    written = write_reports(day(), report_dir=tmp_path / "r", junit_path=tmp_path / "ci" / "j.xml")
+    assert written.html == tmp_path / "r" / "index.html" and written.html.stat().st_size > 1000
+    assert json.loads(written.json.read_text())["format"] == "docket-gameday-1"
+    assert ET.parse(tmp_path / "ci" / "j.xml").getroot().get("tests") == "6"
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["gameday.json", "index.html"]
+
+
+def test_timeline_layout():
+    events = [
+        TimelineEvent(i, i * 10, "model.request" if i % 2 else "model.response") for i in range(5)
+    ]
+    out = layout(events)
+    assert [lane.type for lane in out.lanes] == ["model.response", "model.request"]
+    assert [lane.count for lane in out.lanes] == [3, 2]
+    xs = [m.x for m in out.marks]
+    assert xs == sorted(xs) and xs[0] == 170 and xs[-1] == out.width - 10
+    assert out.span_ms == 40 and out.ticks[0].label == "0 ms"
+    assert layout([]).total == 0

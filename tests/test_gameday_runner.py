@@ -1,0 +1,124 @@
+"""The game-day runner end to end: real phases through `docket game-day`, judged from the evidence.
+
+The full nine run in the nox `gameday` session; here two quick ones (one
+in-process, one a `docket chaos` child killed by its own fault), plus hand-made
+phases whose assertions fail or cannot be evaluated, to see the exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from chaos.gameday.phase import loads_phase
+from chaos.gameday.runner import Outcome, complete_evidence, judge
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 120  # seconds for one `docket game-day` process: a bound, not an expectation
+
+
+def game_day(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report = tmp_path / "report"
+    done = subprocess.run(
+        [sys.executable, "-m", "docket", "game-day", "--report", str(report), *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=tmp_path,
+    )
+    data = json.loads((report / "gameday.json").read_text()) if report.exists() else {}
+    return done, data
+
+
+def test_two_real_phases_pass_and_are_reported(tmp_path: Path):
+    done, data = game_day(tmp_path, "--phase", "runaway-loop", "--phase", "supervisor-killed")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [p["name"] for p in data["phases"]] == ["runaway-loop", "supervisor-killed"]
+    assert all(p["verdict"] == "pass" for p in data["phases"])
+    killed = data["phases"][1]
+    assert killed["exit_status"] == 137 and killed["facts"]["orphans"] == []
+    assert killed["facts"]["verify"]["verdict"] == "clean"
+    runaway = data["phases"][0]
+    assert runaway["exit_status"] == 42
+    assert any(t["type"] == "cap.exceeded" for t in runaway["timeline"])
+    suites = ET.parse(tmp_path / "report" / "junit.xml").getroot()
+    assert suites.get("failures") == "0" and suites.get("errors") == "0"
+    assert int(suites.get("tests")) == sum(len(p["checks"]) for p in data["phases"])
+    assert "PASS" in done.stdout and "game day pass" in done.stdout
+    # every phase ran in a temporary folder of its own, removed afterwards
+    assert not list(Path("/tmp").glob("docket-gameday-runaway-loop-*/run/ledger.jsonl"))
+
+
+PHASE = """\
+# A hand-made phase whose assertions fail or cannot be evaluated.
+name: probe
+title: Exit codes
+fmea: [F06]
+seed: 11
+budget: 20s
+run:
+  agents: [{{name: once, mode: once}}]
+  max_wall_clock: 10s
+expect:
+  - name: one call was forwarded
+    query: "counts.\\"model.request\\""
+    equals: 1
+  - name: the second check
+    query: "{query}"
+    {op}
+"""
+
+
+@pytest.mark.parametrize(
+    ("query", "op", "code", "verdict"),
+    [
+        ('counts.\\"model.request\\"', "equals: 2", 1, "fail"),
+        ("receipt.no_such_field", "equals: 1", 2, "unknown"),
+    ],
+)
+def test_a_failing_or_unknown_assertion_sets_the_exit_code(tmp_path, query, op, code, verdict):
+    path = tmp_path / "probe.yaml"
+    path.write_text(PHASE.format(query=query, op=op))
+    done, data = game_day(tmp_path, "--phase", str(path), "--junit", str(tmp_path / "j.xml"))
+    assert done.returncode == code, done.stdout + done.stderr
+    (phase,) = data["phases"]
+    assert [c["verdict"] for c in phase["checks"]] == ["pass", verdict]
+    assert ET.parse(tmp_path / "j.xml").getroot().get("tests") == "2"
+
+
+def test_bad_input_is_one_line_and_exit_2_before_anything_runs(tmp_path: Path):
+    bad = tmp_path / "probe.yaml"
+    bad.write_text(PHASE.format(query="length(", op="equals: 1"))
+    done, data = game_day(tmp_path, "--phase", str(bad))
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"docket: {bad}:15: at expect[1].query not a JMESPath query")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert data == {}  # no report: nothing ran
+    done, _ = game_day(tmp_path, "--phase", "no-such-phase")
+    assert done.returncode == 2 and "no phase named 'no-such-phase'" in done.stderr
+
+
+def test_a_phase_that_could_not_run_is_unknown_with_its_reason():
+    phase = loads_phase(PHASE.format(query="x", op="equals: 1"), "probe.yaml")
+    result = judge(
+        phase,
+        Outcome(None, "the phase did not finish within its budget of 20 s"),
+        seed=11,
+        duration_s=20.0,
+    )
+    assert result.verdict == "unknown"
+    assert {c.verdict for c in result.checks} == {"unknown"}
+    assert result.checks[0].check.reason == "the phase did not finish within its budget of 20 s"
+
+
+def test_complete_evidence_adds_derived_facts_and_the_resolved_policy():
+    phase = loads_phase(PHASE.format(query="x", op="equals: 1"), "probe.yaml")
+    evidence = complete_evidence({"events": [], "stubs": {"openai": []}}, phase)
+    assert evidence["stub_calls"] == {"openai": 0}
+    assert evidence["policy"]["resilience"]["breaker_threshold"] == 5  # a default, filled in
+    assert "providers" not in evidence["policy"]
