@@ -1,8 +1,12 @@
-"""Sessions: `nox -s tests` (the suite), `lint`, `bench`, `demo` (the main job for now).
+"""Sessions: `nox -s gameday` (the main job), `tests` (the suite), `lint`, `bench`,
+`report-check` (the game-day report in a headless browser), `demo`, `slow`.
 
 Each session makes its own virtualenv and installs what it needs, so a fresh
 machine with only Python and pip runs any of them after `pip install nox`.
 """
+
+import os
+import shutil
 
 import nox
 
@@ -39,7 +43,37 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def gameday(session: nox.Session) -> None:
+    """The main job: the nine game-day phases, judged from the evidence, and the report.
+
+    Installs Docket as a wheel (not editable), so the packaged phase files, templates
+    and FMEA table are the ones exercised. The report lands in gameday-report/.
+    """
+    session.install(".")
+    session.run("docket", "game-day", "--report", "gameday-report", *session.posargs)
+
+
+@nox.session(name="report-check")
+def report_check(session: nox.Session) -> None:
+    """Open the game-day report in a real headless browser (Debian's chromium, installed
+    here when missing) and check that it renders and that every internal link resolves."""
+    session.install(".")
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        session.run("apt-get", "update", "-q", external=True)
+        session.run(
+            "apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium", external=True
+        )
+        browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    report = "gameday-report/index.html"
+    if not os.path.exists(report) or "--fresh" in session.posargs:
+        # a report is a report whatever its verdicts: exit 1 or 2 is not this session's failure
+        session.run("docket", "game-day", "--report", "gameday-report", success_codes=[0, 1, 2])
+    session.run("python", "-m", "chaos.gameday.browser_check", report, "--browser", browser)
+
+
+@nox.session
 def demo(session: nox.Session) -> None:
-    """The main job until the game day exists: record, verify, tamper, watch verify name the break."""
+    """Record, verify, tamper, watch verify name the break (a tour of the recorder alone)."""
     session.install("-e", ".")
     session.run("docket", "demo", *session.posargs)
