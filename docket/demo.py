@@ -1,6 +1,6 @@
 """`docket demo`: a real supervised run against a stub provider, then its evidence checked.
 
-The main job until the game day exists. A stub provider and the reference agent
+A tour of the recorder alone (the game day is the main job). A stub provider and the reference agent
 run as real processes through the CLI, as a user would run them; the boundary
 records every call, a cap stops the runaway loop, `docket verify` accepts the
 receipt, names a flipped byte in a copy of the ledger, and `docket doctor`
