@@ -24,7 +24,12 @@ def run(quick: bool) -> dict:
     result = game_day(phases)
     wall = time.monotonic() - started
     per_phase = {
-        p.name: {"wall_s": round(p.duration_s, 2), "verdict": p.verdict} for p in result.phases
+        p.name: {
+            "wall_s": round(p.duration_s, 2),
+            "verdict": p.verdict,
+            "runs": {r.name: round(r.duration_s, 2) for r in p.runs},  # a phase may hold several
+        }
+        for p in result.phases
     }
     summary = {
         "phases": len(result.phases),

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import trio
 
-from chaos.run import RESOLVE_UP_TO, run_chaos
+from chaos.run import RESOLVE_UP_TO, check_folder, run_chaos
 from chaos.scenario import SEED_LIMIT, AgentSpec, Scenario, check_faults, load_scenario
 from chaos.schedule import FaultSchedule
+from chaos.upstreams import check_real_toxiproxy, toxiproxy_driver
 from docket.agent import MODES
 from docket.errors import InputError
 
@@ -108,6 +109,10 @@ def chaos_command(args) -> int:
         else Path("docket-runs") / time.strftime(f"chaos-%Y%m%dT%H%M%S-{seed}")
     )
     schedule = FaultSchedule.parse(seed, scenario.faults)
+    check_folder(folder)
+    if args.toxiproxy is not None:  # refused before anything is printed; run_chaos dials it
+        toxiproxy_driver(args.toxiproxy)
+        check_real_toxiproxy(schedule)
     print(f"seed {seed}" + (" (drawn: pass --seed to repeat it)" if drawn else ""))
     for line in schedule_lines(schedule, RESOLVE_UP_TO):
         print(line)
@@ -116,6 +121,10 @@ def chaos_command(args) -> int:
             lambda: run_chaos(scenario, seed=seed, folder=folder, toxiproxy_url=args.toxiproxy)
         )
     except BaseExceptionGroup as group:
+        # A Ctrl-C outside the supervised part (start-up, teardown) comes out of the
+        # nurseries wrapped; everything has been torn down by then: say "interrupted".
+        if group.subgroup(KeyboardInterrupt) is not None:
+            raise KeyboardInterrupt from None
         refused, other = group.split(InputError)
         if refused is None or other is not None:
             raise
@@ -129,13 +138,26 @@ def chaos_command(args) -> int:
     if summary["ledger_complete"] is False:
         print("ledger: incomplete (write faults): see the receipt's ops.evidence")
     for name, report in result.agent_reports.items():
-        print(f"agent {name}: {json.dumps(report) if report is not None else 'no report'}")
+        if report is None:
+            # the agent's last word on stderr is usually why (a bad command, a crash)
+            said = last_line(result.folder / "agents" / f"{name}.err")
+            print(f"agent {name}: no report" + (f" (stderr: {said})" if said else ""))
+        else:
+            print(f"agent {name}: {json.dumps(report)}")
     for note in result.notes:
         print(f"note: {note}")
     print(f"exit {result.exit_status}: {result.reason}")
     print(f"folder: {result.folder}")
     print(f"reproduce: {shlex.join(repro_argv(args, seed))}")
     return result.exit_status
+
+
+def last_line(path: Path, limit: int = 200) -> str | None:
+    """The last non-blank line of a text file, shortened; None if there is none."""
+    if not path.exists():
+        return None
+    lines = [x for x in path.read_text(errors="replace").splitlines() if x.strip()]
+    return lines[-1].strip()[:limit] if lines else None
 
 
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:

@@ -11,7 +11,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from docket.errors import InputError
 from docket.ledger.reader import iter_lines
+
+NOTES = "notes.txt"  # the engine's own notes on the run (teardown problems), one a line
 
 
 @dataclass
@@ -33,6 +36,7 @@ class RunResult:
     duration_s: float
     repro: str
     notes: list[str] = field(default_factory=list)  # what could not be collected, and why
+    agent_pids: dict[str, int] = field(default_factory=dict)  # from agents/NAME.pid
 
     def evidence(self) -> dict:
         """Everything, as one JSON-able dict (metrics parsed: sample name{labels} -> value)."""
@@ -46,6 +50,7 @@ class RunResult:
             "injected": self.injected,
             "exit_status": self.exit_status,
             "seed": self.seed,
+            "agent_pids": self.agent_pids,
         }
 
     def summary(self) -> dict:
@@ -80,14 +85,46 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path, notes: list[str]) -> list[dict]:
+    """The JSON objects of a harness log, one a line.
+
+    A last line without its newline was never finished (its writer was killed
+    mid-write): it is left out and `notes` says so. Any other line that is not
+    a JSON object means the file is not what the harness wrote: InputError
+    naming the file and the line.
+    """
     if not path.exists():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            out.append(json.loads(line))
+    for number, line in enumerate(iter_lines(path), start=1):
+        if not line.complete:
+            notes.append(
+                f"{path.name}: line {number} is torn ({len(line.data)} bytes without a "
+                "newline: its writer stopped mid-line); left out"
+            )
+            break
+        if not line.data.strip():
+            continue
+        try:
+            value = json.loads(line.data)
+        except ValueError as exc:  # UnicodeDecodeError is one
+            raise InputError(f"{path}:{number}: not a JSON line ({exc})") from None
+        if not isinstance(value, dict):
+            raise InputError(f"{path}:{number}: not a JSON object")
+        out.append(value)
     return out
+
+
+def read_agent_pids(folder: Path, notes: list[str]) -> dict[str, int]:
+    """agents/NAME.pid, written by the launcher before each agent runs: name -> pid."""
+    pids = {}
+    for path in sorted((folder / "agents").glob("*.pid")):
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+        if text.isdigit() and int(text) > 1:
+            pids[path.stem] = int(text)
+        else:
+            notes.append(f"agents/{path.name}: {text[:40]!r} is not a pid")
+    return pids
 
 
 def read_ledger(path: Path) -> list[dict]:
@@ -141,8 +178,11 @@ def collect(
     error = folder / "metrics.error"
     if error.exists():
         notes.append(f"metrics not scraped: {error.read_text().strip()}")
+    notes_path = folder / NOTES
+    if notes_path.exists():
+        notes += notes_path.read_text(encoding="utf-8", errors="replace").splitlines()
     stub_logs = {
-        path.name.removeprefix("stub-").removesuffix(".jsonl"): read_jsonl(path)
+        path.name.removeprefix("stub-").removesuffix(".jsonl"): read_jsonl(path, notes)
         for path in sorted(folder.glob("stub-*.jsonl"))
     }
     return RunResult(
@@ -157,10 +197,11 @@ def collect(
         events=read_ledger(folder / "ledger.jsonl"),
         stub_logs=stub_logs,
         metrics=metrics,
-        probes=read_jsonl(folder / "probes.jsonl"),
+        probes=read_jsonl(folder / "probes.jsonl", notes),
         agent_reports={name: last_json_line(folder / "agents" / f"{name}.out") for name in agents},
-        injected=read_jsonl(folder / "injected.jsonl"),
+        injected=read_jsonl(folder / "injected.jsonl", notes),
         duration_s=duration_s,
         repro=repro,
         notes=notes,
+        agent_pids=read_agent_pids(folder, notes),
     )

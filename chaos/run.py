@@ -11,12 +11,19 @@ launcher process, chaos.launcher, running each agent of the scenario). While
 the agents run, healthz/readyz are sampled; once they have exited, and before
 the boundary stops, its metrics are scraped.
 
+Teardown runs inside out: the tasks that act during the run (the `started`
+hook's nursery: `@t` net windows, fault timers, probes) end when the agents
+have been reaped, while the proxy still serves and the ledger is open, so a
+window the run outlived is lifted and recorded; then the recorder closes; then
+the proxies and the stubs stop.
+
 Everything the run leaves is in `folder`: ledger.jsonl and receipt.json (the
 recorder's), stub-NAME.jsonl (what each stub saw), injected.jsonl (every fault
 the harness performed, with the seq of its record), probes.jsonl, metrics.txt,
-agents/NAME.out and .err, outcome.json. `RunResult` is read back from those
-files (chaos.collect), so a run whose supervisor was killed outright (which
-happens in a worker process: chaos.worker) is read the same way.
+agents/NAME.out, .err and .pid, outcome.json (and notes.txt, if teardown had
+something to say). `RunResult` is read back from those files (chaos.collect),
+so a run whose supervisor was killed outright (which happens in a worker
+process: chaos.worker) is read the same way.
 
 `@t` faults count from one instant: when run_chaos starts.
 """
@@ -28,11 +35,12 @@ import math
 import os
 import shlex
 import sys
+from functools import partial
 from pathlib import Path
 
 import trio
 
-from chaos.collect import RunResult, collect
+from chaos.collect import NOTES, RunResult, collect
 from chaos.evidence import FaultEvidence
 from chaos.faults import clock as clock_faults
 from chaos.faults import process as process_faults
@@ -44,6 +52,9 @@ from chaos.schedule import FaultSchedule
 from chaos.upstreams import (
     Upstreams,
     arm_net_faults,
+    check_toxiproxy,
+    hold_window,
+    net_windows,
     remove_proxies,
     run_policy,
     start_proxies,
@@ -79,13 +90,18 @@ def repro_command(scenario: Scenario, seed: int, toxiproxy_url: str | None = Non
     return shlex.join(argv)
 
 
+def check_folder(folder: Path) -> None:
+    """Refuse a folder that already holds a run (before anything is created)."""
+    if (folder / "ledger.jsonl").exists():
+        raise InputError(f"run folder {folder} already holds a run: give a new folder")
+
+
 def prepare_folder(folder: Path) -> None:
+    check_folder(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"run folder {folder}: cannot create ({exc.strerror})") from None
-    if (folder / "ledger.jsonl").exists():
-        raise InputError(f"run folder {folder} already holds a run: give a new folder")
     (folder / "agents").mkdir(exist_ok=True)
 
 
@@ -96,6 +112,8 @@ async def run_chaos(
     folder = Path(folder)
     schedule = FaultSchedule.parse(seed, scenario.faults)
     repro = repro_command(scenario, seed, toxiproxy_url)
+    if toxiproxy_url is not None:
+        await check_toxiproxy(toxiproxy_url, schedule)
     prepare_folder(folder)
     if process_faults.kills_supervisor(schedule.faults):
         from chaos.worker import run_in_worker
@@ -138,12 +156,16 @@ async def run_here(
                 evidence=run.evidence,
                 toxiproxy_url=toxiproxy_url,
             )
-            run.nursery = nursery
             outcome = await run.supervise()
         finally:
-            await remove_proxies(run.upstreams)
+            # The supervisor has returned, so every fault task (the `started`
+            # hook's nursery) has ended: the proxies can go.
+            problems = await remove_proxies(run.upstreams)
             run.upstreams.close()
             nursery.cancel_scope.cancel()
+            if problems:
+                with (folder / NOTES).open("a", encoding="utf-8") as notes:
+                    notes.writelines(f"teardown: {p}\n" for p in problems)
     (folder / "outcome.json").write_text(
         json.dumps({"exit_status": outcome.exit_status, "reason": outcome.reason}) + "\n"
     )
@@ -158,7 +180,8 @@ class _Run:
         self.upstreams = Upstreams()
         self.evidence = FaultEvidence(folder / "injected.jsonl")
         self.clock = clock_faults.ChaosClock()
-        self.nursery: trio.Nursery | None = None
+        self._started_began = False
+        self._started_ended = trio.Event()  # the `started` hook's tasks have all finished
         self.probes = folder / "probes.jsonl"
         faults_of = {t: [f for f in schedule.faults if f.target == t] for t in ("clock", "process")}
         self.clock_triggers = EventTriggers(schedule, faults_of["clock"], once=False)
@@ -229,6 +252,7 @@ class _Run:
                     "kind": provider.kind,
                     "stdout": str(out.with_suffix(".out")),
                     "stderr": str(out.with_suffix(".err")),
+                    "pidfile": str(out.with_suffix(".pid")),
                 }
             )
         return plan
@@ -237,28 +261,41 @@ class _Run:
 
     async def _before_spawn(self, handle: RunHandle) -> None:
         self.evidence.open(handle)
-        assert self.nursery is not None
-        await arm_net_faults(
-            self.nursery,
-            self.scenario,
-            self.schedule,
-            self.upstreams,
-            run_started=self.t0,
-            evidence=self.evidence,
-        )
+        await arm_net_faults(self.scenario, self.schedule, self.upstreams, evidence=self.evidence)
 
     async def _started(self, handle: RunHandle) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.evidence.pump)
-            if self.scenario.probe_every > 0:
-                nursery.start_soon(self._probe, handle.boundary_url)
-            if self.watching:
-                nursery.start_soon(self._watch_events, handle)
-                for triggers in (self.clock_triggers, self.process_triggers):
-                    for at, fault in triggers.timers():
-                        nursery.start_soon(self._at_time, handle, at, fault)
+        """Every task that acts during the run. The supervisor cancels this hook when
+        the agent is reaped; the `@t` net windows then lift their toxics (the proxy
+        still serves) and record it (the ledger is still open), and _before_stop
+        waits for that before it closes the evidence."""
+        self._started_began = True
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.evidence.pump)
+                if self.scenario.probe_every > 0:
+                    nursery.start_soon(self._probe, handle.boundary_url)
+                for window in net_windows(self.scenario, self.schedule, self.upstreams):
+                    nursery.start_soon(
+                        partial(
+                            hold_window,
+                            self.upstreams,
+                            window,
+                            schedule=self.schedule,
+                            run_started=self.t0,
+                            evidence=self.evidence,
+                        )
+                    )
+                if self.watching:
+                    nursery.start_soon(self._watch_events, handle)
+                    for triggers in (self.clock_triggers, self.process_triggers):
+                        for at, fault in triggers.timers():
+                            nursery.start_soon(self._at_time, handle, at, fault)
+        finally:
+            self._started_ended.set()
 
     async def _before_stop(self, handle: RunHandle) -> None:
+        if self._started_began:
+            await self._started_ended.wait()
         await self.evidence.close()
         await self._scrape(handle.boundary_url)
 

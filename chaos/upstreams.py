@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,7 +29,7 @@ from chaos.scenario import ProviderSpec, Scenario
 from chaos.schedule import FaultSchedule
 from chaos.stub import Behaviour, RequestLog, Stub, StubConfig
 from chaos.toxiproxy import serve_toxiproxy
-from chaos.toxiproxy.driver import ToxiproxyDriver
+from chaos.toxiproxy.driver import ToxiproxyDriver, ToxiproxyError
 from docket.errors import InputError
 from docket.policy import policy_from_dict
 
@@ -131,6 +132,48 @@ def check_real_toxiproxy(schedule: FaultSchedule) -> None:
             )
 
 
+def toxiproxy_driver(url: str) -> ToxiproxyDriver:
+    """A driver for a real Toxiproxy's API URL; a malformed URL is one line (InputError)."""
+    from urllib.parse import urlsplit
+
+    try:
+        urlsplit(url).port  # noqa: B018 - raises ValueError on a bad host or port
+    except ValueError as exc:
+        raise InputError(f"toxiproxy URL {url!r}: expected http://HOST:PORT ({exc})") from None
+    return ToxiproxyDriver(url)
+
+
+async def check_toxiproxy(url: str, schedule: FaultSchedule) -> None:
+    """Before anything starts: the URL is well formed, the schedule is one a real
+    Toxiproxy can perform, and the server answers (one line, exit 2, if not)."""
+    driver = toxiproxy_driver(url)
+    check_real_toxiproxy(schedule)
+    try:
+        await _proxy_call(driver.version)
+    except trio.TooSlowError:
+        raise InputError(f"toxiproxy {url}: no answer within {PROXY_TIMEOUT:g} s") from None
+    except ToxiproxyError as exc:
+        cause = _os_error_under(exc)
+        if cause is None:
+            raise
+        raise InputError(f"toxiproxy {url}: cannot connect ({cause.strerror})") from None
+
+
+def _os_error_under(exc: BaseException) -> OSError | None:
+    """The socket error at the bottom of requests' wrappers, for a short message."""
+    stack: list[object] = [exc]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, OSError) and item.strerror:
+            return item
+        stack += [item.__cause__, item.__context__, getattr(item, "reason", None), *item.args]
+    return None
+
+
 async def start_proxies(
     nursery: trio.Nursery,
     scenario: Scenario,
@@ -151,7 +194,7 @@ async def start_proxies(
         upstreams.driver = ToxiproxyDriver(server.url)
     else:
         check_real_toxiproxy(schedule)
-        upstreams.driver = ToxiproxyDriver(toxiproxy_url)
+        upstreams.driver = toxiproxy_driver(toxiproxy_url)
         upstreams.embedded = False
     for provider in proxied:
         stub_address = upstreams.base_urls[provider.name].removeprefix("http://")
@@ -190,68 +233,116 @@ async def _proxy_call(fn, *args):
 
 
 async def arm_net_faults(
-    nursery: trio.Nursery,
     scenario: Scenario,
     schedule: FaultSchedule,
     upstreams: Upstreams,
     *,
-    run_started: float,
     evidence: FaultEvidence,
 ) -> None:
-    """Add the toxics that hold from the start (recorded first); start a task per `@t` window."""
+    """Add the toxics that hold from the start, each recorded before it is added.
+
+    They stay until the proxy goes: the embedded one dies with the run, and
+    remove_proxies destroys ours on a real Toxiproxy. `@t` windows are not
+    armed here: net_windows lists them for hold_window.
+    """
     if upstreams.driver is None:
         return
-    targets = [p.name for p in scenario.providers if p.via_proxy and p.faults]
-    for index, fault in net_faults(schedule):
-        for provider in targets:
-            proxy = upstreams.proxies[provider]
-            if timer_only(fault):
-                nursery.start_soon(
-                    _hold_window, upstreams, proxy, fault, index, schedule, run_started, evidence
-                )
-                continue
-            await evidence.record(
-                injection_fields(schedule, fault, None, action="toxic_added", proxy=proxy)
-            )
-            await _proxy_call(upstreams.driver.apply, proxy, fault, toxic_name(index, fault))
+    for index, fault, proxy in _net_targets(scenario, schedule, upstreams):
+        if timer_only(fault):
+            continue
+        await evidence.record(
+            injection_fields(schedule, fault, None, action="toxic_added", proxy=proxy)
+        )
+        await _proxy_call(upstreams.driver.apply, proxy, fault, toxic_name(index, fault))
 
 
-async def _hold_window(
+def net_windows(
+    scenario: Scenario, schedule: FaultSchedule, upstreams: Upstreams
+) -> list[tuple[int, Fault, str]]:
+    """(index, fault, proxy) for each `@t` net fault on each proxy it acts on."""
+    if upstreams.driver is None:
+        return []
+    return [t for t in _net_targets(scenario, schedule, upstreams) if timer_only(t[1])]
+
+
+def _net_targets(scenario: Scenario, schedule: FaultSchedule, upstreams: Upstreams):
+    providers = [p.name for p in scenario.providers if p.via_proxy and p.faults]
+    return [
+        (index, fault, upstreams.proxies[name])
+        for index, fault in net_faults(schedule)
+        for name in providers
+    ]
+
+
+async def hold_window(
     upstreams: Upstreams,
-    proxy: str,
-    fault: Fault,
-    index: int,
+    window: tuple[int, Fault, str],
+    *,
     schedule: FaultSchedule,
     run_started: float,
     evidence: FaultEvidence,
 ) -> None:
-    """Apply a `@t` net fault over its window, recording the start before it acts and
-    the end after it is lifted; lifted however the task ends."""
-    window = time_window(fault)
-    assert window is not None
-    start_s, end_s = window
+    """Perform a `@t` net fault over its window: `toxic_added` is recorded before the
+    toxic acts, `toxic_removed` after it is lifted.
+
+    The caller runs this in a nursery that is cancelled while the proxy still
+    serves and the run's ledger is open (chaos.run: the supervisor's `started`
+    hook, cancelled when the agent is reaped). A window the run outlives is
+    lifted then, and its `toxic_removed` says `teardown: true`. A window that
+    had not begun leaves nothing. A proxy call that fails is recorded with its
+    error, and the run goes on: the chain then says the fault was not (or no
+    longer) in place.
+    """
+    index, fault, proxy = window
+    span = time_window(fault)
+    assert span is not None
+    start_s, end_s = span
     name = toxic_name(index, fault)
     driver = upstreams.driver
     assert driver is not None
     await trio.sleep_until(run_started + start_s)
-    await evidence.record(
-        injection_fields(schedule, fault, None, action="toxic_added", proxy=proxy, at_s=start_s)
-    )
-    await _proxy_call(driver.apply, proxy, fault, name)
+    fields = partial(injection_fields, schedule, fault, None, proxy=proxy)
+    await evidence.record(fields(action="toxic_added", at_s=start_s))
+    with trio.CancelScope(shield=True):
+        # shielded: an apply abandoned half way could leave a toxic nobody lifts
+        problem = await _try_proxy_call(driver.apply, proxy, fault, name)
+    if problem is not None:
+        await evidence.record(fields(action="toxic_failed", at_s=start_s, error=problem))
+        return
+    end_at = math.inf if end_s is None else run_started + end_s
     try:
-        await trio.sleep_until(float("inf") if end_s is None else run_started + end_s)
+        await trio.sleep_until(end_at)
     finally:
         with trio.CancelScope(shield=True):
-            await _proxy_call(driver.lift, proxy, fault, name)
-    await evidence.record(
-        injection_fields(schedule, fault, None, action="toxic_removed", proxy=proxy, at_s=end_s)
-    )
+            problem = await _try_proxy_call(driver.lift, proxy, fault, name)
+            now = trio.current_time()
+            extra: dict = {"at_s": end_s}
+            if now < end_at:  # the run ended inside the window
+                extra = {"at_s": round(now - run_started, 3), "teardown": True}
+            if problem is not None:
+                extra["error"] = problem
+            await evidence.record(fields(action="toxic_removed", **extra))
 
 
-async def remove_proxies(upstreams: Upstreams) -> None:
-    """On a real Toxiproxy, take our proxies away (the embedded one dies with the run)."""
+async def _try_proxy_call(fn, *args) -> str | None:
+    """A proxy call whose failure is a fact to record, not the end of the run."""
+    try:
+        await _proxy_call(fn, *args)
+    except (ToxiproxyError, trio.TooSlowError) as exc:
+        return str(exc) or f"no answer within {PROXY_TIMEOUT:g} s"
+    return None
+
+
+async def remove_proxies(upstreams: Upstreams) -> list[str]:
+    """On a real Toxiproxy, take our proxies away (the embedded one dies with the run).
+    Returns what could not be removed, one line each: the run is over, so a
+    Toxiproxy that went away is a note for the reader, not an error."""
     if upstreams.embedded or upstreams.driver is None:
-        return
+        return []
+    problems = []
     with trio.CancelScope(shield=True):
         for name in upstreams.proxies.values():
-            await _proxy_call(upstreams.driver.destroy, name)
+            problem = await _try_proxy_call(upstreams.driver.destroy, name)
+            if problem is not None:
+                problems.append(f"proxy {name} not destroyed: {problem}")
+    return problems

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -22,6 +23,7 @@ from chaos.scenario import AgentSpec, ProviderSpec, Scenario
 from chaos.schedule import FaultSchedule
 
 SPARE_SECONDS = 30.0  # beyond the scenario's wall clock, for start-up and teardown
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def scenario_to_json(scenario: Scenario) -> dict:
@@ -58,15 +60,21 @@ async def run_in_worker(
         )
     )
     started = trio.current_time()
+    argv = [sys.executable, "-m", "chaos.worker", str(spec)]
     with (
         trio.fail_after(scenario.max_wall_clock + SPARE_SECONDS),
         (folder / "worker.out").open("wb") as out,
         (folder / "worker.err").open("wb") as err,
+        # A Ctrl-C (or SIGTERM) for us is passed to the worker, whose supervisor ends
+        # the run legibly; we wait for it and read the folder as for any other end.
+        trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals,
     ):
-        done = await trio.run_process(
-            [sys.executable, "-m", "chaos.worker", str(spec)], check=False, stdout=out, stderr=err
-        )
-    status = done.returncode
+        async with trio.open_nursery() as nursery:
+            run = partial(trio.run_process, argv, check=False, stdout=out, stderr=err)
+            worker = await nursery.start(run)
+            nursery.start_soon(_forward_signals, signals, worker)
+            status = await worker.wait()
+            nursery.cancel_scope.cancel()
     if status < 0:
         why = f"the supervisor was killed by {signal.Signals(-status).name}"
         killed = (128 - status, why)
@@ -81,6 +89,12 @@ async def run_in_worker(
         duration_s=trio.current_time() - started,
         killed=killed,
     )
+
+
+async def _forward_signals(signals, worker: trio.Process) -> None:
+    async for signum in signals:
+        if worker.returncode is None:
+            worker.send_signal(signum)
 
 
 def main(argv: list[str]) -> int:

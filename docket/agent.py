@@ -23,6 +23,14 @@ they exit 1 only if no call got an HTTP answer at all. once and stream exit 1
 unless their call succeeded. loop and backoff stop at a docket_policy_denied
 refusal (a cap ends a runaway loop); hammer counts refusals and goes on.
 
+SIGTERM or SIGINT (a supervisor stopping the run: a cap kill, a full ledger,
+Ctrl-C) stops the agent: it makes no further call, abandons those in flight
+(counted as `interrupted`), prints its summary with `"stopped": "sigterm"` (or
+"sigint") and exits 128 + the signal (143, 130), as a process killed by it
+would: the mode did not finish, and the summary is what it did until then. A
+signal that arrives while Python is still starting, before the handler is in
+place, kills it without a summary.
+
 The agent deliberately uses raw HTTP, not the provider SDKs: the SDKs retry on
 their own, and a reference agent whose retries are hidden cannot be the client
 half of a game day. The decisions (what an answer means, how long to back off)
@@ -33,10 +41,12 @@ from __future__ import annotations
 
 import json
 import secrets
+import signal
 import sys
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from random import Random
 from typing import TextIO
 
@@ -45,6 +55,7 @@ from docket.backoff import RETRYABLE_STATUSES, BackoffPolicy, GiveUp, parse_retr
 from docket.errors import CheckFailed, InputError
 
 MODES = ("once", "stream", "loop", "hammer", "backoff")
+STOP_SIGNALS = {signal.SIGTERM: "sigterm", signal.SIGINT: "sigint"}  # -> Tally.stopped
 PROVIDERS = ("openai", "anthropic")
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-3-5-haiku-20241022"}
 ANTHROPIC_VERSION = "2023-06-01"
@@ -362,6 +373,7 @@ class Tally:
     gave_up: Counter = field(default_factory=Counter)
     reports: Counter = field(default_factory=Counter)  # "sent" | "failed" | "unreported"
     stopped: str = "done"
+    interrupted: int = 0  # calls in flight when a signal stopped the agent
 
     def record(self, outcome: Outcome) -> None:
         self.calls += 1
@@ -393,6 +405,8 @@ class Tally:
             "stopped": self.stopped,
             "seed": config.seed,
         }
+        if self.stopped in STOP_SIGNALS.values():
+            out["interrupted"] = self.interrupted
         if self.first_error is not None:
             out["first_error"] = self.first_error
         if config.mode == "backoff":
@@ -419,6 +433,13 @@ class Agent:
         self.stream_timing: dict[str, float | int] = {}
         self._warned: set[str] = set()
         self._route_missing = False
+        self.in_flight = 0
+
+    def stop(self, signum: int) -> None:
+        """A stop signal: the mode is about to be cancelled; the summary says why."""
+        if self.tally.stopped not in STOP_SIGNALS.values():
+            self.tally.stopped = STOP_SIGNALS[signal.Signals(signum)]
+            self.tally.interrupted = self.in_flight
 
     def warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -435,6 +456,7 @@ class Agent:
             "content-type": "application/json",
             "user-agent": f"docket-agent/{__version__}",
         }
+        self.in_flight += 1
         try:
             if stream:
                 outcome = await self._stream(body, headers)
@@ -445,6 +467,8 @@ class Agent:
                 )
         except httpx.HTTPError as exc:  # connect, read, timeout, protocol: an outcome, not a crash
             outcome = Outcome("error", reason=type(exc).__name__, detail=str(exc) or repr(exc))
+        finally:
+            self.in_flight -= 1
         self.tally.record(outcome)
         return outcome
 
@@ -570,8 +594,14 @@ class Agent:
                 attempt += 1
 
 
-async def run_agent(config: AgentConfig, err: TextIO = sys.stderr) -> dict:
-    """Run the configured mode to its end and return the summary."""
+async def run_agent(
+    config: AgentConfig, err: TextIO = sys.stderr, *, early_signals: list[int] | None = None
+) -> dict:
+    """Run the configured mode to its end, or until SIGTERM/SIGINT; return the summary.
+
+    `early_signals` holds stop signals caught before this ran (agent_command
+    catches them from its first instant): the agent then stops at once.
+    """
     import httpx
     import trio
 
@@ -582,10 +612,24 @@ async def run_agent(config: AgentConfig, err: TextIO = sys.stderr) -> dict:
     # route its model calls somewhere other than the base URL it was given.
     async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
         agent = Agent(config, client, err)
-        await getattr(agent, config.mode)()
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            async with trio.open_nursery() as nursery:
+                if early_signals:
+                    agent.stop(early_signals[0])
+                    nursery.cancel_scope.cancel()
+                nursery.start_soon(_stop_on_signal, agent, signals, nursery.cancel_scope)
+                await getattr(agent, config.mode)()
+                nursery.cancel_scope.cancel()  # the mode is done: stop listening
     summary = agent.tally.summary(config, trio.current_time() - started)
     summary.update(agent.stream_timing)
     return summary
+
+
+async def _stop_on_signal(agent: Agent, signals, mode_scope) -> None:
+    async for signum in signals:
+        agent.stop(signum)
+        mode_scope.cancel()
+        return
 
 
 def verdict(config: AgentConfig, summary: dict) -> str | None:
@@ -607,13 +651,26 @@ def verdict(config: AgentConfig, summary: dict) -> str | None:
 
 def agent_command(overrides: Mapping[str, str | None], env: Mapping[str, str] | None = None) -> int:
     """`docket agent`: run, print the summary line, and exit by the mode's verdict."""
+    # Caught from here on, so a stop that comes while the agent starts still
+    # gets its summary; run_agent's signal receiver takes over from these.
+    early: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda signum, _: early.append(signum)) for sig in STOP_SIGNALS
+    }
     import os
 
     import trio
 
-    config = config_from(os.environ if env is None else env, overrides)
-    summary = trio.run(run_agent, config)
+    try:
+        config = config_from(os.environ if env is None else env, overrides)
+        summary = trio.run(partial(run_agent, config, early_signals=early))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print(json.dumps(summary), flush=True)
+    if summary["stopped"] in STOP_SIGNALS.values():
+        stopped_by = next(s for s, name in STOP_SIGNALS.items() if name == summary["stopped"])
+        return 128 + stopped_by
     problem = verdict(config, summary)
     if problem is not None:
         raise CheckFailed(f"agent: {problem}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from random import Random
 
 import pytest
+from helpers import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -356,6 +358,72 @@ def test_hammer_keeps_its_workers_in_flight_and_counts_refusals():
     s = run.summary
     assert s["calls"] == 12 and s["ok"] == 8 and s["refused"] == {"429": 4}
     assert s["concurrency"] == 4
+
+
+@pytest.mark.parametrize(("sig", "name"), [(signal.SIGTERM, "sigterm"), (signal.SIGINT, "sigint")])
+def test_a_stop_signal_ends_the_calls_and_the_agent_still_reports(sig, name):
+    held = threading.Event()  # calls from the third on are held until the test lets go
+
+    def respond(n, body):
+        if n >= 2:
+            held.wait(RUN_TIMEOUT)
+        return openai_ok(n)
+
+    double = Double(respond)
+    # The held calls are answered after the agent has gone: their writes fail. Kept
+    # here (and checked below) rather than printed by socketserver.
+    handler_errors: list[BaseException | None] = []
+    double._server.handle_error = lambda request, address: handler_errors.append(sys.exc_info()[1])
+    env = openai_env(double, mode="hammer", calls="50", concurrency="2")
+    env |= {"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1"}
+    with double:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "docket", "agent"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            # two answered, two held in flight: the agent is mid-run
+            wait_until(lambda: len(double.model_calls) == 4, RUN_TIMEOUT, "two calls in flight")
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=RUN_TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            held.set()
+        calls_seen = len(double.model_calls)
+    assert proc.returncode == 128 + sig, err
+    assert "Traceback" not in err
+    s = Run(proc.returncode, out, err).summary
+    assert s["stopped"] == name
+    assert (s["calls"], s["ok"], s["interrupted"]) == (2, 2, 2)
+    assert calls_seen == 4  # no call after the signal
+    assert all(isinstance(e, ConnectionError) for e in handler_errors), handler_errors
+
+
+def test_a_signal_while_the_agent_starts_still_gets_a_report(monkeypatch, capsys):
+    # agent_command catches the stop signals before it reads its settings or starts
+    # trio; one that arrives then stops the run before its first call.
+    import docket.agent as agent_module
+
+    real_config_from = agent_module.config_from
+
+    def config_then_signal(env, overrides):
+        config = real_config_from(env, overrides)
+        signal.raise_signal(signal.SIGTERM)  # handled: the test process goes on
+        return config
+
+    monkeypatch.setattr(agent_module, "config_from", config_then_signal)
+    env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": TOKEN}
+    before = signal.getsignal(signal.SIGTERM)
+    status = agent_module.agent_command({}, env=env)
+    s = json.loads(capsys.readouterr().out)
+    assert status == 143
+    assert (s["stopped"], s["calls"], s["interrupted"]) == ("sigterm", 0, 0)
+    assert signal.getsignal(signal.SIGTERM) == before  # put back as it was
 
 
 def test_an_unreachable_server_is_a_one_line_failure():

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 
 import pytest
-from helpers import read_chain
+import trio
+from helpers import read_chain, running, wait_until
 
+import chaos.cli
 from docket.cli import main
 
 TIMEOUT = 60
@@ -89,3 +93,129 @@ def test_without_a_seed_one_is_drawn_and_printed(tmp_path):
     start = read_chain(tmp_path / "r" / "ledger.jsonl")[0]
     assert start["chaos"]["seed"] == seed
     assert f"--seed {seed}" in done.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://[::1", "toxiproxy URL 'http://[::1': expected http://HOST:PORT"),
+        ("ftp://127.0.0.1:8474", "toxiproxy URL 'ftp://127.0.0.1:8474': expected http://HOST:PORT"),
+        (
+            "http://127.0.0.1:{port}",
+            "toxiproxy http://127.0.0.1:{port}: cannot connect (Connection",
+        ),
+    ],
+)
+def test_a_bad_toxiproxy_is_one_line_exit_2_and_nothing_starts(tmp_path, url, expected):
+    port = _free_port()  # nothing listens there
+    run_dir = tmp_path / "run"
+    done = docket(
+        "chaos", "--seed", "1", "--agent", "once",
+        "--toxiproxy", url.format(port=port), "--dir", str(run_dir),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("docket: " + expected.format(port=port)), done.stderr
+    assert not run_dir.exists()  # refused before the folder, a stub or an agent existed
+
+
+# One provider per agent: a request in each stub's log means each agent is past
+# its start-up (a signal before that kills it without a report, as documented).
+SLOW_RUN = """\
+providers:
+  - {name: first, kind: openai, latency: 100ms}
+  - {name: second, kind: anthropic, latency: 100ms}
+agents:
+  - {name: looper, mode: loop, calls: 200, timeout: 5s, provider: first}
+  - {name: hammer, mode: hammer, calls: 400, concurrency: 2, timeout: 5s, provider: second}
+max_wall_clock: 30s
+probe_every: 50ms
+"""
+
+
+def has_requests(path) -> bool:
+    return path.exists() and path.stat().st_size > 0
+
+
+def test_ctrl_c_mid_run_tears_everything_down_and_writes_the_receipt(tmp_path):
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(SLOW_RUN)
+    run_dir = tmp_path / "run"
+    ledger = run_dir / "ledger.jsonl"
+    chaos = subprocess.Popen(
+        [sys.executable, "-m", "docket", "chaos", "--seed", "8",
+         "--scenario", str(scenario), "--dir", str(run_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # a Ctrl-C reaches a foreground process with SIGINT at its default action
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        wait_until(
+            lambda: all(has_requests(run_dir / f"stub-{p}.jsonl") for p in ("first", "second")),
+            TIMEOUT,
+            "a call from each agent",
+        )
+        chaos.send_signal(signal.SIGINT)
+        out, err = chaos.communicate(timeout=TIMEOUT)
+    finally:
+        if chaos.poll() is None:
+            chaos.kill()
+            chaos.wait()
+    assert chaos.returncode == 130, err
+    assert "Traceback" not in err
+    lines = out.splitlines()
+    assert "exit 130: child exited with status 130 after SIGINT to the supervisor" in lines
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert receipt["exit"]["status"] == 130
+    events = read_chain(ledger)
+    assert events[-1]["type"] == "session.end"
+    forwarded = [e for e in events if e["type"] == "signal.forwarded"]
+    assert [e["signal"] for e in forwarded] == ["SIGINT"]  # all stopped within the grace
+    # every agent reported, stopped by the signal; the launcher waited for them quietly
+    for name in ("looper", "hammer"):
+        report = json.loads((run_dir / "agents" / f"{name}.out").read_text().splitlines()[-1])
+        assert report["stopped"] == "sigint"
+    assert "Traceback" not in (run_dir / "agents" / "launcher.err").read_text()
+    verified = docket("verify", str(run_dir / "receipt.json"))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    # nothing the run started is still running
+    spawned = [e["pid"] for e in events if e["type"] == "process.spawn"]
+    pids = [int((run_dir / "agents" / f"{n}.pid").read_text()) for n in ("looper", "hammer")]
+    assert spawned and all(not running(pid) for pid in spawned + pids)
+
+
+def test_an_interrupt_outside_the_supervised_part_is_one_line_exit_130(
+    tmp_path, capsys, monkeypatch
+):
+    # e.g. Ctrl-C while the stubs start: it leaves trio's nurseries wrapped in a group
+    async def interrupted_while_starting(*args, **kwargs):
+        async def starting():
+            raise KeyboardInterrupt
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(starting)
+
+    monkeypatch.setattr(chaos.cli, "run_chaos", interrupted_while_starting)
+    status = main(["chaos", "--seed", "1", "--agent", "once", "--dir", str(tmp_path / "r")])
+    assert status == 130
+    assert capsys.readouterr().err == "docket: interrupted\n"
+
+
+def test_an_agent_that_cannot_start_is_explained_and_a_used_folder_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    done = docket("chaos", "--seed", "2", "--dir", str(run_dir), "--", "no-such-agent-cmd")
+    assert done.returncode == 127, done.stderr
+    assert (
+        "agent agent: no report (stderr: chaos launcher: cannot start no-such-agent-cmd: "
+        in done.stdout
+    )
+    assert not (run_dir / "agents" / "agent.pid").exists()  # that process never ran it
+    again = docket("chaos", "--seed", "2", "--dir", str(run_dir), "--agent", "once")
+    assert again.returncode == 2 and again.stdout == ""
+    assert again.stderr == f"docket: run folder {run_dir} already holds a run: give a new folder\n"

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import errno
 import sys
+from functools import partial
 
+import pytest
 import trio
 from helpers import read_chain
 
@@ -16,6 +18,8 @@ from chaos.collect import parse_metrics
 from chaos.data.locate import folder as data_folder
 from chaos.run import run_chaos
 from chaos.scenario import AgentSpec, Scenario, load_scenario
+from chaos.toxiproxy import serve_toxiproxy
+from chaos.toxiproxy.driver import ToxiproxyDriver, ToxiproxyError
 from docket.clock import Clock
 from docket.hooks import RunHooks
 from docket.ledger.faults import FailOrdinals
@@ -195,3 +199,101 @@ async def test_supervisor_hooks_run_in_order_and_stdout_is_captured(tmp_path):
     assert events[0]["chaos"] == {"seed": 5, "faults": ["test:hook"]}
     assert [e["seq"] for e in seen] == [e["seq"] for e in events]
     assert events[0]["caps"]["max_model_calls"] == 3  # the Policy object given, not a file
+
+
+async def test_a_net_window_the_run_outlives_is_lifted_and_recorded_at_teardown(tmp_path):
+    faults = ("net:latency(5ms)@t 0", "net:timeout(0)@t 25s..29s")  # open; never begins
+    with trio.fail_after(DEADLINE):
+        result = await run_chaos(scenario(*faults, mode="once"), seed=23, folder=tmp_path / "r")
+    assert result.exit_status == 0, result.reason
+    events = read_chain(result.ledger_path)
+    types = [e["type"] for e in events]
+    net = [(e["fault"], e["action"]) for e in events if e["type"] == "fault.injected"]
+    assert net == [(faults[0], "toxic_added"), (faults[0], "toxic_removed")]
+    removed = next(e for e in events if e.get("action") == "toxic_removed")
+    assert removed["teardown"] is True and 0 < removed["at_s"] < 25
+    assert "error" not in removed  # lifted while the proxy still served
+    assert types.index("model.response") < events.index(removed) < types.index("session.end")
+    assert result.receipt["faults"]["injected"] == 2
+    assert all("note" not in i for i in result.injected)
+
+
+async def test_with_an_external_toxiproxy_windows_are_lifted_and_proxies_destroyed(tmp_path):
+    faults = ("net:latency(5ms)@t 0",)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(partial(serve_toxiproxy, port=0))
+            result = await run_chaos(
+                scenario(*faults, mode="once"),
+                seed=24,
+                folder=tmp_path / "r",
+                toxiproxy_url=server.url,
+            )
+            driver = ToxiproxyDriver(server.url)
+            with pytest.raises(ToxiproxyError, match="no proxy 'docket_openai'"):
+                await trio.to_thread.run_sync(driver.proxy, "docket_openai")
+            nursery.cancel_scope.cancel()
+    assert result.exit_status == 0, result.reason  # and the run took its proxy away (above)
+    actions = [e.get("action") for e in read_chain(result.ledger_path) if "action" in e]
+    assert actions == ["toxic_added", "toxic_removed"]
+    assert result.notes == []
+
+
+async def test_every_forwarded_call_is_in_the_stub_s_log(tmp_path):
+    faults = ("upstream:status(503)@25%", "upstream:latency(20ms)@50%")
+    with trio.fail_after(DEADLINE):
+        result = await run_chaos(
+            scenario(*faults, mode="hammer", calls=24, concurrency=6),
+            seed=25,
+            folder=tmp_path / "r",
+        )
+    assert result.exit_status == 0, result.reason
+    events = read_chain(result.ledger_path)
+    forwarded = [e for e in events if e["type"] == "model.request"]
+    log = result.stub_logs["openai"]
+    assert len(forwarded) == len(log) == 24
+    assert not any("incomplete" in entry for entry in log)
+    faulted = sum(1 for entry in log for f in entry["faults"] if "status" in f["fault"])
+    assert faulted == sum(1 for e in events if e["type"] == "model.error")
+
+
+async def test_each_agent_s_pid_is_on_file_before_it_runs(tmp_path):
+    folder = tmp_path / "r"
+    pidfile = folder / "agents" / "reader.pid"
+    # The agent's first act is to read its own pid file: it must already be there.
+    code = (
+        "import json, os, sys; "
+        "text = open(sys.argv[1]).read(); "
+        "print(json.dumps({'pid': os.getpid(), 'on_file': text.strip()}))"
+    )
+    agent = AgentSpec(name="reader", mode=None, command=(sys.executable, "-c", code, str(pidfile)))
+    plain = AgentSpec(name="plain", mode="once", timeout=5.0)
+    run = Scenario(agents=(agent, plain), max_wall_clock=30.0, probe_every=0.0)
+    with trio.fail_after(DEADLINE):
+        result = await run_chaos(run, seed=26, folder=folder)
+    assert result.exit_status == 0, result.reason
+    report = result.agent_reports["reader"]
+    assert report["on_file"] == str(report["pid"])
+    assert result.agent_pids["reader"] == report["pid"]
+    assert set(result.agent_pids) == {"reader", "plain"}
+    assert result.agent_pids["plain"] not in (report["pid"], 0)
+
+
+async def test_a_cap_kill_stops_the_agent_which_still_reports(tmp_path):
+    run = scenario(mode="hammer", calls=400, concurrency=2)
+    run = Scenario(
+        agents=run.agents,
+        policy={"caps": {"max_model_calls": 5, "on_breach": "kill"}},
+        max_wall_clock=30.0,
+        probe_every=0.0,
+    )
+    with trio.fail_after(DEADLINE):
+        result = await run_chaos(run, seed=27, folder=tmp_path / "r")
+    assert result.exit_status == 42  # the run's own verdict, not the agent's 143
+    assert result.receipt["exit"]["status"] == 42
+    report = result.agent_reports["a"]
+    assert report["stopped"] == "sigterm"
+    assert report["calls"] < 400
+    events = read_chain(result.ledger_path)
+    exit_event = next(e for e in events if e["type"] == "process.exit")
+    assert exit_event["status"] == 143  # the launcher passed on the agent's status

@@ -8,12 +8,15 @@ the effect of its signal (the process.exit it causes).
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 
 import trio
 from helpers import read_chain, running, wait_until
 
 from chaos.faults.process import kills_supervisor, signal_of
 from chaos.faults.triggers import EventTriggers
+from chaos.gameday import aftermath
 from chaos.grammar import parse_fault
 from chaos.run import run_chaos
 from chaos.scenario import AgentSpec, Scenario
@@ -62,12 +65,16 @@ async def test_sigterm_to_the_agent_is_recorded_before_it_lands(tmp_path):
     assert types.count("model.request") < 30  # the loop did not finish
     assert result.exit_status == 128 + signal.SIGTERM
     assert result.receipt["exit"]["status"] == 128 + signal.SIGTERM
-    assert result.receipt["faults"] == {
-        "seed": 11,
-        "injected": 1,
-        "by_fault": {"process:sigterm(agent)@call 3": 1},
-    }
-    assert result.agent_reports == {"looper": None}  # killed before it could report
+    faults = result.receipt["faults"]
+    assert (faults["seed"], faults["injected"], faults["by_fault"]) == (
+        11,
+        1,
+        {"process:sigterm(agent)@call 3": 1},
+    )
+    # the agent stopped on the signal and still said what it had done
+    report = result.agent_reports["looper"]
+    assert report["stopped"] == "sigterm"
+    assert report["calls"] + report["interrupted"] == types.count("model.request")
 
 
 async def test_sigkill_to_the_supervisor_leaves_a_clean_prefix_and_no_receipt(tmp_path):
@@ -85,5 +92,30 @@ async def test_sigkill_to_the_supervisor_leaves_a_clean_prefix_and_no_receipt(tm
     assert "session.end" not in [e["type"] for e in events]
     assert holder_pid(result.ledger_path) is None  # the dead writer's lock is gone
     spawn = next(e for e in events if e["type"] == "process.spawn")
-    # the agents die with their supervisor (PR_SET_PDEATHSIG: the kernel sends it)
-    wait_until(lambda: not running(spawn["pid"]), 10, "the launcher to die")
+    # the launcher and every agent die with their supervisor (PR_SET_PDEATHSIG), and
+    # the agent's pid was on file before it ran, so its death can be checked too
+    assert set(result.agent_pids) == {"looper"}
+    assert result.evidence()["agent_pids"] == result.agent_pids
+    for pid in (spawn["pid"], result.agent_pids["looper"]):
+        wait_until(lambda pid=pid: not running(pid), 10, f"process {pid} to die")
+
+
+async def test_the_orphan_check_reads_the_agent_pids_and_finds_a_survivor(tmp_path):
+    # What the game day's supervisor-killed phase relies on: the agents' pids on file,
+    # and a process among them that did not die is named.
+    (tmp_path / "agents").mkdir()
+    survivor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "agents" / "stray.pid").write_text(f"{survivor.pid}\n")
+        events = [{"type": "process.spawn", "pid": 1}, {"type": "model.request"}]
+        notes: list[str] = []
+        pids = aftermath.spawned_pids(events, tmp_path, notes)
+        assert pids == [survivor.pid] and notes == []  # pid 1 is never one of ours
+        with trio.fail_after(DEADLINE):
+            assert await aftermath.orphans(pids, grace_s=0.2) == [survivor.pid]
+            survivor.kill()
+            survivor.wait()
+            assert await aftermath.orphans(pids, grace_s=5) == []
+    finally:
+        survivor.kill()
+        survivor.wait()

@@ -6,15 +6,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.gameday.derive import (
+    backoffs,
     breaker,
     counts,
     derive,
     first_seq,
+    in_flight,
     latency,
     max_in_window,
     mono,
     percentile,
+    stub_match,
     stub_rate,
+    stub_rate_all,
 )
 
 
@@ -135,6 +139,80 @@ def test_derive_names():
         "mono",
         "stub_calls",
         "stub_rate",
+        "stub_rate_all",
+        "stub_match",
+        "in_flight",
+        "backoffs",
         "breaker",
     }
     assert out["breaker"]["stub_calls_while_open"] == 0 and out["breaker"]["opened"] == 0
+
+
+def test_stub_rate_all_meets_the_stubs_on_the_wall_clock():
+    # each stub's mono_ms starts at its own zero: only `ts` puts them on one axis
+    logs = {
+        "a": [{**stub(0), "mono_ms": 0.0}, {**stub(600), "mono_ms": 600.0}],
+        "b": [{**stub(300), "mono_ms": 0.0}, {**stub(2500), "mono_ms": 2200.0}],
+    }
+    assert stub_rate_all(logs) == {"calls": 4, "max_in_1s": 3, "max_in_60s": 4}
+    assert stub_rate_all({"a": [{"method": "POST"}]}) is None  # no time: unknown, not 0
+
+
+def req(seq: int, provider: str, body: str, call: str = "") -> dict:
+    return ev(seq, seq, "model.request", provider=provider, request_sha256=body, call_id=call)
+
+
+def test_stub_match_pairs_bodies_as_multisets():
+    events = [req(0, "a", "x"), req(1, "a", "x"), req(2, "a", "y"), req(3, "b", "z")]
+    logs = {
+        "a": [{"method": "POST", "body_sha256": h} for h in ("x", "y", "w")]
+        + [{"method": "GET", "body_sha256": "q"}],  # not a model call
+        "b": [],
+    }
+    assert stub_match(events, logs) == {
+        "a": {"forwarded": 3, "seen": 3, "only_in_ledger": 1, "only_in_stub": 1},
+        "b": {"forwarded": 1, "seen": 0, "only_in_ledger": 1, "only_in_stub": 0},
+    }
+    assert stub_match([req(0, "a", "x")], {"a": [{"method": "POST"}]}) == {"a": None}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from("abc"), max_size=20), st.randoms(use_true_random=False))
+def test_stub_match_of_a_shuffled_copy_is_exact(bodies, rng):
+    events = [req(i, "p", b) for i, b in enumerate(bodies)]
+    seen = [{"method": "POST", "body_sha256": b} for b in bodies]
+    rng.shuffle(seen)
+    out = stub_match(events, {"p": seen})
+    expected = {"forwarded": len(bodies), "seen": len(bodies), "only_in_ledger": 0}
+    assert out.get("p", expected | {"only_in_stub": 0}) == expected | {"only_in_stub": 0}
+    if bodies:  # drop one arrival: exactly one forwarded call is missing from the stub
+        out = stub_match(events, {"p": seen[1:]})
+        assert (out["p"]["only_in_ledger"], out["p"]["only_in_stub"]) == (1, 0)
+
+
+def test_in_flight_counts_open_calls_by_call_id():
+    events = [
+        req(0, "a", "x", "c1"),
+        req(1, "a", "x", "c2"),
+        ev(2, 2, "model.response", call_id="c1"),
+        req(3, "a", "x", "c3"),
+        req(4, "a", "x", "c4"),
+        ev(5, 5, "model.error", call_id="c3"),
+    ]
+    assert in_flight(events) == {"max": 3, "open_at_end": 2}
+    assert in_flight([]) == {"max": 0, "open_at_end": 0}
+
+
+def test_backoffs_measure_the_wait_by_the_next_attempt_per_provider():
+    events = [
+        ev(0, 100, "x-docket.rate-limited", provider="polite"),
+        ev(1, 105, "agent.backoff", attempt=1, status=429, wait_s=1.0, retry_after=1.0),
+        ev(2, 400, "model.request", provider="hammer"),
+        ev(3, 900, "x-docket.breaker-open", upstream="other"),
+        ev(4, 1105, "model.request", provider="polite"),
+        ev(5, 1200, "agent.backoff", attempt=1, status=503, wait_s=0.2, retry_after=None),
+    ]
+    first, last = backoffs(events)
+    assert first["next_attempt_s"] == {"hammer": 0.295, "other": 0.795, "polite": 1.0}
+    assert (first["seq"], first["wait_s"], first["retry_after"]) == (1, 1.0, 1.0)
+    assert last["next_attempt_s"] == {}  # nothing after it: an assertion on it finds null

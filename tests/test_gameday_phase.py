@@ -225,3 +225,170 @@ def test_a_folder_with_two_phases_of_one_name_is_refused(tmp_path: Path):
     empty.mkdir()
     with pytest.raises(InputError, match="no phase files"):
         load_phases(folder=empty)
+
+
+TWO_RUNS = """\
+# Two runs, one policy each.
+name: demo
+title: A demo phase with two runs
+fmea: [F06]
+seed: 7
+budget: 20s
+runs:
+  - name: deny
+    title: deny mode
+    run:
+      agents: [{name: a, mode: loop, calls: 3}]
+      policy: {caps: {max_model_calls: 2, on_breach: deny}}
+      max_wall_clock: 5s
+  - name: kill
+    run:
+      faults: ["upstream:status(503)@call 2"]
+      agents: [{name: a, mode: loop, calls: 3}]
+      policy: {caps: {max_model_calls: 2, on_breach: kill}}
+      max_wall_clock: 5s
+expect:
+  - name: deny went on
+    run: deny
+    query: "exit_status"
+    equals: 0
+  - name: kill stopped
+    run: kill
+    query: "exit_status"
+    equals: 42
+"""
+
+
+def _two(old: str, new: str) -> str:
+    assert old in TWO_RUNS
+    return TWO_RUNS.replace(old, new)
+
+
+def test_a_phase_with_several_runs_loads():
+    phase = loads_phase(TWO_RUNS, "gamedays/06-demo.yaml")
+    assert [r.name for r in phase.runs] == ["deny", "kill"]
+    assert [r.title for r in phase.runs] == ["deny mode", ""]
+    assert [r.line for r in phase.runs] == [8, 14]
+    assert phase.runs[1].scenario.faults == ("upstream:status(503)@call 2",)
+    assert phase.runs[0].scenario.policy == {"caps": {"max_model_calls": 2, "on_breach": "deny"}}
+    assert [(e.run, e.line) for e in phase.expect] == [("deny", 21), ("kill", 25)]
+    assert phase.several_runs
+    with pytest.raises(ValueError, match="has 2 runs"):
+        phase.run  # noqa: B018 - a phase with several runs has no one `run`
+    kill = phase.only("kill")
+    assert [r.name for r in kill.runs] == ["kill"] and [e.run for e in kill.expect] == ["kill"]
+    assert kill.repro(9, "kill") == "docket game-day --phase demo:kill --seed 9"
+    with pytest.raises(
+        InputError, match="phase demo has no run named 'nope'; its runs: deny, kill"
+    ):
+        phase.only("nope")
+    single = loads_phase(GOOD, "gamedays/01-demo.yaml")
+    assert [r.name for r in single.runs] == ["run"] and [e.run for e in single.expect] == [
+        "run",
+        "run",
+    ]
+    assert not single.several_runs
+    with pytest.raises(InputError, match="phase demo has one run: name the phase alone"):
+        single.only("run")
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (
+            _two("runs:\n", "run: {}\nruns:\n"),
+            "06-demo.yaml:9: at runs give `run:` (one run) or `runs:`",
+        ),
+        (
+            TWO_RUNS[: TWO_RUNS.index("runs:\n")] + TWO_RUNS[TWO_RUNS.index("expect:\n") :],
+            "06-demo.yaml:2: missing key 'run' (one scenario block) or 'runs' (several)",
+        ),
+        (
+            TWO_RUNS[: TWO_RUNS.index("  - name: kill\n")]
+            + TWO_RUNS[TWO_RUNS.index("expect:\n") :],
+            "06-demo.yaml:8: at runs runs must be a list of two or more named runs",
+        ),
+        (
+            _two("  - name: kill\n", "  - name: kill\n    colour: red\n"),
+            "06-demo.yaml:15: at runs[1].colour unknown key 'colour'",
+        ),
+        (
+            _two("  - name: kill\n", "  - name: deny\n"),
+            "06-demo.yaml:14: at runs[1].name run name 'deny' used twice",
+        ),
+        (
+            _two("  - name: kill\n", "  - name: Kill!\n"),
+            "at runs[1].name a run's name must be lowercase",
+        ),
+        (
+            _two("    title: deny mode\n", "    title: ''\n"),
+            "06-demo.yaml:9: at runs[0].title must be a non-empty string",
+        ),
+        (
+            _two("  - name: kill\n    run:\n", "  - name: kill\n    ran:\n"),
+            "at runs[1].ran unknown key 'ran'",
+        ),
+        (
+            _two(
+                "  - name: kill\n    run:\n      faults",
+                "  - name: kill\n    run: []\n    x:\n      faults",
+            ),
+            "at runs[1].x unknown key",
+        ),
+        (
+            _two('"upstream:status(503)@call 2"', '"upstream:status(999)"'),
+            "06-demo.yaml:16: at runs[1].run.faults[0]",
+        ),
+        (
+            _two(
+                "mode: loop, calls: 3}]\n      policy: {caps: {max_model_calls: 2, on_breach: kill",
+                "mode: sprint, calls: 3}]\n      policy: {caps: {max_model_calls: 2, on_breach: kill",
+            ),
+            "06-demo.yaml:17: at runs[1].run.agents[0].mode",
+        ),
+        (_two("on_breach: kill", "on_breach: maim"), "06-demo.yaml:18: at runs[1].run.policy"),
+        (
+            _two("    run: kill\n", ""),
+            "06-demo.yaml:25: at expect[1] an assertion in a phase with several runs names one (deny, kill)",
+        ),
+        (
+            _two("    run: kill\n", "    run: kil\n"),
+            "06-demo.yaml:26: at expect[1].run no run named 'kil' in this phase (deny, kill)",
+        ),
+        (
+            _two("    run: kill\n", "    run: deny\n"),
+            "06-demo.yaml:21: at expect no assertion reads run 'kill'",
+        ),
+        (
+            _two("budget: 20s", "budget: 8s"),
+            "budget 8s is shorter than the runs' max_wall_clock together 10s",
+        ),
+        (
+            _with("    at_least: 1\n", "    at_least: 1\n    run: run\n"),
+            "at expect[0].run this phase has one run: an assertion names none",
+        ),
+    ],
+)
+def test_a_malformed_phase_with_runs_is_one_line_naming_file_and_line(text, error):
+    with pytest.raises(YamlError) as info:
+        loads_phase(text, "gamedays/06-demo.yaml")
+    message = str(info.value)
+    assert error in message
+    assert "\n" not in message
+
+
+def test_selecting_one_run_of_a_phase(tmp_path: Path):
+    (tmp_path / "06-demo.yaml").write_text(TWO_RUNS)
+    (tmp_path / "01-other.yaml").write_text(GOOD.replace("name: demo", "name: other"))
+    (kill,) = load_phases(["demo:kill"], folder=tmp_path)
+    assert kill.name == "demo" and [r.name for r in kill.runs] == ["kill"]
+    assert kill.selected_run == "kill" and kill.several_runs
+    with pytest.raises(InputError, match="phase demo has no run named 'sulk'"):
+        load_phases(["demo:sulk"], folder=tmp_path)
+    with pytest.raises(InputError, match="phase other has one run"):
+        load_phases(["other:run"], folder=tmp_path)
+    with pytest.raises(InputError, match="asked for twice"):
+        load_phases(["demo:kill", "demo"], folder=tmp_path)
+    path = tmp_path / "06-demo.yaml"
+    (deny,) = load_phases([f"{path}:deny"], folder=tmp_path)
+    assert [r.name for r in deny.runs] == ["deny"]

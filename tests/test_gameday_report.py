@@ -11,38 +11,41 @@ from pathlib import Path
 from chaos.gameday.assertions import FAIL, PASS, UNKNOWN, Check
 from chaos.gameday.fmea import load_fmea
 from chaos.gameday.report import render_html, render_json, render_junit, write_reports
-from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult, TimelineEvent
+from chaos.gameday.results import (
+    CheckResult,
+    GameDayResult,
+    PhaseResult,
+    PhaseRun,
+    TimelineEvent,
+)
 from chaos.gameday.timeline import layout
 
 
-def check(name: str, verdict: str, observed: object = 1) -> CheckResult:
+def check(name: str, verdict: str, observed: object = 1, run: str = "run") -> CheckResult:
     reason = "" if verdict == PASS else f"observed {observed}"
-    return CheckResult(Check(name, "length(events)", "at_least", 1, observed, verdict, reason), 20)
-
-
-def phase(name: str, fmea: tuple[str, ...], checks: tuple[CheckResult, ...], **kw) -> PhaseResult:
-    timeline = (
-        TimelineEvent(0, 0, "session.start"),
-        TimelineEvent(1, 12, "fault.injected", "upstream:status(503)@20%"),
-        TimelineEvent(2, 40, "model.error", "openai: upstream_status 503"),
-        TimelineEvent(3, 95, "session.end"),
+    return CheckResult(
+        Check(name, "length(events)", "at_least", 1, observed, verdict, reason), 20, run
     )
-    return PhaseResult(
+
+
+TIMELINE = (
+    TimelineEvent(0, 0, "session.start"),
+    TimelineEvent(1, 12, "fault.injected", "upstream:status(503)@20%"),
+    TimelineEvent(2, 40, "model.error", "openai: upstream_status 503"),
+    TimelineEvent(3, 95, "session.end"),
+)
+
+
+def a_run(name: str = "run", **kw) -> PhaseRun:
+    fields = dict(
         name=name,
-        title=f"<b>{name}</b> & co",  # escaped, not markup
-        about="what it shows",
-        fmea=fmea,
-        seed=7,
-        mode="in-process",
-        source=f"gamedays/{name}.yaml",
-        repro=f"docket game-day --phase {name} --seed 7",
         engine_repro="docket chaos --seed 7",
         duration_s=1.5,
-        budget_s=20,
-        checks=checks,
+        exit_status=0,
+        run_reason="child exited with status 0",
         schedule=("upstream:status(503)@20%",),
         injected=({"fault": "upstream:status(503)@20%"}, {"fault": "upstream:status(503)@20%"}),
-        timeline=timeline,
+        timeline=TIMELINE,
         policy={
             "boundary": {"connect_timeout": 0.3, "upstream_timeout": 0.3},
             "resilience": {"breaker_threshold": 3, "max_concurrent_upstream": 2, "max_queue": 1},
@@ -53,7 +56,60 @@ def phase(name: str, fmea: tuple[str, ...], checks: tuple[CheckResult, ...], **k
             "errors_by_reason": {"openai": {"timeout": 2}},
             "breaker_sequence": {"openai": "closed>open"},
         },
-        **kw,
+    )
+    fields.update(kw)
+    return PhaseRun(**fields)
+
+
+def phase(
+    name: str,
+    fmea: tuple[str, ...],
+    checks: tuple[CheckResult, ...],
+    runs: tuple[PhaseRun, ...] | None = None,
+) -> PhaseResult:
+    return PhaseResult(
+        name=name,
+        title=f"<b>{name}</b> & co",  # escaped, not markup
+        about="what it shows",
+        fmea=fmea,
+        seed=7,
+        mode="in-process",
+        source=f"gamedays/{name}.yaml",
+        repro=f"docket game-day --phase {name} --seed 7",
+        duration_s=1.5,
+        budget_s=20,
+        checks=checks,
+        runs=runs if runs is not None else (a_run(),),
+    )
+
+
+def two_runs() -> PhaseResult:
+    """A phase with two runs: deny passes, kill fails one check."""
+    return phase(
+        "runaway-loop",
+        ("F06",),
+        (
+            check("refused", PASS, run="deny"),
+            check("spend within the cap", PASS, run="deny"),
+            check("exit 42", FAIL, 0, run="kill"),
+        ),
+        runs=(
+            a_run(
+                "deny",
+                title="deny mode",
+                repro="docket game-day --phase runaway-loop:deny --seed 7",
+                schedule=(),
+                injected=(),
+            ),
+            a_run(
+                "kill",
+                title="kill mode",
+                repro="docket game-day --phase runaway-loop:kill --seed 7",
+                exit_status=42,
+                run_reason="cap max_model_calls breached (on_breach = kill)",
+                timeline=TIMELINE[:2] + (TimelineEvent(2, 30, "cap.exceeded", "max_model_calls"),),
+            ),
+        ),
     )
 
 
@@ -67,7 +123,7 @@ def day() -> GameDayResult:
                 "supervisor-killed",
                 ("F10",),
                 (),
-                error="the phase did not finish within its budget of 30 s",
+                runs=(a_run(error="the phase did not finish within its budget of 30 s"),),
             ),
         ),
         started_at="2026-01-01T00:00:00.000Z",
@@ -182,9 +238,67 @@ def test_verdicts_and_exit_codes():
 def test_write_reports(tmp_path: Path):
     written = write_reports(day(), report_dir=tmp_path / "r", junit_path=tmp_path / "ci" / "j.xml")
     assert written.html == tmp_path / "r" / "index.html" and written.html.stat().st_size > 1000
-    assert json.loads(written.json.read_text())["format"] == "docket-gameday-1"
+    assert json.loads(written.json.read_text())["format"] == "docket-gameday-2"
     assert ET.parse(tmp_path / "ci" / "j.xml").getroot().get("tests") == "6"
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["gameday.json", "index.html"]
+
+
+def test_a_phase_with_several_runs_shows_each_run_under_the_phase():
+    result = GameDayResult((two_runs(),), "t", 1.0, None, "0.1.0")
+    html = render_html(result)
+    parser = Links()
+    parser.feed(html)
+    assert {"phase-runaway-loop-run-deny", "phase-runaway-loop-run-kill"} <= parser.ids
+    assert set(h[1:] for h in parser.hrefs) <= parser.ids
+    # each run has its own heading, repro, timeline and verdict (kill failed, deny passed)
+    deny = html[
+        html.index('id="phase-runaway-loop-run-deny"') : html.index(
+            'id="phase-runaway-loop-run-kill"'
+        )
+    ]
+    kill = html[html.index('id="phase-runaway-loop-run-kill"') :]
+    assert "Run deny: deny mode" in deny and 'class="verdict pass"' in deny
+    assert "docket game-day --phase runaway-loop:deny --seed 7" in deny
+    assert "No faults: this run" in deny and deny.count("<svg") == 1
+    assert "Run kill: kill mode" in kill and 'class="verdict fail"' in kill.split("</section>")[0]
+    assert "exit 42: cap max_model_calls breached" in kill and "max_model_calls" in kill
+    assert html.count("<svg") == 2
+    # the checks table names each check's run, linked to it
+    row = html[html.index('id="phase-runaway-loop-check-3"') :]
+    assert row.index('href="#phase-runaway-loop-run-kill"') < row.index("</tr>")
+    # and the review has a row per run
+    assert "runaway-loop / deny" in html and "runaway-loop / kill" in html
+
+
+def test_several_runs_in_json_and_junit():
+    result = GameDayResult((two_runs(), *day().phases), "t", 1.0, None, "0.1.0")
+    data = json.loads(render_json(result))
+    assert data["format"] == "docket-gameday-2"
+    runaway = data["phases"][0]
+    assert [r["name"] for r in runaway["runs"]] == ["deny", "kill"]
+    assert [c["run"] for c in runaway["checks"]] == ["deny", "deny", "kill"]
+    assert runaway["runs"][1]["exit_status"] == 42 and runaway["verdict"] == FAIL
+    assert GameDayResult.from_json(data).to_json() == result.to_json()
+    phase_two = GameDayResult.from_json(data).phases[0]
+    assert (phase_two.run_verdict("deny"), phase_two.run_verdict("kill")) == (PASS, FAIL)
+    suite = next(s for s in ET.fromstring(render_junit(result)) if s.get("name") == "runaway-loop")
+    assert [c.get("classname") for c in suite.findall("testcase")] == [
+        "gameday.runaway-loop.deny",
+        "gameday.runaway-loop.deny",
+        "gameday.runaway-loop.kill",
+    ]
+    out = suite.find("system-out").text
+    assert "run kill: docket game-day --phase runaway-loop:kill --seed 7" in out
+    assert "run kill: exit 42: cap max_model_calls breached" in out
+
+
+def test_a_run_without_evidence_makes_its_phase_unknown_naming_the_run():
+    broken = two_runs()
+    runs = (broken.runs[0], PhaseRun("kill", error="the run could not run: OSError: boom"))
+    p = PhaseResult(**{**broken.__dict__, "runs": runs})
+    assert p.verdict == UNKNOWN and p.run_verdict("kill") == UNKNOWN
+    assert p.error == "run kill: the run could not run: OSError: boom"
+    assert p.run_verdict("deny") == PASS
 
 
 def test_timeline_layout():

@@ -40,12 +40,20 @@ def test_two_real_phases_pass_and_are_reported(tmp_path: Path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert [p["name"] for p in data["phases"]] == ["runaway-loop", "supervisor-killed"]
     assert all(p["verdict"] == "pass" for p in data["phases"])
-    killed = data["phases"][1]
+    (killed,) = data["phases"][1]["runs"]
     assert killed["exit_status"] == 137 and killed["facts"]["orphans"] == []
     assert killed["facts"]["verify"]["verdict"] == "clean"
-    runaway = data["phases"][0]
-    assert runaway["exit_status"] == 42
-    assert any(t["type"] == "cap.exceeded" for t in runaway["timeline"])
+    deny, kill = data["phases"][0]["runs"]  # runaway-loop holds two runs, run in order
+    assert (deny["name"], deny["exit_status"], kill["name"], kill["exit_status"]) == (
+        "deny",
+        0,
+        "kill",
+        42,
+    )
+    assert kill["repro"] == "docket game-day --phase runaway-loop:kill --seed 606"
+    assert any(t["type"] == "cap.exceeded" for t in kill["timeline"])
+    assert deny["facts"]["stub_match"]["openai"]["only_in_stub"] == 0
+    assert {c["run"] for c in data["phases"][0]["checks"]} == {"deny", "kill"}
     suites = ET.parse(tmp_path / "report" / "junit.xml").getroot()
     assert suites.get("failures") == "0" and suites.get("errors") == "0"
     assert int(suites.get("tests")) == sum(len(p["checks"]) for p in data["phases"])
@@ -107,7 +115,7 @@ def test_a_phase_that_could_not_run_is_unknown_with_its_reason():
     phase = loads_phase(PHASE.format(query="x", op="equals: 1"), "probe.yaml")
     result = judge(
         phase,
-        Outcome(None, "the phase did not finish within its budget of 20 s"),
+        {"run": Outcome(None, "the phase did not finish within its budget of 20 s")},
         seed=11,
         duration_s=20.0,
     )
@@ -118,7 +126,65 @@ def test_a_phase_that_could_not_run_is_unknown_with_its_reason():
 
 def test_complete_evidence_adds_derived_facts_and_the_resolved_policy():
     phase = loads_phase(PHASE.format(query="x", op="equals: 1"), "probe.yaml")
-    evidence = complete_evidence({"events": [], "stubs": {"openai": []}}, phase)
+    evidence = complete_evidence({"events": [], "stubs": {"openai": []}}, phase.run)
     assert evidence["stub_calls"] == {"openai": 0}
     assert evidence["policy"]["resilience"]["breaker_threshold"] == 5  # a default, filled in
     assert "providers" not in evidence["policy"]
+
+
+TWO_RUNS = """\
+# A hand-made phase with two runs: one passes, the other's assertion fails.
+name: pair
+title: Two runs
+fmea: [F06]
+seed: 12
+budget: 30s
+runs:
+  - name: first
+    run:
+      agents: [{name: once, mode: once}]
+      max_wall_clock: 10s
+  - name: second
+    run:
+      agents: [{name: twice, mode: loop, calls: 2}]
+      max_wall_clock: 10s
+expect:
+  - name: one call was forwarded
+    run: first
+    query: "counts.\\"model.request\\""
+    equals: 1
+  - name: the stub saw it
+    run: first
+    query: "stub_match.openai.[forwarded, only_in_ledger, only_in_stub]"
+    equals: [1, 0, 0]
+  - name: the second run made two calls, not three
+    run: second
+    query: "counts.\\"model.request\\""
+    equals: {second}
+"""
+
+
+@pytest.mark.parametrize(("second", "code", "verdicts"), [(2, 0, "pass"), (3, 1, "fail")])
+def test_a_phase_with_two_runs_judges_each_on_its_own_evidence(tmp_path, second, code, verdicts):
+    path = tmp_path / "pair.yaml"
+    path.write_text(TWO_RUNS.replace("{second}", str(second)))
+    done, data = game_day(tmp_path, "--phase", str(path))
+    assert done.returncode == code, done.stdout + done.stderr
+    (phase,) = data["phases"]
+    assert [r["name"] for r in phase["runs"]] == ["first", "second"]
+    assert [(c["run"], c["verdict"]) for c in phase["checks"]] == [
+        ("first", "pass"),
+        ("first", "pass"),
+        ("second", verdicts),
+    ]
+    assert [r["exit_status"] for r in phase["runs"]] == [0, 0]
+    assert phase["runs"][1]["facts"]["counts"]["model.request"] == 2
+    assert phase["runs"][1]["repro"] == "docket game-day --phase pair:second --seed 12"
+    if code:
+        assert "second: the second run made two calls, not three" in done.stdout
+    # and one run alone, by NAME:RUN
+    done, data = game_day(tmp_path, "--phase", f"{path}:first")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (phase,) = data["phases"]
+    assert [r["name"] for r in phase["runs"]] == ["first"] and len(phase["checks"]) == 2
+    assert phase["repro"] == "docket game-day --phase pair:first --seed 12"

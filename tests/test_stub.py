@@ -301,6 +301,49 @@ async def test_request_log_in_memory_over_http_and_on_disk(tmp_path):
     stub.log.close()
 
 
+async def test_a_request_is_on_file_before_its_answer_starts(tmp_path):
+    log_file = tmp_path / "stub.jsonl"
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            stub = Stub(StubConfig(kind="openai", token_delay=0.05), log=RequestLog(10, log_file))
+            listening = await nursery.start(stub.serve)
+            pool = UpstreamPool(listening.url)
+            payload = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+            body = json.dumps(payload).encode()
+            async with pool.request("POST", "/v1/chat/completions", openai_headers(), body) as r:
+                # the answer has only begun (tokens follow 50 ms apart): the line is there
+                assert r.status == 200
+                (line,) = log_file.read_text().splitlines()
+                assert json.loads(line)["body_sha256"] == hashlib.sha256(body).hexdigest()
+                await r.read()
+            nursery.cancel_scope.cancel()
+    stub.log.close()
+
+
+async def test_a_request_whose_body_never_arrives_is_logged_as_incomplete(tmp_path):
+    log_file = tmp_path / "stub.jsonl"
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            stub = Stub(StubConfig(kind="openai"), log=RequestLog(10, log_file))
+            listening = await nursery.start(stub.serve)
+            stream = await trio.open_tcp_stream("127.0.0.1", listening.port)
+            head = (
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: stub\r\n"
+                b"authorization: Bearer " + KEY.encode() + b"\r\n"
+                b"content-type: application/json\r\ncontent-length: 100\r\n\r\n"
+            )
+            await stream.send_all(head + b'{"model":')  # 9 of the 100 bytes promised
+            await stream.aclose()  # the caller goes away mid-body
+            while not stub.log.entries():
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    stub.log.close()
+    (entry,) = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert entry["path"] == "/v1/chat/completions" and entry["key"] == fingerprint(KEY)
+    assert entry["body_bytes"] is None
+    assert "closed the connection during the request body" in entry["incomplete"]
+
+
 async def test_request_log_is_bounded():
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:

@@ -88,15 +88,13 @@ def _alive(pid: int) -> bool:
 
 
 def spawned_pids(events: Iterable[dict], folder: Path, notes: list[str]) -> list[int]:
-    """The pids the supervisor spawned (process.spawn) and the agents the launcher
-    started (`agents/<name>.pid`, when the launcher wrote them)."""
+    """The pids the supervisor spawned (process.spawn: the launcher) and every agent
+    the launcher started (agents/NAME.pid, on file before each agent ran, read as
+    chaos.collect reads them for RunResult.agent_pids)."""
+    from chaos.collect import read_agent_pids
+
     pids = [e["pid"] for e in events if e.get("type") == "process.spawn" and _pid(e.get("pid"))]
-    for path in sorted((folder / "agents").glob("*.pid")):
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
-        if text.isdigit() and _pid(int(text)):
-            pids.append(int(text))
-        else:
-            notes.append(f"agents/{path.name}: {text[:40]!r} is not a pid")
+    pids += read_agent_pids(folder, notes).values()
     return sorted(set(pids))
 
 

@@ -17,6 +17,9 @@ from datetime import datetime
 
 CLOSING = ("model.response", "model.error")
 OPEN = "open"
+# A call as the boundary met it: forwarded (model.request) or refused by a guard.
+ATTEMPTS = ("model.request", "policy.denied", "x-docket.rate-limited", "x-docket.breaker-open",
+            "load.shed")  # fmt: skip
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -110,6 +113,101 @@ def stub_rate(stub_logs: Mapping[str, Sequence[Mapping]]) -> dict[str, dict]:
             "max_in_1s": max_in_window(stamps, 1000),
             "max_in_60s": max_in_window(stamps, 60000),
         }
+    return out
+
+
+def stub_rate_all(stub_logs: Mapping[str, Sequence[Mapping]]) -> dict | None:
+    """The same over every stub together, for a limit that spans upstreams. The stubs'
+    monotonic clocks start apart, so their calls meet on the wall clock (`ts`, 1 ms)."""
+    stamps = [wall_ms(e.get("ts")) for entries in stub_logs.values() for e in model_calls(entries)]
+    if any(s is None for s in stamps):
+        return None
+    return {
+        "calls": len(stamps),
+        "max_in_1s": max_in_window(stamps, 1000),
+        "max_in_60s": max_in_window(stamps, 60000),
+    }
+
+
+def stub_match(events: Iterable[Mapping], stub_logs: Mapping[str, Sequence[Mapping]]) -> dict:
+    """Per provider, the ledger's forwarded calls against the calls its stub logged,
+    matched by the SHA-256 of the request body (the ledger's `request_sha256`, the
+    stub's `body_sha256`) as multisets: `only_in_ledger` were recorded as forwarded but
+    never arrived, `only_in_stub` arrived without a record (a refused call that leaked,
+    or a retry). Null for a provider whose records lack the hashes."""
+    forwarded: dict[str, list] = {}
+    for e in events:
+        if e.get("type") == "model.request":
+            forwarded.setdefault(str(e.get("provider")), []).append(e.get("request_sha256"))
+    seen = {
+        name: [e.get("body_sha256") for e in model_calls(entries)]
+        for name, entries in stub_logs.items()
+    }
+    out: dict[str, dict | None] = {}
+    for name in sorted(set(forwarded) | set(seen)):
+        sent, got = forwarded.get(name, []), seen.get(name, [])
+        if not all(isinstance(h, str) for h in (*sent, *got)):
+            out[name] = None
+            continue
+        sent_n, got_n = Counter(sent), Counter(got)
+        out[name] = {
+            "forwarded": len(sent),
+            "seen": len(got),
+            "only_in_ledger": sum((sent_n - got_n).values()),
+            "only_in_stub": sum((got_n - sent_n).values()),
+        }
+    return out
+
+
+def in_flight(events: Iterable[Mapping]) -> dict:
+    """How many forwarded calls were open at once (a model.request whose closing event,
+    by call_id, had not come yet), at most, in the ledger's order; and how many never
+    closed (calls cut off by the end of the run)."""
+    open_calls: set = set()
+    most = 0
+    for e in events:
+        kind = e.get("type")
+        if kind == "model.request":
+            open_calls.add(e.get("call_id"))
+            most = max(most, len(open_calls))
+        elif kind in CLOSING:
+            open_calls.discard(e.get("call_id"))
+    return {"max": most, "open_at_end": len(open_calls)}
+
+
+def backoffs(events: Sequence[Mapping]) -> list[dict]:
+    """Each `agent.backoff` (an agent's report, written before it sleeps) with the time
+    from it to the next call attempt of each provider, by the ledger's monotonic clock:
+    whether the agent really waited is read from when its next call arrived, not from
+    what it said. `next_attempt_s[P]` is absent when P had no later attempt."""
+    attempts = [
+        (i, str(e.get("provider") or e.get("upstream")), e["mono_ms"])
+        for i, e in enumerate(events)
+        if e.get("type") in ATTEMPTS
+        and (e.get("provider") or e.get("upstream")) is not None
+        and _number(e.get("mono_ms"))
+    ]
+    providers = {provider for _, provider, _ in attempts}
+    out = []
+    for i, e in enumerate(events):
+        if e.get("type") != "agent.backoff" or not _number(e.get("mono_ms")):
+            continue
+        gaps: dict[str, float] = {}
+        for j, provider, mono_ms in attempts:
+            if j > i and provider not in gaps:
+                gaps[provider] = round((mono_ms - e["mono_ms"]) / 1000, 3)
+                if len(gaps) == len(providers):
+                    break
+        out.append(
+            {
+                "seq": e.get("seq"),
+                "attempt": e.get("attempt"),
+                "status": e.get("status"),
+                "wait_s": e.get("wait_s"),
+                "retry_after": e.get("retry_after"),
+                "next_attempt_s": gaps,
+            }
+        )
     return out
 
 
@@ -215,5 +313,9 @@ def derive(evidence: Mapping) -> dict:
         "mono": mono(events),
         "stub_calls": stub_calls(stubs),
         "stub_rate": stub_rate(stubs),
+        "stub_rate_all": stub_rate_all(stubs),
+        "stub_match": stub_match(events, stubs),
+        "in_flight": in_flight(events),
+        "backoffs": backoffs(events),
         "breaker": breaker(events, stubs),
     }

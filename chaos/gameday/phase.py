@@ -5,6 +5,11 @@ key is checked here, and every mistake is one line, `FILE:LINE: at a.b[2] reason
 raised as an InputError (exit 2) before any phase runs: an unknown key, a wrong
 type, a bad duration, a query JMESPath cannot compile, an FMEA row the table
 does not have, or a `run:` block the chaos engine refuses.
+
+A phase holds one run (`run:`, a scenario block) or several (`runs:`, a list of
+named scenario blocks run one after another, for a claim that needs two
+policies, e.g. deny mode and kill mode); in a phase with several runs each
+assertion names the run whose evidence it reads (`run: NAME`).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
@@ -22,9 +27,11 @@ from chaos.yamldoc import Where, YamlError, load, loads
 from docket.errors import InputError
 
 MODES = ("in-process", "subprocess")
-KEYS = ("name", "title", "fmea", "seed", "run", "mode", "budget", "expect")
-REQUIRED = ("name", "title", "fmea", "seed", "run", "expect")
+KEYS = ("name", "title", "fmea", "seed", "run", "runs", "mode", "budget", "expect")
+REQUIRED = ("name", "title", "fmea", "seed", "expect")  # and exactly one of run, runs
 EXPECT_KEYS = ("name", "query")
+RUN_KEYS = ("name", "title", "run")
+SINGLE_RUN = "run"  # the name of a phase's only run, written as `run:`
 DEFAULT_BUDGET_S = 30.0
 MAX_BUDGET_S = 600.0
 MAX_SEED = 1 << 53  # the receipt keeps the seed as an exact JSON integer (chaos.scenario)
@@ -37,10 +44,22 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0}
 
 @dataclass(frozen=True)
 class Expectation:
-    """An assertion and the line of the phase file it was written on."""
+    """An assertion, the run whose evidence it reads, and the line it was written on."""
 
     assertion: Assertion
     line: int
+    run: str = SINGLE_RUN
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a phase: a name, a scenario, and the block as written."""
+
+    name: str
+    scenario: object  # chaos.scenario.Scenario
+    data: Mapping  # the scenario block as written (subprocess mode hands it to `docket chaos`)
+    title: str = ""
+    line: int = 1
 
 
 @dataclass(frozen=True)
@@ -53,19 +72,54 @@ class Phase:
     mode: str
     budget_s: float
     expect: tuple[Expectation, ...]
-    run: object  # chaos.scenario.Scenario
-    run_data: Mapping  # the `run:` block as written (subprocess mode hands it to `docket chaos`)
+    runs: tuple[RunSpec, ...]
     source: str
     line: int = 1
     lines: Mapping[str, int] = field(default_factory=dict)  # top-level key -> line
+    selected_run: str | None = None  # `--phase NAME:RUN` ran only this run of several
 
     @property
     def assertions(self) -> tuple[Assertion, ...]:
         return tuple(e.assertion for e in self.expect)
 
-    def repro(self, seed: int | None = None) -> str:
-        """The command that runs this phase again with the same seed."""
-        return f"docket game-day --phase {self.name} --seed {self.seed if seed is None else seed}"
+    @property
+    def several_runs(self) -> bool:
+        """Written with `runs:` (even when one of them was selected to run alone)."""
+        return self.selected_run is not None or len(self.runs) > 1
+
+    @property
+    def run(self):
+        """The scenario of a phase with one run (chaos.scenario.Scenario)."""
+        return self._only().scenario
+
+    @property
+    def run_data(self) -> Mapping:
+        return self._only().data
+
+    def _only(self) -> RunSpec:
+        if len(self.runs) != 1:
+            raise ValueError(f"phase {self.name} has {len(self.runs)} runs: name one")
+        return self.runs[0]
+
+    def repro(self, seed: int | None = None, run: str | None = None) -> str:
+        """The command that runs this phase (or one of its runs) again with the same seed."""
+        target = self.name if run is None else f"{self.name}:{run}"
+        return f"docket game-day --phase {target} --seed {self.seed if seed is None else seed}"
+
+    def only(self, run: str) -> Phase:
+        """This phase with one of its runs and the assertions on it (`--phase NAME:RUN`)."""
+        if not self.several_runs:
+            raise InputError(f"phase {self.name} has one run: name the phase alone")
+        chosen = [r for r in self.runs if r.name == run]
+        if not chosen:
+            names = ", ".join(r.name for r in self.runs)
+            raise InputError(f"phase {self.name} has no run named {run!r}; its runs: {names}")
+        return replace(
+            self,
+            runs=tuple(chosen),
+            expect=tuple(e for e in self.expect if e.run == run),
+            selected_run=run,
+        )
 
 
 # ---------------------------------------------------------------- values
@@ -135,6 +189,10 @@ def phase_from_data(
     for key in REQUIRED:
         if key not in data:
             raise where.error((), f"missing key {key!r}")
+    if ("run" in data) == ("runs" in data):
+        if "run" in data:
+            raise where.error(("runs",), "give `run:` (one run) or `runs:` (several), not both")
+        raise where.error((), "missing key 'run' (one scenario block) or 'runs' (several)")
 
     name = _name(data["name"], where)
     stem = Path(where.file).stem
@@ -149,16 +207,15 @@ def phase_from_data(
     if mode not in MODES:
         raise where.error(("mode",), f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     budget = _budget(data.get("budget", DEFAULT_BUDGET_S), where)
-    expect = _expect(data["expect"], where)
-    run_data = data["run"]
-    if not isinstance(run_data, dict):
-        raise where.error(("run",), "run must be a mapping: a scenario block (docs/chaos.md)")
-    scenario = _scenario(run_data, where)
-    wall = getattr(scenario, "max_wall_clock", None)
-    if isinstance(wall, int | float) and wall > budget:
+    runs = _runs(data, where)
+    expect = _expect(data["expect"], where, runs, several="runs" in data)
+    walls = [getattr(r.scenario, "max_wall_clock", None) for r in runs]
+    wall = sum(w for w in walls if isinstance(w, int | float))
+    if wall > budget:
+        what = "run.max_wall_clock" if len(runs) == 1 else "the runs' max_wall_clock together"
         raise where.error(
             ("budget",),
-            f"budget {budget:g}s is shorter than run.max_wall_clock {wall:g}s: the phase "
+            f"budget {budget:g}s is shorter than {what} {wall:g}s: the phase "
             "would be cut off before the run's own hard stop",
         )
     return Phase(
@@ -170,12 +227,55 @@ def phase_from_data(
         mode=mode,
         budget_s=budget,
         expect=expect,
-        run=scenario,
-        run_data=run_data,
+        runs=runs,
         source=where.file,
         line=where.line(()),
         lines={key: where.line((key,)) for key in data},
     )
+
+
+def _runs(data: dict, where: Where) -> tuple[RunSpec, ...]:
+    if "run" in data:
+        block = data["run"]
+        if not isinstance(block, dict):
+            raise where.error(("run",), "run must be a mapping: a scenario block (docs/chaos.md)")
+        return (
+            RunSpec(SINGLE_RUN, _scenario(block, where, ("run",)), block, "", where.line(("run",))),
+        )
+    items = data["runs"]
+    if not isinstance(items, list) or len(items) < 2:
+        raise where.error(
+            ("runs",),
+            "runs must be a list of two or more named runs ({name, run}); a phase with one "
+            "run writes `run:`",
+        )
+    out: list[RunSpec] = []
+    for i, item in enumerate(items):
+        at = ("runs", i)
+        if not isinstance(item, dict):
+            raise where.error(at, "a run is a mapping: name, an optional title, and run")
+        for key in item:
+            if key not in RUN_KEYS:
+                raise where.error((*at, key), f"unknown key {key!r} (one of {', '.join(RUN_KEYS)})")
+        for key in ("name", "run"):
+            if key not in item:
+                raise where.error(at, f"a run needs {key!r}")
+        run_name = item["name"]
+        if not isinstance(run_name, str) or not _NAME.fullmatch(run_name):
+            raise where.error(
+                (*at, "name"), "a run's name must be lowercase letters, digits and dashes"
+            )
+        if any(r.name == run_name for r in out):
+            raise where.error((*at, "name"), f"run name {run_name!r} used twice in this phase")
+        title = _text(item["title"], where, (*at, "title")) if "title" in item else ""
+        block = item["run"]
+        if not isinstance(block, dict):
+            raise where.error(
+                (*at, "run"), "run must be a mapping: a scenario block (docs/chaos.md)"
+            )
+        scenario = _scenario(block, where, (*at, "run"))
+        out.append(RunSpec(run_name, scenario, block, title, where.line((*at, "name"))))
+    return tuple(out)
 
 
 def _name(value: object, where: Where) -> str:
@@ -219,7 +319,9 @@ def _budget(value: object, where: Where) -> float:
     return seconds
 
 
-def _expect(value: object, where: Where) -> tuple[Expectation, ...]:
+def _expect(
+    value: object, where: Where, runs: tuple[RunSpec, ...], *, several: bool
+) -> tuple[Expectation, ...]:
     if not isinstance(value, list) or not value:
         raise where.error(("expect",), "expect must be a non-empty list of assertions")
     out: list[Expectation] = []
@@ -229,10 +331,10 @@ def _expect(value: object, where: Where) -> tuple[Expectation, ...]:
         if not isinstance(item, dict):
             raise where.error(at, "an assertion is a mapping: name, query and one operator")
         for key in item:
-            if key not in EXPECT_KEYS and key not in OPERATORS:
+            if key not in EXPECT_KEYS and key not in OPERATORS and key != "run":
                 raise where.error(
                     (*at, key),
-                    f"unknown key {key!r} (name, query, and one of {', '.join(OPERATORS)})",
+                    f"unknown key {key!r} (name, query, run, and one of {', '.join(OPERATORS)})",
                 )
         for key in EXPECT_KEYS:
             if key not in item:
@@ -259,16 +361,39 @@ def _expect(value: object, where: Where) -> tuple[Expectation, ...]:
         problem = _operand_problem(op, item[op])
         if problem:
             raise where.error((*at, op), problem)
+        run = _expect_run(item, where, at, runs, several)
         out.append(
-            Expectation(Assertion(name, query, op, item[op], compiled), where.line((*at, "name")))
+            Expectation(
+                Assertion(name, query, op, item[op], compiled), where.line((*at, "name")), run
+            )
         )
+    if several:
+        for spec in runs:
+            if not any(e.run == spec.name for e in out):
+                raise where.error(("expect",), f"no assertion reads run {spec.name!r}")
     return tuple(out)
 
 
-def _scenario(run_data: dict, where: Where):
+def _expect_run(item: dict, where: Where, at: tuple, runs: tuple[RunSpec, ...], several: bool):
+    """The run an assertion reads: named in a phase with several, implied in one with one."""
+    if not several:
+        if "run" in item:
+            raise where.error((*at, "run"), "this phase has one run: an assertion names none")
+        return SINGLE_RUN
+    if "run" not in item:
+        names = ", ".join(r.name for r in runs)
+        raise where.error(at, f"an assertion in a phase with several runs names one ({names})")
+    run = item["run"]
+    if not any(r.name == run for r in runs):
+        names = ", ".join(r.name for r in runs)
+        raise where.error((*at, "run"), f"no run named {run!r} in this phase ({names})")
+    return run
+
+
+def _scenario(run_data: dict, where: Where, path: tuple):
     from chaos.scenario import scenario_from_data  # the engine (chaos/scenario.py)
 
-    return scenario_from_data(run_data, where, ("run",))
+    return scenario_from_data(run_data, where, path)
 
 
 # ---------------------------------------------------------------- the folder
@@ -314,7 +439,11 @@ def load_phases(selected: Sequence[str] = (), *, folder: Traversable | None = No
             raise InputError(f"no phase files (*.yaml) in {folder}")
         return phases
     chosen: list[Phase] = []
-    for name in selected:
+    for asked in selected:
+        name, run = asked, None
+        head, sep, tail = asked.rpartition(":")
+        if sep and _NAME.fullmatch(tail) and not Path(asked).exists():
+            name, run = head, tail  # NAME:RUN, one run of a phase with several
         if _is_path(name):
             phase = load_phase(name, known_fmea=known)
         elif name in by_name:
@@ -323,6 +452,8 @@ def load_phases(selected: Sequence[str] = (), *, folder: Traversable | None = No
             raise InputError(
                 f"no phase named {name!r}; the phases are: {', '.join(by_name) or '(none)'}"
             )
+        if run is not None:
+            phase = phase.only(run)
         if any(p.name == phase.name for p in chosen):
             raise InputError(f"phase {phase.name!r} asked for twice")
         chosen.append(phase)
@@ -347,6 +478,7 @@ __all__ = [
     "MODES",
     "Expectation",
     "Phase",
+    "RunSpec",
     "YamlError",
     "fmea_ids",
     "leading_comment",

@@ -45,6 +45,8 @@ class Progress:
             f"{result.verdict.upper():7} {result.name:20} {result.duration_s:6.1f} s  "
             f"{passed}/{len(result.checks)} checks"
         )
+        if result.several_runs:
+            line += f" over {len(result.runs)} run{'s' if len(result.runs) > 1 else ''}"
         if result.error:
             line += f"  ({result.error})"
         if self.live:
@@ -54,14 +56,14 @@ class Progress:
                 if c.verdict != "pass":
                     self.console.print(
                         f"        [{STYLE[c.verdict]}]{c.verdict}[/] "
-                        + escape(f"{c.check.name}: {c.check.reason}")
+                        + escape(f"{_named(result, c)}: {c.check.reason}")
                     )
         else:
             print(line, file=self.console.file, flush=True)
             for c in result.checks:
                 if c.verdict != "pass":
                     print(
-                        f"        {c.verdict} {c.check.name}: {c.check.reason}",
+                        f"        {c.verdict} {_named(result, c)}: {c.check.reason}",
                         file=self.console.file,
                         flush=True,
                     )
@@ -92,3 +94,8 @@ class Progress:
             if path is not None:
                 print(f"  {label}: {path}", file=out)
         out.flush()
+
+
+def _named(result: PhaseResult, check) -> str:
+    """A check's name, with its run's when the phase has several."""
+    return f"{check.run}: {check.check.name}" if result.several_runs else check.check.name

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.gameday.assertions import FAIL, OPERATORS, UNKNOWN, brief
-from chaos.gameday.results import GameDayResult, PhaseResult, phases_for_fmea
+from chaos.gameday.results import GameDayResult, PhaseResult, PhaseRun, phases_for_fmea
 from chaos.gameday.review import review
 from chaos.gameday.timeline import COLOURS, layout
 
@@ -88,10 +88,9 @@ def fmea_view(rows: Sequence, phases: Sequence[PhaseResult]) -> tuple[FmeaView, 
             if not p.checks:  # the phase could not run: link the phase alone
                 out.append(FmeaLink(p.name, p.anchor, p.verdict, "", "", ""))
             for i, c in enumerate(p.checks):
+                label = f"{c.run}: {c.check.name}" if p.several_runs else c.check.name
                 out.append(
-                    FmeaLink(
-                        p.name, p.anchor, p.verdict, c.check.name, p.check_anchor(i), c.verdict
-                    )
+                    FmeaLink(p.name, p.anchor, p.verdict, label, p.check_anchor(i), c.verdict)
                 )
         return tuple(out)
 
@@ -124,10 +123,10 @@ def fmea_view(rows: Sequence, phases: Sequence[PhaseResult]) -> tuple[FmeaView, 
 # ---------------------------------------------------------------- HTML
 
 
-def injected_counts(phase: PhaseResult) -> dict[str, int]:
-    """Injections per fault text, from the phase's fault.injected records."""
+def injected_counts(run: PhaseRun) -> dict[str, int]:
+    """Injections per fault text, from a run's fault.injected records."""
     out: dict[str, int] = {}
-    for record in phase.injected:
+    for record in run.injected:
         text = str(record.get("fault"))
         out[text] = out.get(text, 0) + 1
     return out
@@ -169,7 +168,7 @@ def render_html(result: GameDayResult, rows: Sequence | None = None) -> str:
         result=result,
         day=result.to_json(),
         phases=result.phases,
-        timelines={p.name: layout(p.timeline) for p in result.phases},
+        timelines={(p.name, r.name): layout(r.timeline) for p in result.phases for r in p.runs},
         fmea=fmea_view(rows, result.phases),
         reviews=review(result.phases),
         colours=COLOURS,
@@ -219,10 +218,11 @@ def render_junit(result: GameDayResult) -> str:
             counts["errors"] += 1
         for c in phase.checks:
             check = c.check
+            classname = f"gameday.{phase.name}" + (f".{c.run}" if phase.several_runs else "")
             case = ET.SubElement(
                 suite,
                 "testcase",
-                classname=f"gameday.{phase.name}",
+                classname=classname,
                 name=check.name,
                 file=phase.source,
                 line=str(c.line),
@@ -238,9 +238,7 @@ def render_junit(result: GameDayResult) -> str:
             elif check.verdict == UNKNOWN:
                 counts["errors"] += 1
                 ET.SubElement(case, "error", type=UNKNOWN, message=check.reason).text = detail
-        ET.SubElement(suite, "system-out").text = f"{phase.repro}\n{phase.engine_repro}\n" + (
-            f"error: {phase.error}\n" if phase.error else ""
-        )
+        ET.SubElement(suite, "system-out").text = _system_out(phase)
         suite.set("tests", str(counts["tests"]))
         suite.set("failures", str(counts["failures"]))
         suite.set("errors", str(counts["errors"]))
@@ -252,6 +250,21 @@ def render_junit(result: GameDayResult) -> str:
     root.set("time", f"{result.duration_s:.3f}")
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _system_out(phase: PhaseResult) -> str:
+    """The phase's repro, each run's (when it has several) and how each ended."""
+    lines = [phase.repro]
+    for run in phase.runs:
+        label = f"run {run.name}: " if phase.several_runs else ""
+        for command in (run.repro, run.engine_repro):
+            if command:
+                lines.append(f"{label}{command}")
+        if run.error:
+            lines.append(f"{label}error: {run.error}")
+        elif run.exit_status is not None:
+            lines.append(f"{label}exit {run.exit_status}: {run.run_reason}")
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- writing

@@ -1,4 +1,4 @@
-"""What a game day found: per phase its checks and facts, and the whole day's verdict.
+"""What a game day found: per phase its checks and its runs' facts, and the whole day's verdict.
 
 Plain data, JSON both ways, so the report (HTML, JSON, JUnit) is rendered from
 the same values whether they were just measured or built by hand in a test.
@@ -14,26 +14,32 @@ from chaos.gameday.assertions import PASS, UNKNOWN, Check, worst
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_UNKNOWN = 2
+FORMAT = "docket-gameday-2"  # 2: a phase holds its runs (`runs`), each check names its run
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """A check, and the line of the phase file its assertion is on."""
+    """A check, the line of the phase file its assertion is on, and the run it read."""
 
     check: Check
     line: int
+    run: str = "run"
 
     @property
     def verdict(self) -> str:
         return self.check.verdict
 
     def to_json(self) -> dict:
-        return {**self.check.to_json(), "line": self.line}
+        return {**self.check.to_json(), "line": self.line, "run": self.run}
 
     @classmethod
     def from_json(cls, data: Mapping) -> CheckResult:
         fields = {k: data[k] for k in ("name", "query", "op", "expected", "observed", "verdict")}
-        return cls(Check(**fields, reason=data.get("reason", "")), int(data.get("line", 0)))
+        return cls(
+            Check(**fields, reason=data.get("reason", "")),
+            int(data.get("line", 0)),
+            str(data.get("run", "run")),
+        )
 
 
 @dataclass(frozen=True)
@@ -48,20 +54,15 @@ class TimelineEvent:
 
 
 @dataclass(frozen=True)
-class PhaseResult:
-    name: str
-    title: str
-    about: str
-    fmea: tuple[str, ...]
-    seed: int
-    mode: str
-    source: str
-    repro: str  # `docket game-day --phase NAME --seed N`
-    engine_repro: str  # the engine's own `docket chaos ...` command, when it ran
-    duration_s: float
-    budget_s: float
-    checks: tuple[CheckResult, ...]
-    error: str | None = None  # the phase could not run (or was cut off): every check is unknown
+class PhaseRun:
+    """One supervised run of a phase: how it ended, its faults, its timeline, its facts."""
+
+    name: str  # "run" for a phase's only run; else the name under `runs:`
+    title: str = ""
+    repro: str = ""  # `docket game-day --phase NAME:RUN --seed N` (a phase with several runs)
+    engine_repro: str = ""  # the engine's own `docket chaos ...` command, when it ran
+    duration_s: float = 0.0
+    error: str | None = None  # the run could not run (or was cut off): its checks are unknown
     exit_status: int | None = None  # the supervised run's
     run_reason: str = ""
     schedule: tuple[str, ...] = ()  # the resolved faults, canonical texts
@@ -72,11 +73,86 @@ class PhaseResult:
     agents: tuple[Mapping, ...] = ()  # [{"name", "mode", ...}] as the scenario declares them
     facts: Mapping = field(default_factory=dict)  # derived evidence worth showing (latency, ...)
 
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "repro": self.repro,
+            "engine_repro": self.engine_repro,
+            "duration_s": round(self.duration_s, 3),
+            "error": self.error,
+            "exit_status": self.exit_status,
+            "run_reason": self.run_reason,
+            "schedule": list(self.schedule),
+            "injected": [dict(i) for i in self.injected],
+            "timeline": [t.to_json() for t in self.timeline],
+            "policy": dict(self.policy),
+            "providers": [dict(p) for p in self.providers],
+            "agents": [dict(a) for a in self.agents],
+            "facts": dict(self.facts),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> PhaseRun:
+        return cls(
+            name=data["name"],
+            title=data.get("title", ""),
+            repro=data.get("repro", ""),
+            engine_repro=data.get("engine_repro", ""),
+            duration_s=data.get("duration_s", 0.0),
+            error=data.get("error"),
+            exit_status=data.get("exit_status"),
+            run_reason=data.get("run_reason", ""),
+            schedule=tuple(data.get("schedule", ())),
+            injected=tuple(data.get("injected", ())),
+            timeline=tuple(TimelineEvent(**t) for t in data.get("timeline", ())),
+            policy=data.get("policy", {}),
+            providers=tuple(data.get("providers", ())),
+            agents=tuple(data.get("agents", ())),
+            facts=data.get("facts", {}),
+        )
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    name: str
+    title: str
+    about: str
+    fmea: tuple[str, ...]
+    seed: int
+    mode: str
+    source: str
+    repro: str  # `docket game-day --phase NAME --seed N`
+    duration_s: float
+    budget_s: float
+    checks: tuple[CheckResult, ...]
+    runs: tuple[PhaseRun, ...]  # one, or the phase's `runs:` in the order they ran
+
+    @property
+    def several_runs(self) -> bool:
+        return len(self.runs) > 1 or any(r.name != "run" for r in self.runs)
+
+    @property
+    def error(self) -> str | None:
+        """Why some run has no evidence (its checks are then unknown), or None."""
+        failed = [r for r in self.runs if r.error is not None]
+        if not failed:
+            return None
+        if not self.several_runs:
+            return failed[0].error
+        return "; ".join(f"run {r.name}: {r.error}" for r in failed)
+
     @property
     def verdict(self) -> str:
         if self.error is not None:
             return UNKNOWN
         return worst(c.verdict for c in self.checks)
+
+    def run_verdict(self, run: str) -> str:
+        """The verdict of one run's checks (unknown if it has no evidence)."""
+        if any(r.name == run and r.error is not None for r in self.runs):
+            return UNKNOWN
+        return worst(c.verdict for c in self.checks if c.run == run)
 
     @property
     def anchor(self) -> str:
@@ -84,6 +160,9 @@ class PhaseResult:
 
     def check_anchor(self, index: int) -> str:
         return f"phase-{self.name}-check-{index + 1}"
+
+    def run_anchor(self, run: str) -> str:
+        return f"phase-{self.name}-run-{run}"
 
     def to_json(self) -> dict:
         return {
@@ -95,21 +174,12 @@ class PhaseResult:
             "mode": self.mode,
             "source": self.source,
             "repro": self.repro,
-            "engine_repro": self.engine_repro,
             "verdict": self.verdict,
             "duration_s": round(self.duration_s, 3),
             "budget_s": self.budget_s,
             "error": self.error,
-            "exit_status": self.exit_status,
-            "run_reason": self.run_reason,
-            "schedule": list(self.schedule),
-            "injected": [dict(i) for i in self.injected],
             "checks": [c.to_json() for c in self.checks],
-            "timeline": [t.to_json() for t in self.timeline],
-            "policy": dict(self.policy),
-            "providers": [dict(p) for p in self.providers],
-            "agents": [dict(a) for a in self.agents],
-            "facts": dict(self.facts),
+            "runs": [r.to_json() for r in self.runs],
         }
 
     @classmethod
@@ -123,20 +193,10 @@ class PhaseResult:
             mode=data["mode"],
             source=data["source"],
             repro=data["repro"],
-            engine_repro=data.get("engine_repro", ""),
             duration_s=data["duration_s"],
             budget_s=data["budget_s"],
             checks=tuple(CheckResult.from_json(c) for c in data["checks"]),
-            error=data.get("error"),
-            exit_status=data.get("exit_status"),
-            run_reason=data.get("run_reason", ""),
-            schedule=tuple(data.get("schedule", ())),
-            injected=tuple(data.get("injected", ())),
-            timeline=tuple(TimelineEvent(**t) for t in data.get("timeline", ())),
-            policy=data.get("policy", {}),
-            providers=tuple(data.get("providers", ())),
-            agents=tuple(data.get("agents", ())),
-            facts=data.get("facts", {}),
+            runs=tuple(PhaseRun.from_json(r) for r in data.get("runs", ())),
         )
 
 
@@ -167,7 +227,7 @@ class GameDayResult:
 
     def to_json(self) -> dict:
         return {
-            "format": "docket-gameday-1",
+            "format": FORMAT,
             "docket_version": self.docket_version,
             "started_at": self.started_at,
             "duration_s": round(self.duration_s, 3),

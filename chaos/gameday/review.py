@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from chaos.gameday.results import PhaseResult
+from chaos.gameday.results import PhaseResult, PhaseRun
 
 RETRIES = "none at the boundary: a retry is the agent's decision, and is recorded as a new call"
 FALLBACK = (
@@ -27,7 +27,8 @@ IDEMPOTENCY = (
 
 @dataclass(frozen=True)
 class Setting:
-    phase: str
+    phase: str  # the phase's name, with the run's (`phase / run`) when it has several
+    anchor: str
     connect_timeout: str
     request_timeout: str
     breaker: str
@@ -72,8 +73,15 @@ def _seconds(value: object) -> str:
     )
 
 
-def _setting(phase: PhaseResult, upstream: str) -> Setting:
-    policy = phase.policy
+def _label(phase: PhaseResult, run: PhaseRun) -> tuple[str, str]:
+    """How a row names the run, and where it links: the phase, or the run of several."""
+    if phase.several_runs:
+        return f"{phase.name} / {run.name}", phase.run_anchor(run.name)
+    return phase.name, phase.anchor
+
+
+def _setting(phase: PhaseResult, run: PhaseRun, upstream: str) -> Setting:
+    policy = run.policy
     boundary = policy.get("boundary", {})
     r = policy.get("resilience", {})
     breaker = (
@@ -93,15 +101,18 @@ def _setting(phase: PhaseResult, upstream: str) -> Setting:
         f"{r['max_calls_per_minute']}/min" if r.get("max_calls_per_minute") is not None else "",
     ]
     rate = ", ".join(x for x in limits if x) or "none"
-    agents = [a for a in phase.agents if a.get("provider", "openai") == upstream]
+    first = str(run.providers[0].get("name")) if run.providers else "openai"
+    agents = [a for a in run.agents if (a.get("provider") or first) == upstream]  # None: the first
     retrying = [a for a in agents if a.get("mode") == "backoff"]
     agent_retries = (
         "backoff agent(s): " + ", ".join(str(a.get("name")) for a in retrying)
         if retrying
         else "none (agents do not retry)"
     )
+    label, anchor = _label(phase, run)
     return Setting(
-        phase=phase.name,
+        phase=label,
+        anchor=anchor,
         connect_timeout=_seconds(boundary.get("connect_timeout")),
         request_timeout=_seconds(boundary.get("upstream_timeout")),
         breaker=breaker,
@@ -111,8 +122,8 @@ def _setting(phase: PhaseResult, upstream: str) -> Setting:
     )
 
 
-def _observation(phase: PhaseResult, upstream: str) -> Observation:
-    facts = phase.facts
+def _observation(phase: PhaseResult, run: PhaseRun, upstream: str) -> Observation:
+    facts = run.facts
     errors = facts.get("errors_by_reason", {}).get(upstream, {})
     refusals = facts.get("refusals_by_type", {})
     parts = [f"{n} {reason}" for reason, n in sorted(errors.items())]
@@ -121,13 +132,14 @@ def _observation(phase: PhaseResult, upstream: str) -> Observation:
     count = facts.get("latency", {}).get("by_provider", {}).get(upstream, {}).get("count", 0)
     faults = tuple(
         f
-        for f in phase.schedule
+        for f in run.schedule
         if f.startswith(("upstream:", "net:", "ledger:", "process:", "clock:"))
     )
+    label, anchor = _label(phase, run)
     return Observation(
-        phase=phase.name,
-        anchor=phase.anchor,
-        verdict=phase.verdict,
+        phase=label,
+        anchor=anchor,
+        verdict=phase.run_verdict(run.name),
         faults=faults,
         outcomes=", ".join(parts) or "no errors or refusals",
         breaker=facts.get("breaker_sequence", {}).get(upstream, "closed throughout"),
@@ -136,24 +148,25 @@ def _observation(phase: PhaseResult, upstream: str) -> Observation:
 
 
 def review(phases: Sequence[PhaseResult]) -> tuple[UpstreamReview, ...]:
-    """One review per upstream some phase used, in the order they first appear."""
+    """One review per upstream some run used, in the order they first appear; a row per run."""
     order: list[str] = []
     kinds: dict[str, str] = {}
-    users: dict[str, list[PhaseResult]] = {}
+    users: dict[str, list[tuple[PhaseResult, PhaseRun]]] = {}
     for phase in phases:
-        for provider in phase.providers or ({"name": "openai", "kind": "openai"},):
-            name = str(provider.get("name"))
-            if name not in users:
-                order.append(name)
-                users[name] = []
-                kinds[name] = str(provider.get("kind", name))
-            users[name].append(phase)
+        for run in phase.runs:
+            for provider in run.providers or ({"name": "openai", "kind": "openai"},):
+                name = str(provider.get("name"))
+                if name not in users:
+                    order.append(name)
+                    users[name] = []
+                    kinds[name] = str(provider.get("kind", name))
+                users[name].append((phase, run))
     return tuple(
         UpstreamReview(
             upstream=name,
             kind=kinds[name],
-            settings=tuple(_setting(p, name) for p in users[name]),
-            observations=tuple(_observation(p, name) for p in users[name]),
+            settings=tuple(_setting(p, r, name) for p, r in users[name]),
+            observations=tuple(_observation(p, r, name) for p, r in users[name]),
         )
         for name in order
     )

@@ -1,14 +1,16 @@
 """`docket game-day`: run the phases one after another, judge each from its evidence, report.
 
 Each phase runs in a temporary directory of its own, removed when the phase
-ends, Ctrl-C included, under its own deadline (`budget:`). An in-process phase
-calls the chaos engine (chaos.run.run_chaos) in this process; a subprocess
-phase runs `python -m docket chaos` as a child, because its fault kills the
-supervisor and that must be a real process (chaos.gameday.aftermath reads what
-it left). Then the evidence is completed with the derived facts
-(chaos.gameday.derive) and every assertion is evaluated over it. A phase that
-cannot run, or overruns its budget, is unknown, with the reason; it never stops
-the phases after it.
+ends, Ctrl-C included, under its own deadline (`budget:`). Its runs (one, or
+the several of `runs:`) go one after another, each in a folder inside it, each
+torn down by the engine before the next starts. An in-process phase calls the
+chaos engine (chaos.run.run_chaos) in this process; a subprocess phase runs
+`python -m docket chaos` as a child, because its fault kills the supervisor and
+that must be a real process (chaos.gameday.aftermath reads what it left). Then
+each run's evidence is completed with the derived facts (chaos.gameday.derive)
+and every assertion is evaluated over the evidence of the run it names. A run
+that cannot run, or is cut off by the budget, leaves its assertions unknown,
+with the reason; it never stops the runs and phases after it.
 
 Exit status: 0 every phase passed, 1 one failed, 2 one is unknown (or the input
 was bad), 130 interrupted (the report of the phases that ran is still written).
@@ -19,7 +21,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +30,8 @@ import trio
 from chaos.gameday import aftermath
 from chaos.gameday.assertions import UNKNOWN, Check, evaluate
 from chaos.gameday.derive import derive
-from chaos.gameday.phase import Phase
-from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult
+from chaos.gameday.phase import Phase, RunSpec
+from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult, PhaseRun
 from chaos.gameday.review import facts_for_review
 from chaos.gameday.timeline import timeline_of
 
@@ -47,6 +49,7 @@ class Outcome:
     reason: str = ""
     schedule: tuple[str, ...] = ()
     engine_repro: str = ""
+    duration_s: float = 0.0
 
 
 def resolved_policy(policy: dict) -> dict:
@@ -60,32 +63,71 @@ def resolved_policy(policy: dict) -> dict:
     return resolved
 
 
-def complete_evidence(evidence: dict, phase: Phase) -> dict:
+def complete_evidence(evidence: dict, scenario) -> dict:
     """The engine's evidence plus the derived facts and the policy, under their own names."""
     out = dict(evidence)
     for key, value in derive(evidence).items():
         out.setdefault(key, value)
-    out.setdefault("policy", resolved_policy(getattr(phase.run, "policy", {}) or {}))
+    out.setdefault("policy", resolved_policy(getattr(scenario, "policy", {}) or {}))
     return out
 
 
-def judge(phase: Phase, outcome: Outcome, *, seed: int, duration_s: float) -> PhaseResult:
-    """Evaluate every assertion of the phase over the outcome's evidence."""
+SHOWN_FACTS = ("doctor", "quarantine", "verify", "orphans", "stub_rate", "mono", "stub_match")
+
+
+def judge_run(spec: RunSpec, outcome: Outcome, *, phase: Phase, seed: int) -> PhaseRun:
+    """What one run showed, for the report (its checks are judged by `judge`)."""
     evidence = outcome.evidence
+    facts = facts_for_review(evidence or {})
+    if evidence is not None:
+        for key in SHOWN_FACTS:
+            if key in evidence:
+                facts[key] = evidence[key]
+    scenario = spec.scenario
+    return PhaseRun(
+        name=spec.name,
+        title=spec.title,
+        repro=phase.repro(seed, spec.name) if phase.several_runs else "",
+        engine_repro=outcome.engine_repro,
+        duration_s=outcome.duration_s,
+        error=outcome.error if evidence is None else None,
+        exit_status=outcome.exit_status,
+        run_reason=outcome.reason,
+        schedule=outcome.schedule,
+        injected=tuple((evidence or {}).get("injected") or ()),
+        timeline=timeline_of((evidence or {}).get("events") or []),
+        policy=(evidence or {}).get("policy") or _safe_policy(scenario),
+        providers=tuple(
+            {"name": p.name, "kind": p.kind, "via_proxy": p.via_proxy}
+            for p in getattr(scenario, "providers", ())
+        ),
+        agents=tuple(_agent_view(a) for a in getattr(scenario, "agents", ())),
+        facts=facts,
+    )
+
+
+def judge(
+    phase: Phase, outcomes: Mapping[str, Outcome], *, seed: int, duration_s: float
+) -> PhaseResult:
+    """Evaluate every assertion of the phase over the evidence of the run it names."""
     checks: list[CheckResult] = []
     for expectation in phase.expect:
         a = expectation.assertion
-        if evidence is None:
+        outcome = outcomes.get(expectation.run) or Outcome(None, "the run did not run")
+        if outcome.evidence is None:
             check = Check(a.name, a.query, a.op, a.expected, None, UNKNOWN, outcome.error or "")
         else:
-            check = evaluate(a, evidence)
-        checks.append(CheckResult(check, expectation.line))
-    events = (evidence or {}).get("events") or []
-    facts = facts_for_review(evidence or {})
-    if evidence is not None:
-        for key in ("doctor", "quarantine", "verify", "orphans", "stub_rate", "mono"):
-            if key in evidence:
-                facts[key] = evidence[key]
+            check = evaluate(a, outcome.evidence)
+        checks.append(CheckResult(check, expectation.line, expectation.run))
+    runs = tuple(
+        judge_run(
+            spec,
+            outcomes.get(spec.name) or Outcome(None, "the run did not run"),
+            phase=phase,
+            seed=seed,
+        )
+        for spec in phase.runs
+    )
     return PhaseResult(
         name=phase.name,
         title=phase.title,
@@ -94,32 +136,19 @@ def judge(phase: Phase, outcome: Outcome, *, seed: int, duration_s: float) -> Ph
         seed=seed,
         mode=phase.mode,
         source=phase.source,
-        repro=phase.repro(seed),
-        engine_repro=outcome.engine_repro,
+        repro=phase.repro(seed, phase.selected_run),
         duration_s=duration_s,
         budget_s=phase.budget_s,
         checks=tuple(checks),
-        error=outcome.error,
-        exit_status=outcome.exit_status,
-        run_reason=outcome.reason,
-        schedule=outcome.schedule,
-        injected=tuple((evidence or {}).get("injected") or ()),
-        timeline=timeline_of(events),
-        policy=(evidence or {}).get("policy") or _safe_policy(phase),
-        providers=tuple(
-            {"name": p.name, "kind": p.kind, "via_proxy": p.via_proxy}
-            for p in getattr(phase.run, "providers", ())
-        ),
-        agents=tuple(_agent_view(a) for a in getattr(phase.run, "agents", ())),
-        facts=facts,
+        runs=runs,
     )
 
 
-def _safe_policy(phase: Phase) -> dict:
+def _safe_policy(scenario) -> dict:
     from docket.errors import DocketError
 
     try:
-        return resolved_policy(getattr(phase.run, "policy", {}) or {})
+        return resolved_policy(getattr(scenario, "policy", {}) or {})
     except DocketError as exc:  # checked when the phase was read; say so if it is not
         return {"error": str(exc)}
 
@@ -155,11 +184,13 @@ def _outcome(result) -> Outcome:
     )
 
 
-async def run_in_process(phase: Phase, seed: int, folder: Path, toxiproxy: str | None) -> Outcome:
+async def run_in_process(spec: RunSpec, seed: int, folder: Path, toxiproxy: str | None) -> Outcome:
     from chaos.run import run_chaos
 
     run_dir = folder / "run"
-    return _outcome(await run_chaos(phase.run, seed=seed, folder=run_dir, toxiproxy_url=toxiproxy))
+    return _outcome(
+        await run_chaos(spec.scenario, seed=seed, folder=run_dir, toxiproxy_url=toxiproxy)
+    )
 
 
 def chaos_command(scenario: Path, seed: int, folder: Path, toxiproxy: str | None) -> list[str]:
@@ -171,7 +202,7 @@ def chaos_command(scenario: Path, seed: int, folder: Path, toxiproxy: str | None
 
 
 async def run_in_subprocess(
-    phase: Phase, seed: int, folder: Path, toxiproxy: str | None
+    spec: RunSpec, seed: int, folder: Path, toxiproxy: str | None
 ) -> Outcome:
     """`docket chaos` as a child process, read back from its folder afterwards: the
     CLI path end to end, and a run whose supervisor may be killed outright."""
@@ -181,7 +212,7 @@ async def run_in_subprocess(
     from chaos.run import repro_command
 
     scenario = folder / "run.yaml"
-    scenario.write_text(yaml.safe_dump(dict(phase.run_data), sort_keys=False), encoding="utf-8")
+    scenario.write_text(yaml.safe_dump(dict(spec.data), sort_keys=False), encoding="utf-8")
     run_dir = folder / "run"
     argv = chaos_command(scenario, seed, run_dir, toxiproxy)
     started = time.monotonic()
@@ -200,9 +231,9 @@ async def run_in_subprocess(
     result = collect(
         run_dir,
         seed=seed,
-        schedule=list(getattr(phase.run, "faults", ())),
-        repro=repro_command(phase.run, seed, toxiproxy),
-        agents=[a.name for a in getattr(phase.run, "agents", ())],
+        schedule=list(getattr(spec.scenario, "faults", ())),
+        repro=repro_command(spec.scenario, seed, toxiproxy),
+        agents=[a.name for a in getattr(spec.scenario, "agents", ())],
         duration_s=time.monotonic() - started,
         killed=(status, why),
     )
@@ -224,31 +255,44 @@ async def add_aftermath(evidence: dict) -> None:
 RUNNERS = {"in-process": run_in_process, "subprocess": run_in_subprocess}
 
 
+async def run_one(
+    phase: Phase, spec: RunSpec, *, seed: int, folder: Path, toxiproxy: str | None
+) -> Outcome:
+    """One run of a phase, in `folder`, with its aftermath and derived facts; never raises
+    for a run that fails (that is an outcome without evidence, with the reason)."""
+    started = time.monotonic()
+    folder.mkdir()
+    try:
+        outcome = await RUNNERS[phase.mode](spec, seed, folder, toxiproxy)
+        await add_aftermath(outcome.evidence)
+    except Exception as exc:  # noqa: BLE001 - one run's crash is its verdict, not the day's end
+        outcome = Outcome(None, f"the run could not run: {type(exc).__name__}: {exc}")
+    if outcome.evidence is not None:
+        try:
+            outcome.evidence = complete_evidence(outcome.evidence, spec.scenario)
+        except Exception as exc:  # noqa: BLE001 - a bug in a derivation: unknown, with why
+            outcome = Outcome(None, f"deriving facts failed: {type(exc).__name__}: {exc}")
+    outcome.duration_s = time.monotonic() - started
+    return outcome
+
+
 async def run_phase(
     phase: Phase, *, seed: int | None = None, toxiproxy: str | None = None
 ) -> PhaseResult:
-    """Run one phase in a temporary directory of its own and judge it; never raises for
-    a phase that fails to run (that is an unknown verdict with the reason)."""
+    """Run a phase's runs one after another in a temporary directory of its own (each run
+    in a folder inside it, torn down by the engine before the next starts) and judge it;
+    never raises for a phase that fails to run (that is an unknown verdict with the reason)."""
     seed = phase.seed if seed is None else seed
     started = time.monotonic()
+    cut = f"the phase did not finish within its budget of {phase.budget_s:g} s"
+    outcomes = {spec.name: Outcome(None, cut) for spec in phase.runs}  # until each finishes
     with tempfile.TemporaryDirectory(prefix=f"docket-gameday-{phase.name}-") as tmp:
-        outcome = Outcome(None, None)
-        with trio.move_on_after(phase.budget_s) as deadline:
-            try:
-                outcome = await RUNNERS[phase.mode](phase, seed, Path(tmp), toxiproxy)
-                await add_aftermath(outcome.evidence)
-            except Exception as exc:  # noqa: BLE001 - one phase's crash is its verdict, not the day's end
-                outcome = Outcome(None, f"the phase could not run: {type(exc).__name__}: {exc}")
-        if deadline.cancelled_caught:
-            outcome = Outcome(
-                None, f"the phase did not finish within its budget of {phase.budget_s:g} s"
-            )
-        if outcome.evidence is not None:
-            try:
-                outcome.evidence = complete_evidence(outcome.evidence, phase)
-            except Exception as exc:  # noqa: BLE001 - a bug in a derivation: unknown, with why
-                outcome = Outcome(None, f"deriving facts failed: {type(exc).__name__}: {exc}")
-        return judge(phase, outcome, seed=seed, duration_s=time.monotonic() - started)
+        with trio.move_on_after(phase.budget_s):
+            for spec in phase.runs:
+                outcomes[spec.name] = await run_one(
+                    phase, spec, seed=seed, folder=Path(tmp) / spec.name, toxiproxy=toxiproxy
+                )
+        return judge(phase, outcomes, seed=seed, duration_s=time.monotonic() - started)
 
 
 async def run_phases(
@@ -348,6 +392,8 @@ __all__ = [
     "game_day",
     "game_day_command",
     "judge",
+    "judge_run",
+    "run_one",
     "run_phase",
     "run_phases",
 ]

@@ -6,7 +6,10 @@
 Each request that reaches the provider API is logged (in memory, bounded, and
 optionally to a JSONL file) before it is answered, with its credential reduced
 to a fingerprint, so a harness can tell what the dependency really saw and with
-which key. The log is also served: GET /_stub/log[?since=SEQ] (JSON lines) and
+which key. The file's line is written and flushed to the OS before the first
+byte of the answer, so a caller that has an answer finds its request on file,
+even if this process is killed the next instant; a request whose head arrived
+but whose body did not is logged too, with `incomplete` saying why. The log is also served: GET /_stub/log[?since=SEQ] (JSON lines) and
 POST /_stub/reset.
 
 What the stub does to a request is a Behaviour, chosen per request by a
@@ -42,7 +45,15 @@ from chaos.stub.common import (
     without_usage,
 )
 from docket.clock import Clock, rfc3339
-from docket.http.server import BodyTooLarge, Listening, Request, Responder, serve
+from docket.http.server import (
+    BodyTooLarge,
+    ClientGone,
+    Listening,
+    Request,
+    RequestError,
+    Responder,
+    serve,
+)
 
 PROVIDERS: dict[str, ModuleType] = {"openai": openai, "anthropic": anthropic}
 MiB = 1024 * 1024
@@ -205,9 +216,14 @@ class Stub:
         try:
             body = await request.read_body(self.config.max_body_bytes)
         except BodyTooLarge as exc:
-            self.log.record(self._entry(seq, request, None, None))
+            self.log.record(self._entry(seq, request, None, None) | {"incomplete": str(exc)})
             await self._error(respond, seq, StubRequestError(413, str(exc)))
             return
+        except (RequestError, ClientGone) as exc:
+            # The head arrived, the body did not (the caller went away or stalled):
+            # the dependency did see this request, so the log says so.
+            self.log.record(self._entry(seq, request, None, None) | {"incomplete": str(exc)})
+            raise
         exchange: Exchange | None = None
         problem: StubRequestError | None = None
         endpoint = None
