@@ -757,6 +757,11 @@ async def test_a_probe_whose_caller_leaves_frees_the_probe_slot(upstream_server,
             await up.probe_left.wait()
             while not rig.events("model.error")[1:]:  # the probe's closing event
                 await trio.sleep(0.01)
+            # The line is in the file once written, a little before it is durable and
+            # the boundary (after the fdatasync) hands the probe's ticket back.
+            breaker = rig.boundary.guards.breakers["openai"]
+            while breaker.status(trio.current_time()).probe_in_flight:
+                await trio.sleep(0.01)
             after = await http.post(CHAT, json=chat())
     assert after.status_code == 200  # probed again and closed, not refused as half-open
     reasons = [e["reason"] for e in rig.events("model.error")]

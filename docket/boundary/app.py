@@ -9,7 +9,6 @@ refused it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import json
@@ -165,17 +164,24 @@ class Boundary:
             raise
 
     async def record_opening(self, type: str, *, closing_bytes: int, **fields):
-        """`record` for an event that holds room for its closing event: (seq, slot)."""
+        """`record` for an event that holds room for its closing event: (seq, slot).
+        Not cancellable (a cancellation is delivered after it): once a model.request
+        is on its way to disk, a stopping run must not leave it without its slot."""
         try:
-            return await self.ledger.append_opening(type, closing_bytes=closing_bytes, **fields)
+            return await self.ledger.append_opening(
+                type, closing_bytes=closing_bytes, shield=True, **fields
+            )
         except EvidenceLost:
             self._evidence_lost()
             raise
 
     async def record_closing(self, slot, type: str, *, optional=(), **fields) -> int | None:
-        """`record` for the event that closes `slot`: no ceiling refuses it."""
+        """`record` for the event that closes `slot`: no ceiling refuses it. Not
+        cancellable, like record_opening: a closing event, once started, is finished."""
         try:
-            return await self.ledger.append_closing(slot, type, optional=optional, **fields)
+            return await self.ledger.append_closing(
+                slot, type, optional=optional, shield=True, **fields
+            )
         except EvidenceLost:
             self._evidence_lost()
             raise
@@ -370,21 +376,22 @@ class Boundary:
         # The resilience guards (DESIGN.md §5): limiter, breaker, bulkhead, deadline. A
         # refusal is answered and recorded inside; the passage holds the call's
         # breaker ticket and bulkhead slot until the call is over.
-        async with contextlib.AsyncExitStack() as guarded:
-            try:
-                passage = await guarded.enter_async_context(
-                    self.guards.passage(self, route, respond, model=facts.model, budget=budget)
-                )
-            except EvidenceLost:
-                await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
-                return
-            except BaseException:
-                self.caps.cancel(decision.reservation)  # never forwarded
-                raise
+        admission = self.guards.passage(self, route, respond, model=facts.model, budget=budget)
+        try:
+            passage = await admission.enter()
+        except EvidenceLost:
+            await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
+            return
+        except BaseException:
+            self.caps.cancel(decision.reservation)  # never forwarded
+            raise
+        try:
             if passage is None:
                 self.caps.cancel(decision.reservation)
                 return
             await self._forward(route, rest, request, respond, facts, body, decision, passage)
+        finally:
+            admission.leave()
 
     async def _forward(self, route, rest, request, respond, facts, body, decision, passage):
         """Record the model.request, then hand the call to ModelCall."""
@@ -394,22 +401,22 @@ class Boundary:
             recorded_body("request", body, self.secrets) if self.policy.ledger.record_bodies else {}
         )
         try:
-            with trio.CancelScope(shield=True):
-                # Refused unless the ledger can also hold this call's closing event.
-                _, slot = await self.record_opening(
-                    "model.request",
-                    closing_bytes=closing_bound(call_id, route.name, facts.model),
-                    call_id=call_id,
-                    provider=route.name,
-                    model=facts.model,
-                    endpoint=facts.endpoint,
-                    stream=facts.stream,
-                    request_bytes=len(body),
-                    request_sha256=request_digest(body),
-                    max_output_tokens=facts.output_tokens_bound,
-                    url=sanitize_url(route.target(rest, request.query)),
-                    **body_fields,
-                )
+            # Refused unless the ledger can also hold this call's closing event. Not
+            # cancellable (see record_opening), without a shielded scope's cost.
+            _, slot = await self.record_opening(
+                "model.request",
+                closing_bytes=closing_bound(call_id, route.name, facts.model),
+                call_id=call_id,
+                provider=route.name,
+                model=facts.model,
+                endpoint=facts.endpoint,
+                stream=facts.stream,
+                request_bytes=len(body),
+                request_sha256=request_digest(body),
+                max_output_tokens=facts.output_tokens_bound,
+                url=sanitize_url(route.target(rest, request.query)),
+                **body_fields,
+            )
         except LedgerFull as full:
             self.caps.cancel(decision.reservation)
             self.stop(f"ledger full ({full.reason})", full.reason)

@@ -16,6 +16,7 @@ ceiling refuses it: the model.request was admitted only with room held for it
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import math
@@ -74,8 +75,19 @@ _CUT_ERROR_TEXT = 200
 def closing_bound(call_id: str, provider: str, model: str | None) -> int:
     """The bound on a closing event's fields, without the response body's, that the
     call's model.request holds room for (ledger.append_opening's closing_bytes)."""
+    if _PLAIN_ID.fullmatch(call_id):  # the boundary's own ids: each character one byte
+        return _closing_names_bound(provider, model or "") + len(call_id)
     names = json.dumps([call_id, provider, model or ""], ensure_ascii=False).encode()
     return CLOSING_FIXED_BYTES + len(names)
+
+
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.-]*")
+
+
+@functools.lru_cache(maxsize=256)  # a run calls a few models through a few providers
+def _closing_names_bound(provider: str, model: str) -> int:
+    """closing_bound of an empty call id (a plain id adds its length: its JSON is itself)."""
+    return CLOSING_FIXED_BYTES + len(json.dumps(["", provider, model], ensure_ascii=False).encode())
 
 
 @dataclass
@@ -174,12 +186,13 @@ class ModelCall:
         """Forward, relay and close, watching the client meanwhile: a client that
         leaves cancels the upstream exchange, and the call is closed as client_abort."""
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch_client, respond, nursery.cancel_scope)
+            with trio.CancelScope() as exchange:
+                respond.cancel_on_disconnect(exchange)
                 try:
                     await self._exchange(target, headers, respond)
                 finally:
-                    nursery.cancel_scope.cancel()
+                    respond.cancel_on_disconnect(None)
+            self.client_left = exchange.cancelled_caught  # only the client's leaving cancels it
         except BaseException as exc:
             if not self.closed:
                 why = "internal_error"
@@ -190,15 +203,10 @@ class ModelCall:
                 with trio.CancelScope(shield=True):
                     await self._close_error(why, charge="reservation", detail=_describe(exc))
             raise
-        if not self.closed:  # the watcher ended the exchange (else: a bug, said as such)
+        if not self.closed:  # the client left (else: a bug, said as such)
             with trio.CancelScope(shield=True):
                 why = "client_abort" if self.client_left else "internal_error"
                 await self._close_error(why, charge="reservation")
-
-    async def _watch_client(self, respond, exchange: trio.CancelScope) -> None:
-        await respond.wait_disconnected()
-        self.client_left = True
-        exchange.cancel()
 
     async def _exchange(self, target: str, headers, respond) -> None:
         body, strip = providers.prepare(self.facts, self.body)
@@ -413,24 +421,23 @@ class ModelCall:
             fields = {}
         price = self.reservation.price
         timing = self._timing()
-        with trio.CancelScope(shield=True):  # a closing event, once started, is finished
-            await self._write_close(
-                "model.response",
-                call_id=r.call_id,
-                provider=r.provider,
-                model=r.model or "",
-                status=r.status,
-                usage=usage_fields(usage),
-                cost_nusd=outcome.charged_nusd,
-                priced=price is not None,
-                **({"unit_prices": price.as_strings()} if price is not None else {}),
-                **timing,
-                **fields,
-                **r.extra,
-                **self._body_fields(),
-            )
-            await self.b.cap_events(outcome)
-            await self._report(None)
+        # A closing event, once started, is finished: record_closing cannot be cancelled.
+        await self._write_close(
+            "model.response",
+            call_id=r.call_id,
+            provider=r.provider,
+            model=r.model or "",
+            status=r.status,
+            usage=usage_fields(usage),
+            cost_nusd=outcome.charged_nusd,
+            priced=price is not None,
+            **({"unit_prices": price.as_strings()} if price is not None else {}),
+            **timing,
+            **fields,
+            **r.extra,
+            **self._body_fields(),
+        )
+        await self._after_close(outcome, None)
         self.b.metrics.call_finished(r.provider, "ok", timing["duration_ms"] / 1000)
 
     async def _close_error(self, reason: str, *, charge: str, detail: str | None = None) -> None:
@@ -464,24 +471,21 @@ class ModelCall:
                     fields["usage_final"] = False  # what is known, not what was billed
             charged = outcome.charged_nusd
         timing = self._timing()
-        with trio.CancelScope(shield=True):
-            await self._write_close(
-                "model.error",
-                call_id=r.call_id,
-                provider=r.provider,
-                model=r.model or "",
-                reason=reason,
-                status=r.status,
-                usage=usage_fields(r.usage),
-                cost_nusd=charged,
-                **timing,
-                **fields,
-                **r.extra,
-                **self._body_fields(),
-            )
-            if outcome is not None:
-                await self.b.cap_events(outcome)
-            await self._report(reason)
+        await self._write_close(
+            "model.error",
+            call_id=r.call_id,
+            provider=r.provider,
+            model=r.model or "",
+            reason=reason,
+            status=r.status,
+            usage=usage_fields(r.usage),
+            cost_nusd=charged,
+            **timing,
+            **fields,
+            **r.extra,
+            **self._body_fields(),
+        )
+        await self._after_close(outcome, reason)
         self.b.metrics.call_finished(r.provider, reason, timing["duration_ms"] / 1000)
 
     def _disarm(self) -> None:
@@ -490,18 +494,24 @@ class ModelCall:
         if self._attempt is not None:
             self._attempt.deadline = math.inf
 
-    async def _report(self, reason: str | None) -> None:
-        """Tell the breaker how the call ended (after its closing event); record any
-        transition that caused."""
-        if self.passage is None:
+    async def _after_close(self, outcome, reason: str | None) -> None:
+        """After the closing event: record the caps' events, tell the breaker how the
+        call ended and record any transition that caused. Shielded like the closing
+        event, when there is anything to write (most calls have nothing, and an
+        empty shield would still cost a cancel scope)."""
+        changes = () if self.passage is None else self.passage.report(reason, self.record.status)
+        caps = outcome is not None and (outcome.events or outcome.stop_run)
+        if not (caps or changes):
             return
-        changes = self.passage.report(reason, self.record.status)
-        try:
-            await record_changes(self.b, changes)
-        except EvidenceLost:
-            # record() has already asked the run to stop for the lost evidence; the
-            # transition goes with everything else the ledger can no longer take.
-            return
+        with trio.CancelScope(shield=True):
+            if caps:
+                await self.b.cap_events(outcome)
+            try:
+                await record_changes(self.b, changes)
+            except EvidenceLost:
+                # record() has already asked the run to stop for the lost evidence; the
+                # transition goes with everything else the ledger can no longer take.
+                return
 
     async def _write_close(self, type: str, **fields) -> None:
         """Append the closing event into the room its model.request held: no ceiling

@@ -28,8 +28,7 @@ takes a reading that steps back as the last one it saw.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import trio
@@ -130,66 +129,19 @@ class Guards:
 
     # ------------------------------------------------------------------ a call
 
-    @asynccontextmanager
-    async def passage(
+    def passage(
         self, b, route, respond, *, model: str, budget: tuple[int, float] | None
-    ) -> AsyncIterator[Passage | None]:
+    ) -> Admission:
         """Take the call through the limiter, the breaker and the bulkhead, in that
-        order; yields a Passage, or None once the call has been refused (answered
-        and recorded). On leaving, an unreported ticket is abandoned and the slot freed.
+        order: `async with guards.passage(...) as passage:` gives a Passage, or None
+        once the call has been refused (answered and recorded). On leaving, an
+        unreported ticket is abandoned and the slot freed.
 
         A budget already spent is refused first, so a call that cannot be made
         takes no token, ticket or slot. EvidenceLost from recording a transition
         propagates (the boundary has asked the run to stop).
         """
-        refuse = _Refuser(b, route, respond, model)
-        now = self.now()
-        spent = self._plan(now, budget)
-        if isinstance(spent, Spent):
-            await refuse.spent(spent)
-            yield None
-            return
-        if self.limiter is not None:
-            admitted = self.limiter.admit(now)
-            if isinstance(admitted, Refuse):
-                await refuse.rate_limited(admitted)
-                yield None
-                return
-        breaker = self.breakers[route.name]
-        verdict = breaker.before_call(now)
-        if verdict.refusal is not None:
-            await refuse.breaker_open(verdict.refusal)
-            yield None
-            return
-        ticket = verdict.ticket
-        passage: Passage | None = None
-        bulkhead = self.bulkheads.get(route.name)
-        entered: Entered | None = None
-        try:
-            if verdict.events:  # open -> half-open, for a probe
-                with trio.CancelScope(shield=True):
-                    await record_changes(b, verdict.events)
-            if bulkhead is not None:
-                got, waited = await self._enter(bulkhead, budget)
-                if isinstance(got, Shed):
-                    await refuse.shed(got, waited)
-                    yield None
-                    return
-                entered = got
-            attempt = self._plan(self.now(), budget)  # the wait for a slot used some budget
-            if isinstance(attempt, Spent):
-                await refuse.spent(attempt)
-                yield None
-                return
-            passage = Passage(self, route.name, ticket, attempt, entered)
-            yield passage
-        finally:
-            if passage is None or not passage.reported:
-                # Never forwarded, or cancelled: the call says nothing about the upstream.
-                # (abandon makes no transition, so there is nothing to record.)
-                breaker.abandon(ticket, self.now())
-            if entered is not None:
-                bulkhead.leave(entered)
+        return Admission(self, b, route, respond, model, budget)
 
     def _plan(self, now: float, budget) -> Attempt | Spent:
         return plan_attempt(now, budget, reserve_s=CLOSE_RESERVE_S)
@@ -225,6 +177,100 @@ class Guards:
             for breaker in self.breakers.values()
             if (reason := breaker.status(now).ready_reason) is not None
         ]
+
+
+class Admission:
+    """Guards.passage(...): enter() / leave(), or `async with`. A class rather than an
+    @asynccontextmanager: this is on every call's path, and the generator machinery
+    (with the AsyncExitStack it needed) cost more than the guards' own decisions."""
+
+    __slots__ = (
+        "guards",
+        "b",
+        "route",
+        "respond",
+        "model",
+        "budget",
+        "breaker",
+        "ticket",
+        "bulkhead",
+        "entered",
+        "passage",
+    )
+
+    def __init__(self, guards: Guards, b, route, respond, model: str, budget) -> None:
+        self.guards = guards
+        self.b = b
+        self.route = route
+        self.respond = respond
+        self.model = model
+        self.budget = budget
+        self.breaker: brk.CircuitBreaker | None = None
+        self.ticket: brk.Ticket | None = None
+        self.bulkhead: Bulkhead | None = None
+        self.entered: Entered | None = None
+        self.passage: Passage | None = None
+
+    async def __aenter__(self) -> Passage | None:
+        return await self.enter()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.leave()
+
+    async def enter(self) -> Passage | None:
+        """The Passage, or None once the call has been refused; call leave() after
+        either (not if this raises: it has left by then)."""
+        guards, budget = self.guards, self.budget
+        now = guards.now()
+        spent = guards._plan(now, budget)
+        if isinstance(spent, Spent):
+            await self._refuser().spent(spent)
+            return None
+        if guards.limiter is not None:
+            admitted = guards.limiter.admit(now)
+            if isinstance(admitted, Refuse):
+                await self._refuser().rate_limited(admitted)
+                return None
+        breaker = self.breaker = guards.breakers[self.route.name]
+        verdict = breaker.before_call(now)
+        if verdict.refusal is not None:
+            await self._refuser().breaker_open(verdict.refusal)
+            return None
+        self.ticket = verdict.ticket
+        try:
+            if verdict.events:  # open -> half-open, for a probe
+                with trio.CancelScope(shield=True):
+                    await record_changes(self.b, verdict.events)
+            bulkhead = self.bulkhead = guards.bulkheads.get(self.route.name)
+            if bulkhead is not None:
+                got, waited = await guards._enter(bulkhead, budget)
+                if isinstance(got, Shed):
+                    await self._refuser().shed(got, waited)
+                    return None
+                self.entered = got
+            attempt = guards._plan(guards.now(), budget)  # the wait for a slot used some budget
+            if isinstance(attempt, Spent):
+                await self._refuser().spent(attempt)
+                return None
+            self.passage = Passage(guards, self.route.name, self.ticket, attempt, self.entered)
+            return self.passage
+        except BaseException:
+            self.leave()
+            raise
+
+    def leave(self) -> None:
+        """Abandon the ticket unless the call reported (never forwarded, or cancelled:
+        the call says nothing about the upstream; abandon makes no transition, so
+        there is nothing to record), and free the slot. Only the first call acts."""
+        ticket, self.ticket = self.ticket, None
+        if ticket is not None and (self.passage is None or not self.passage.reported):
+            self.breaker.abandon(ticket, self.guards.now())
+        entered, self.entered = self.entered, None
+        if entered is not None:
+            self.bulkhead.leave(entered)
+
+    def _refuser(self) -> _Refuser:
+        return _Refuser(self.b, self.route, self.respond, self.model)
 
 
 async def record_changes(b, changes: Iterable[brk.StateChange]) -> None:

@@ -7,6 +7,7 @@ secret is still a way to test guesses against the ledger.
 
 from __future__ import annotations
 
+import functools
 import re
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
@@ -66,6 +67,7 @@ def _redact_value(value: str | bytes) -> str | bytes:
     return marked.encode("latin-1") if isinstance(value, bytes) else marked
 
 
+@functools.lru_cache(maxsize=256)  # the boundary asks for the same few paths on every call
 def sanitize_url(url: str) -> str:
     """The URL without userinfo and with secret-looking query values replaced.
 

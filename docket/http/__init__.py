@@ -2,7 +2,8 @@
 
 server.py: `serve(handler)` under a nursery; client.py: `UpstreamPool` for one
 origin and `open_upstream_stream`, the only function that opens an outbound
-connection.
+connection. Both move their bytes through sockio.StreamIO and take h11 from
+protocol.py (h11-mypyc when it is installed).
 """
 
 from docket.http.client import (

@@ -30,8 +30,10 @@ from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import h11
 import trio
+
+from docket.http.protocol import h11
+from docket.http.sockio import StreamIO
 
 RECEIVE_SIZE = 65536
 HeaderPairs = Iterable[tuple[bytes | str, bytes | str]]
@@ -152,10 +154,11 @@ def _raw_socket(stream: trio.abc.Stream):
 class _UpstreamConnection:
     """One connection: the stream, its h11 state, and whether the peer hung up."""
 
-    __slots__ = ("stream", "h11", "eof", "idle_since")
+    __slots__ = ("stream", "io", "h11", "eof", "idle_since")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
+        self.io = StreamIO(stream)
         self.h11 = h11.Connection(h11.CLIENT)
         self.eof = False
         self.idle_since = 0.0
@@ -173,31 +176,29 @@ class _UpstreamConnection:
     async def send(self, data: bytes | None, write_timeout: float) -> None:
         if not data:
             return
-        with trio.move_on_after(write_timeout):
-            try:
-                await self.stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise ConnectionReset(
-                    f"upstream closed the connection while the request was sent ({_cause(exc)})"
-                ) from None
-            return
-        raise WriteTimeout(f"upstream took no request bytes for {write_timeout:g}s")
+        try:
+            await self.io.send_all(data, write_timeout)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise ConnectionReset(
+                f"upstream closed the connection while the request was sent ({_cause(exc)})"
+            ) from None
+        except trio.TooSlowError:
+            raise WriteTimeout(f"upstream took no request bytes for {write_timeout:g}s") from None
 
     async def next_event(self, read_timeout: float):
         while True:
             event = self.buffered_event()
             if event is not h11.NEED_DATA:
                 return event
-            with trio.move_on_after(read_timeout):
-                try:
-                    data = await self.stream.receive_some(RECEIVE_SIZE)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    raise ConnectionReset(f"upstream connection broke ({_cause(exc)})") from None
-                if not data:
-                    self.eof = True
-                self.h11.receive_data(data)
-                continue
-            raise ReadTimeout(f"upstream sent nothing for {read_timeout:g}s")
+            try:
+                data = await self.io.receive(RECEIVE_SIZE, read_timeout)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise ConnectionReset(f"upstream connection broke ({_cause(exc)})") from None
+            except trio.TooSlowError:
+                raise ReadTimeout(f"upstream sent nothing for {read_timeout:g}s") from None
+            if not data:
+                self.eof = True
+            self.h11.receive_data(data)
 
     def buffered_event(self):
         """The next event from bytes already received (no I/O), or h11.NEED_DATA;
@@ -409,6 +410,8 @@ class UpstreamPool:
         try:
             if wait_timeout is None:
                 await self._slots.acquire()
+            elif self._slots.value > 0:
+                await self._slots.acquire()  # free now: no deadline scope to pay for
             else:
                 with trio.move_on_after(wait_timeout) as scope:
                     await self._slots.acquire()

@@ -265,6 +265,8 @@ class Ledger:
         self._start_mono = clock.mono()
         self._ts_ms = -1
         self._ts = ""
+        self._ts_second = -1
+        self._ts_prefix = ""
         self._lead_bell = _Doorbell()  # rung for a batch an appender leads
         self._flush_bell = _Doorbell()  # rung for the flusher: a verdict, or "submit"
         self._in_flight: Batch | None = None
@@ -299,10 +301,15 @@ class Ledger:
 
     def _stamp(self) -> tuple[str, int]:
         clock = self._clock
-        wall = clock.wall()
-        ms = int(wall * 1000)
-        if ms != self._ts_ms:  # formatting a date costs more than the rest of an append
-            self._ts_ms, self._ts = ms, rfc3339(wall)
+        ms = int(clock.wall() * 1000)
+        if ms != self._ts_ms:
+            # Formatting a date costs more than the rest of an append: the date and
+            # time are formatted once a second, the milliseconds added to them.
+            second, millis = divmod(ms, 1000)
+            if second != self._ts_second:
+                self._ts_second = second
+                self._ts_prefix = rfc3339(second)[:-4]  # without "000Z"
+            self._ts_ms, self._ts = ms, f"{self._ts_prefix}{millis:03d}Z"
         return self._ts, self._mono_base_ms + int((clock.mono() - self._start_mono) * 1000)
 
     def check_room(
@@ -332,7 +339,7 @@ class Ledger:
         return await self._durable(item)
 
     async def append_opening(
-        self, type: str, /, *, closing_bytes: int, **fields: object
+        self, type: str, /, *, closing_bytes: int, shield: bool = False, **fields: object
     ) -> tuple[int | None, ClosingSlot]:
         """Record an event and hold room for the event that will close it.
 
@@ -341,8 +348,11 @@ class Ledger:
         seq; pass the slot to `append_closing`, or to `release` if no closing
         event will come. Refused (LedgerFull, before anything is queued) unless
         both fit. If this raises after admission (EvidenceLost, or cancelled:
-        the event is still written), the slot is released: shield the call if
-        its closing event matters.
+        the event is still written), the slot is released: pass `shield=True`
+        if its closing event matters. Shielded, the append cannot be cancelled:
+        it returns once the line is durable, and a cancellation that came
+        meanwhile is delivered at the caller's next checkpoint (as if the call
+        were in a shielded cancel scope, without the cost of one).
         """
         self._check_appendable(type)
         body = encode_body(fields)
@@ -350,17 +360,24 @@ class Ledger:
         try:
             item, slot = self._book.admit_opening(type, ts, mono_ms, body, closing_bytes)
         except (LedgerFull, EvidenceLost):
-            await trio.lowlevel.checkpoint()
+            await _checkpoint(shield)
             raise
         try:
-            seq = await self._durable(item)
+            seq = await self._durable(item, shield)
         except BaseException:
             self._book.release(slot)
             raise
         return seq, slot
 
     async def append_closing(
-        self, slot: ClosingSlot, type: str, /, *, optional: Iterable[str] = (), **fields: object
+        self,
+        slot: ClosingSlot,
+        type: str,
+        /,
+        *,
+        optional: Iterable[str] = (),
+        shield: bool = False,
+        **fields: object,
     ) -> int | None:
         """Record the event that closes `slot`'s opening, in the room held for it.
 
@@ -371,6 +388,7 @@ class Ledger:
         that does not fit, which a correct closing_bytes rules out; and
         EvidenceLost under fail_fast_evidence. Returns as `append` does. The
         slot is settled either way: taken, or released if this raises.
+        `shield` as for append_opening.
         """
         try:
             self._check_appendable(type)
@@ -390,9 +408,9 @@ class Ledger:
         try:
             item = self._book.admit_closing(slot, type, ts, mono_ms, body, essential)
         except (LedgerFull, EvidenceLost):
-            await trio.lowlevel.checkpoint()
+            await _checkpoint(shield)
             raise
-        return await self._durable(item)
+        return await self._durable(item, shield)
 
     def release(self, slot: ClosingSlot) -> bool:
         """Give back a slot whose closing event will not be written (its opening's
@@ -407,24 +425,32 @@ class Ledger:
         if type not in EVENT_TYPES or type == GAP_TYPE:
             raise ValueError(f"{type!r} is not an event type an appender may write")
 
-    async def _durable(self, item: PendingEvent) -> int | None:
-        """Submit or await the batch holding an admitted event; its seq once durable."""
+    async def _durable(self, item: PendingEvent, shield: bool = False) -> int | None:
+        """Submit or await the batch holding an admitted event; its seq once durable.
+        `shield`: not cancellable (a cancellation waits for the caller's next checkpoint)."""
         if self._awaited > 0:
             self._awaited -= 1
+        led = False
         if self._awaited == 0 and self._pump(self._lead_bell):
             await self._lead()
+            led = True
         elif self._in_flight is None and not self._nudged:
             # (With a batch in flight, whoever settles it sees to the queue.)
             self._nudged = True
             self._flush_bell.ring()  # the flusher submits once this round has run
         if item.settled:  # durable in the batch we led, or lost at once
-            await trio.lowlevel.checkpoint()
+            if not led:
+                await _checkpoint(shield)
+            elif not shield:  # the wait for the verdict was the schedule point
+                await trio.lowlevel.checkpoint_if_cancelled()
             if item.seq is None and self._book.evidence_lost is not None:
                 raise EvidenceLost(self._book.evidence_lost)
             return item.seq
         item.waiter = trio.lowlevel.current_task()
 
         def abandon(_: object) -> trio.lowlevel.Abort:
+            if shield:
+                return trio.lowlevel.Abort.FAILED  # woken by _release as usual
             item.waiter = None  # stays queued and is written; nobody waits for it now
             return trio.lowlevel.Abort.SUCCEEDED
 
@@ -591,6 +617,13 @@ class Ledger:
         self._worker.close()
         self._lead_bell.close()
         self._flush_bell.close()
+
+
+async def _checkpoint(shield: bool) -> None:
+    if shield:
+        await trio.lowlevel.cancel_shielded_checkpoint()
+    else:
+        await trio.lowlevel.checkpoint()
 
 
 @asynccontextmanager
