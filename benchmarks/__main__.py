@@ -21,8 +21,12 @@ HERE = Path(__file__).parent
 
 
 def machine() -> dict:
+    from docket.http.protocol import h11
+
     return {
         "python": sys.version.split()[0],
+        "h11": f"{h11.__name__} {getattr(h11, '__version__', '?')}",  # h11_mypyc: the [fast] extra
+        "load_average": os.getloadavg(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
