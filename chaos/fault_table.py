@@ -75,7 +75,13 @@ FAMILIES: dict[str, FamilySpec] = {
     ),
     "ledger": FamilySpec(
         "ledger",
-        {"enospc": KindSpec(), "eio": KindSpec(), "ebadf": KindSpec()},
+        {
+            "enospc": KindSpec(),
+            "eio": KindSpec(),
+            "ebadf": KindSpec(),
+            # the process dies mid-write: `keep` bytes of the line reach the disk
+            "torn": KindSpec((Param("keep", ("size",), required=True, positional=True),)),
+        },
         counters=("seq",),
         default_counter="seq",
     ),

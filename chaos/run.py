@@ -43,6 +43,7 @@ import trio
 from chaos.collect import NOTES, RunResult, collect
 from chaos.evidence import FaultEvidence
 from chaos.faults import clock as clock_faults
+from chaos.faults import ledger as ledger_faults
 from chaos.faults import process as process_faults
 from chaos.faults.ledger import LedgerFaults
 from chaos.faults.triggers import EventTriggers, injection_fields
@@ -115,7 +116,7 @@ async def run_chaos(
     if toxiproxy_url is not None:
         await check_toxiproxy(toxiproxy_url, schedule)
     prepare_folder(folder)
-    if process_faults.kills_supervisor(schedule.faults):
+    if process_faults.kills_supervisor(schedule.faults) or ledger_faults.crashes(schedule.faults):
         from chaos.worker import run_in_worker
 
         return await run_in_worker(scenario, seed=seed, folder=folder, toxiproxy_url=toxiproxy_url)
@@ -197,7 +198,7 @@ class _Run:
             self._events_in.send_nowait(event)
 
     async def supervise(self):
-        ledger_faults = LedgerFaults(
+        write_faults = LedgerFaults(
             self.schedule,
             elapsed=self.elapsed,
             on_inject=lambda fields: self.evidence.unwritable(
@@ -206,7 +207,7 @@ class _Run:
         )
         hooks = RunHooks(
             clock=self.clock,
-            write_faults=ledger_faults if ledger_faults.active else None,
+            write_faults=write_faults if write_faults.active else None,
             chaos=self.schedule.receipt_entry(RESOLVE_UP_TO),
             observers=(self._observe,),
             before_spawn=self._before_spawn,

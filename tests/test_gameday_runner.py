@@ -40,9 +40,14 @@ def test_two_real_phases_pass_and_are_reported(tmp_path: Path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert [p["name"] for p in data["phases"]] == ["runaway-loop", "supervisor-killed"]
     assert all(p["verdict"] == "pass" for p in data["phases"])
-    (killed,) = data["phases"][1]["runs"]
-    assert killed["exit_status"] == 137 and killed["facts"]["orphans"] == []
-    assert killed["facts"]["verify"]["verdict"] == "clean"
+    killed, torn = data["phases"][1]["runs"]  # supervisor-killed: between writes, mid-write
+    for run in (killed, torn):
+        assert run["exit_status"] == 137 and run["facts"]["orphans"] == []
+        assert run["facts"]["verify"]["verdict"] == "clean"  # the (repaired) prefix
+    assert (killed["facts"]["doctor"]["state"], torn["facts"]["doctor"]["state"]) == (
+        "clean",
+        "torn_tail",
+    )
     deny, kill = data["phases"][0]["runs"]  # runaway-loop holds two runs, run in order
     assert (deny["name"], deny["exit_status"], kill["name"], kill["exit_status"]) == (
         "deny",

@@ -87,6 +87,7 @@ EVERY_KIND = [
     "ledger:enospc@seq 3",
     "ledger:eio@seq 10.. & 5%",
     "ledger:ebadf@seq 7..9",
+    "ledger:torn(40B)@seq 25",
     "clock:step(90s)@seq 4",
     "clock:pause(2m)@t 500ms",
     "process:sigterm(agent)@call 3",

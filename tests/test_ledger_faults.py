@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 import trio
 from helpers import append_from_tasks, read_chain
 
-from docket.ledger.faults import FailNext, FailOrdinals, fail_always, os_error
+from docket.ledger.faults import FailNext, FailOrdinals, TornWrite, fail_always, os_error
 from docket.ledger.writer import (
     EvidenceLost,
     LedgerLimits,
@@ -126,10 +128,12 @@ async def test_fail_fast_makes_the_first_failure_fatal(tmp_path):
             with pytest.raises(EvidenceLost):
                 await ledger.append("session.end", reason="done")
             with pytest.raises(EvidenceLost):
-                ledger.check_room("model.request")
+                ledger.check_room("model.request")  # a probe: nothing was offered
             stats = ledger.stats
     assert [e["call_id"] for e in read_chain(path)] == ["c0", "c1"]
-    assert (stats.ledger_complete, stats.unwritten_events, stats.first_failing_seq) == (False, 1, 2)
+    # c2 failed; session.end was refused after it and never reached the disk either
+    assert (stats.ledger_complete, stats.unwritten_events, stats.first_failing_seq) == (False, 2, 2)
+    assert stats.unwritten_by_type == {"model.request": 1, "session.end": 1}
 
 
 async def test_fail_fast_refuses_every_waiting_appender(tmp_path):
@@ -164,7 +168,7 @@ async def test_a_hook_answering_nonsense_is_a_loud_error(tmp_path):
             return "ENOSPC"
 
     with trio.fail_after(10):
-        with pytest.raises(TypeError, match="OSError or None"):
+        with pytest.raises(TypeError, match="an OSError, a TornWrite or None"):
             async with open_ledger(tmp_path / "ledger.jsonl", faults=Broken()) as ledger:
                 await ledger.append("model.request")
 
@@ -265,3 +269,98 @@ async def test_a_real_full_disk(small_tmpfs, monkeypatch):
     assert gaps[0]["seq"] == stats.first_failing_seq
     assert events[gaps[0]["seq"] + 1]["call_id"] == "after"
     assert events[-1]["type"] == "session.end"
+
+
+# ---------------------------------------------------------------------------
+# a torn write: the process dies mid-line
+
+
+class TearAt:
+    """Tear the write of ordinal `at` after `keep` bytes; `crash` is what the harness does."""
+
+    def __init__(self, at: int, keep: int, crash) -> None:
+        self.at, self.keep, self.crash = at, keep, crash
+
+    def before_write(self, ordinal, type):
+        return TornWrite(self.keep, self.crash) if ordinal == self.at else None
+
+
+async def test_a_torn_write_leaves_the_lines_before_it_and_part_of_its_own(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    crashed = []
+    with trio.fail_after(10):
+        async with open_ledger(path, faults=TearAt(3, 25, lambda: crashed.append(True))) as ledger:
+            for n in range(3):
+                await ledger.append("model.request", call_id=f"c{n}")
+            # the crash "returned" (a test's stand-in): the ledger refuses to splice after it
+            assert await ledger.append("model.request", call_id="c3") is None
+            assert await ledger.append("model.request", call_id="c4") is None
+            stats = ledger.stats
+    assert crashed == [True]
+    data = path.read_bytes()
+    whole, _, tail = data.rpartition(b"\n")
+    assert len(tail) == 25 and tail.startswith(b'{"v":1,"seq":3,')  # torn, no newline
+    assert [e["call_id"] for e in read_chain_bytes(whole + b"\n")] == ["c0", "c1", "c2"]
+    assert (stats.unwritten_events, stats.first_failing_seq) == (2, 3)
+
+
+def read_chain_bytes(data: bytes) -> list[dict]:
+    return [json.loads(line) for line in data.splitlines()]
+
+
+TORN_CHILD = """
+import os, signal, sys, trio
+from docket.ledger.faults import TornWrite
+from docket.ledger.writer import open_ledger
+
+class Tear:
+    def before_write(self, ordinal, type):
+        if ordinal == 5:
+            return TornWrite(40, lambda: os.kill(os.getpid(), signal.SIGKILL))
+        return None
+
+async def main():
+    async with open_ledger(sys.argv[1], faults=Tear()) as ledger:
+        for n in range(10):
+            await ledger.append("model.request", call_id=f"c{n}")
+
+trio.run(main)
+"""
+
+
+def test_a_real_crash_mid_write_leaves_a_torn_tail_doctor_quarantines(tmp_path):
+    """The process SIGKILLs itself mid-line; doctor names the torn tail's offset and
+    quarantine leaves a prefix that verifies (bytes read from disk throughout)."""
+    path = tmp_path / "ledger.jsonl"
+    child = subprocess.run(
+        [sys.executable, "-c", TORN_CHILD, str(path)], capture_output=True, timeout=60
+    )
+    assert child.returncode == -9, child.stderr.decode()
+    data = path.read_bytes()
+    cut = data.rindex(b"\n") + 1
+    assert len(data) - cut == 40 and data[cut:].startswith(b'{"v":1,"seq":5,')
+    doctor = subprocess.run(
+        [sys.executable, "-m", "docket", "doctor", "--json", str(path)],
+        capture_output=True,
+        timeout=60,
+    )
+    report = json.loads(doctor.stdout)
+    assert report["verdict"] == "torn_tail", report
+    assert report["tail"] == {"offset": cut, "length": 40, "whole_event": False}, report
+    assert (report["events"], report["verified_bytes"]) == (5, cut), report
+    quarantined = subprocess.run(
+        [sys.executable, "-m", "docket", "doctor", "--quarantine-torn-tail", str(path)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert quarantined.returncode == 0, quarantined.stderr.decode()
+    assert path.read_bytes() == data  # the original is evidence: never rewritten
+    assert (tmp_path / f"ledger.jsonl.torn-{cut}").read_bytes() == data[cut:]
+    repaired = tmp_path / "ledger.jsonl.repaired"
+    assert repaired.read_bytes() == data[:cut]
+    clean = subprocess.run(
+        [sys.executable, "-m", "docket", "doctor", "--json", str(repaired)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert json.loads(clean.stdout)["verdict"] == "clean"

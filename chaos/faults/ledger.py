@@ -1,4 +1,4 @@
-"""The ledger fault family: a write that fails with ENOSPC, EIO or EBADF.
+"""The ledger fault family: a write that fails with ENOSPC, EIO or EBADF, or is torn.
 
 Performed through the recorder's write-fault hook (docket.ledger.faults): the
 writer asks `before_write(ordinal, type)` once per event, and an OSError answer
@@ -7,6 +7,12 @@ unwritten list, the next durable line is an evidence.gap, the receipt says
 `ledger_complete: false`). `ebadf` stands for a closed descriptor: the hook
 answers with the error a write on one gets, without closing the writer's real
 descriptor (which would also break the run's clean close).
+
+`torn(keep)` is a crash in the middle of a write: the first `keep` bytes of the
+event's line reach the disk, then the process the recorder runs in is
+SIGKILLed (docket.ledger.faults.TornWrite). It ends the run with no receipt and
+a torn tail, which is what `docket doctor` classifies and quarantines; the
+engine runs such a scenario in a worker process (like sigkill(supervisor)).
 
 Ordinals are the writer's: the event's place in the order events were offered,
 from 0, which equals its seq until the first loss (after a loss the chain goes
@@ -20,14 +26,25 @@ list and injected.jsonl); in the chain, evidence.gap is its trace.
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+import os
+import signal
+from collections.abc import Callable, Iterable
 
-from chaos.grammar import Fault
+from chaos.grammar import Fault, Size
 from chaos.schedule import FaultSchedule
-from docket.ledger.faults import os_error
+from docket.ledger.faults import TornWrite, os_error
 
 TARGET = "ledger"
 ERRNOS = {"enospc": errno.ENOSPC, "eio": errno.EIO, "ebadf": errno.EBADF}
+
+
+def crashes(faults: Iterable[Fault]) -> bool:
+    """Whether these faults end the recorder's process (a torn write does)."""
+    return any(f.target == TARGET and f.kind == "torn" for f in faults)
+
+
+def crash_this_process() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def choose(
@@ -52,6 +69,7 @@ class LedgerFaults:
         *,
         elapsed: Callable[[], float] | None = None,
         on_inject: Callable[[dict], object] | None = None,
+        crash: Callable[[], object] = crash_this_process,
     ) -> None:
         timed = [f.text for f in schedule.faults if f.target == TARGET and f.trigger.timed]
         if timed and elapsed is None:
@@ -59,10 +77,11 @@ class LedgerFaults:
         self.schedule = schedule
         self.elapsed = elapsed
         self.on_inject = on_inject
+        self.crash = crash
         self.active = any(f.target == TARGET for f in schedule.faults)
         self.injected = 0
 
-    def before_write(self, ordinal: int, type: str) -> OSError | None:
+    def before_write(self, ordinal: int, type: str) -> OSError | TornWrite | None:
         if not self.active:
             return None
         fault = choose(self.schedule, ordinal, elapsed_s=self.elapsed() if self.elapsed else None)
@@ -71,4 +90,8 @@ class LedgerFaults:
         self.injected += 1
         if self.on_inject is not None:
             self.on_inject(self.schedule.injection_event(fault, ordinal) | {"event_type": type})
+        if fault.kind == "torn":
+            keep = fault.arg("keep")
+            assert isinstance(keep, Size)
+            return TornWrite(keep.bytes, self.crash)
         return os_error(ERRNOS[fault.kind])

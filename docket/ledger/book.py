@@ -34,7 +34,7 @@ from docket.ledger.chain import (
     line_hash,
     line_overhead,
 )
-from docket.ledger.faults import WriteFaults
+from docket.ledger.faults import TornWrite, WriteFaults
 from docket.ledger.reader import MAX_LINE_BYTES
 from docket.ledger.strict_json import TOO_DEEP, text_nests_deeper
 
@@ -214,6 +214,18 @@ class Batch:
 
 
 @dataclass
+class Torn:
+    """A write the fault hook tears: `data` (the lines before it and part of its
+    own) goes to the disk, then `crash()` runs (docket.ledger.faults.TornWrite)."""
+
+    items: list[PendingEvent]
+    data: bytes
+    crash: object  # Callable[[], object]
+
+    TORN = "a torn write: the process was to die mid-line (fault hook)"
+
+
+@dataclass
 class Loss:
     """Events that will not be written: an injected fault, or a broken ledger."""
 
@@ -353,6 +365,26 @@ class LedgerBook:
             )
         return size, hold
 
+    def _admissible(
+        self, type: str, ts: str, mono_ms: int, body_bytes: int, closing_bytes: int | None
+    ) -> tuple[int, int]:
+        """`_room` for an event really offered (not a probe): one refused because
+        evidence was lost is itself an event that never reaches the disk."""
+        if self.evidence_lost is not None:
+            self._refused_after_loss(type)
+        return self._room(type, ts, mono_ms, body_bytes, closing_bytes)
+
+    def _refused_after_loss(self, type: str) -> None:
+        # Under fail_fast_evidence nothing is written after the first loss, yet
+        # the run still has things to say (how calls ended, session.end): the
+        # receipt's unwritten_events counts them, so it never reads as if the
+        # record stopped at one missing line.
+        self.unwritten += 1
+        self.unwritten_by_type[type] = self.unwritten_by_type.get(type, 0) + 1
+        if self.gap is not None:
+            self.gap.lost += 1
+            self.gap.by_type[type] = self.gap.by_type.get(type, 0) + 1
+
     def admit(self, type: str, ts: str, mono_ms: int, body: bytes) -> PendingEvent:
         """Queue an event, or raise LedgerFull / EvidenceLost without changing anything.
 
@@ -361,7 +393,7 @@ class LedgerBook:
         rest of what is not JSON), or too large for a line.
         """
         _check_nesting(type, body)
-        size, _ = self._room(type, ts, mono_ms, len(body), None)
+        size, _ = self._admissible(type, ts, mono_ms, len(body), None)
         item = self._queue(type, ts, mono_ms, body, size)
         if not item.control:
             self.events += 1
@@ -373,7 +405,7 @@ class LedgerBook:
         """Queue an event and hold room for its closing event (fields of at most
         `closing_bytes` encoded bytes), or raise as `admit` does without changing anything."""
         _check_nesting(type, body)
-        size, hold = self._room(type, ts, mono_ms, len(body), closing_bytes)
+        size, hold = self._admissible(type, ts, mono_ms, len(body), closing_bytes)
         item = self._queue(type, ts, mono_ms, body, size)
         self.events += 2
         self.slots += 1
@@ -407,6 +439,7 @@ class LedgerBook:
             if type in EXEMPT_FROM_EVENT_CEILING:
                 raise ValueError(f"a {type} event cannot close a slot")
             if self.evidence_lost is not None:
+                self._refused_after_loss(type)
                 raise EvidenceLost(self.evidence_lost)
             # The room as it would be with this slot given back: by the invariant
             # size + reserved + held <= max_ledger_bytes, the slot's own bytes fit.
@@ -465,7 +498,7 @@ class LedgerBook:
 
     # -- composing
 
-    def next_step(self, faults: WriteFaults | None) -> Batch | Loss | None:
+    def next_step(self, faults: WriteFaults | None) -> Batch | Torn | Loss | None:
         """What to do with the queue's head: write a batch, record a loss, or nothing."""
         if not self.queue:
             return None
@@ -473,9 +506,12 @@ class LedgerBook:
             items = list(self.queue)
             self.queue.clear()
             return Loss(items, self.broken, attempted=False)
+        torn = None
         if faults is not None:
             injected = self._fault(self.queue[0], faults)
-            if injected is not None:
+            if isinstance(injected, TornWrite):
+                torn, faults = injected, None  # compose this one event, then cut it short
+            elif injected is not None:
                 return Loss([self.queue.popleft()], describe_os_error(injected), attempted=True)
         first = self.queue[0]
         lines: list[bytes] = []
@@ -484,7 +520,12 @@ class LedgerBook:
             if gap_line is None:
                 return self.next_step(faults)  # no room for the record: now broken
             lines.append(gap_line)
-        return self._compose(lines, faults)
+        if torn is None:
+            return self._compose(lines, faults)
+        whole = self._compose(lines, None, limit=len(lines) + 1)
+        last = whole.lines[-1]
+        keep = max(0, min(torn.keep, len(last)))  # never its newline: the line stays torn
+        return Torn(whole.items, whole.data[: len(whole.data) - len(last) - 1 + keep], torn.crash)
 
     def gap_step(self, ts: str, mono_ms: int, faults: WriteFaults | None) -> Batch | None:
         """At close, with nothing else to write: a batch holding only the owed gap record.
@@ -496,17 +537,21 @@ class LedgerBook:
             return None
         if faults is not None:
             injected = faults.before_write(self.next_ordinal, GAP_TYPE)
+            if isinstance(injected, TornWrite):  # a tear at close: the gap is simply not written
+                injected = OSError(errno.EIO, Torn.TORN)
             if injected is not None:
                 self.lose([], describe_os_error(injected), attempted=True)
                 return None
         gap_line = self._gap_line(ts, max(mono_ms, self.last_mono_ms))
         return None if gap_line is None else self._compose([gap_line], None)
 
-    def _fault(self, item: PendingEvent, faults: WriteFaults) -> OSError | None:
+    def _fault(self, item: PendingEvent, faults: WriteFaults) -> OSError | TornWrite | None:
         if item.fault is _UNASKED:
             answer = faults.before_write(item.ordinal, item.type)
-            if answer is not None and not isinstance(answer, OSError):
-                raise TypeError(f"before_write must return an OSError or None, not {answer!r}")
+            if answer is not None and not isinstance(answer, OSError | TornWrite):
+                raise TypeError(
+                    f"before_write must return an OSError, a TornWrite or None, not {answer!r}"
+                )
             item.fault = answer
         return item.fault  # type: ignore[return-value]
 
@@ -525,13 +570,16 @@ class LedgerBook:
             return None
         return line
 
-    def _compose(self, lines: list[bytes], faults: WriteFaults | None) -> Batch:
+    def _compose(
+        self, lines: list[bytes], faults: WriteFaults | None, limit: int | None = None
+    ) -> Batch:
+        limit = MAX_BATCH_LINES if limit is None else limit
         seq = self.count + len(lines)
         prev = line_hash(lines[0]) if lines else self.head
         nbytes = sum(len(line) + 1 for line in lines)
         items: list[PendingEvent] = []
         queue_ = self.queue
-        while queue_ and len(lines) < MAX_BATCH_LINES and nbytes < MAX_BATCH_BYTES:
+        while queue_ and len(lines) < limit and nbytes < MAX_BATCH_BYTES:
             item = queue_[0]
             if faults is not None and self._fault(item, faults) is not None:
                 break  # written next time round, as a loss of its own

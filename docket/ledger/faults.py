@@ -20,12 +20,31 @@ from __future__ import annotations
 
 import errno as errno_module
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 
+@dataclass(frozen=True)
+class TornWrite:
+    """The machine stops in the middle of this event's write.
+
+    The writer puts the lines before it in the batch and the first `keep` bytes
+    of its line (never the whole line: at most all but its newline) on disk,
+    syncs them, and calls `crash()` — a harness's SIGKILL of its own process, as
+    a power cut or a kernel panic would end it. A torn tail is what such a crash
+    leaves and what `docket doctor` is for; a SIGKILL alone rarely produces one,
+    as each batch is a single write. Should `crash()` return, the ledger is
+    broken for good: nothing may be appended after a torn line.
+    """
+
+    keep: int
+    crash: Callable[[], object]
+
+
 class WriteFaults(Protocol):
-    def before_write(self, ordinal: int, type: str) -> OSError | None:
-        """An error to fail this event's write with, or None to write it for real."""
+    def before_write(self, ordinal: int, type: str) -> OSError | TornWrite | None:
+        """An error to fail this event's write with, a torn write, or None to write it for real."""
 
 
 def os_error(code: int) -> OSError:

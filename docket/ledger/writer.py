@@ -76,6 +76,7 @@ from docket.ledger.book import (
     LedgerLimits,
     Loss,
     PendingEvent,
+    Torn,
     describe_os_error,
 )
 from docket.ledger.chain import EVENT_TYPES, GENESIS, ChainError, ChainVerifier, encode_body
@@ -269,7 +270,7 @@ class Ledger:
         self._ts_prefix = ""
         self._lead_bell = _Doorbell()  # rung for a batch an appender leads
         self._flush_bell = _Doorbell()  # rung for the flusher: a verdict, or "submit"
-        self._in_flight: Batch | None = None
+        self._in_flight: Batch | Torn | None = None
         self._in_flight_bell: _Doorbell | None = None
         self._leader_done = trio.lowlevel.ParkingLot()
         self._awaited = 0  # appenders the last verdict woke that have not appended since
@@ -471,7 +472,7 @@ class Ledger:
             if isinstance(step, Loss):
                 book.lose(step.items, step.error, attempted=step.attempted)
                 self._release(step.items)
-            elif step is not None:
+            elif step is not None:  # a Batch, or a Torn write (its bytes go out the same way)
                 self._worker.submit(step.data, book.size, doorbell)
                 self._in_flight, self._in_flight_bell = step, doorbell
                 return True
@@ -558,6 +559,17 @@ class Ledger:
         if result.error is not None:
             error = describe_os_error(result.error)
             book.lose(batch.items, error, attempted=True, broken=result.broken)
+            self._awaited = self._release(batch.items)
+            return self._awaited
+        if isinstance(batch, Torn):
+            batch.crash()  # the harness's crash: normally this process ends here
+            book.lose(
+                batch.items,
+                Torn.TORN,
+                attempted=True,
+                broken="the ledger ends in a torn line (a torn write was injected): "
+                "nothing may follow it",
+            )
             self._awaited = self._release(batch.items)
             return self._awaited
         self.fsyncs += 1
