@@ -130,3 +130,17 @@ async def serving(start: Callable, wrap: Callable = _started_and_cancel) -> Asyn
             nursery.cancel_scope.cancel()
     if failure is not None:
         raise failure
+
+
+# The nine game-day phases, in the order (gamedays/NN-NAME.yaml).
+GAMEDAY_PHASES = (
+    "upstream-failure",
+    "upstream-latency",
+    "circuit-breaker",
+    "partition",
+    "retry-storm",
+    "runaway-loop",
+    "ledger-pressure",
+    "evidence-loss",
+    "supervisor-killed",
+)

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import GAMEDAY_PHASES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,17 +26,7 @@ RESILIENCE = ROOT / "docs" / "resilience.md"
 GAMEDAYS = ROOT / "gamedays"
 
 ROW_IDS = {f"F{n:02d}" for n in range(1, 18)}  # fixed: phase files and the report name them
-PHASES = {
-    "upstream-failure",
-    "upstream-latency",
-    "circuit-breaker",
-    "partition",
-    "retry-storm",
-    "runaway-loop",
-    "ledger-pressure",
-    "evidence-loss",
-    "supervisor-killed",
-}
+PHASES = set(GAMEDAY_PHASES)
 
 
 @pytest.fixture(scope="module")

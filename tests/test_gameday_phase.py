@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import GAMEDAY_PHASES
 
 from chaos.gameday.fmea import load_fmea
 from chaos.gameday.phase import (
@@ -39,17 +40,7 @@ expect:
     is_true: true
 """
 
-ISSUE_PHASES = [
-    "upstream-failure",
-    "upstream-latency",
-    "circuit-breaker",
-    "partition",
-    "retry-storm",
-    "runaway-loop",
-    "ledger-pressure",
-    "evidence-loss",
-    "supervisor-killed",
-]
+ISSUE_PHASES = list(GAMEDAY_PHASES)
 
 
 def test_a_good_phase_loads():
