@@ -37,6 +37,8 @@ class RunResult:
     repro: str
     notes: list[str] = field(default_factory=list)  # what could not be collected, and why
     agent_pids: dict[str, int] = field(default_factory=dict)  # from agents/NAME.pid
+    # a signal the supervisor caught that the harness did not send (the user's Ctrl-C)
+    interrupted_by: str | None = None
 
     def evidence(self) -> dict:
         """Everything, as one JSON-able dict (metrics parsed: sample name{labels} -> value)."""
@@ -165,10 +167,11 @@ def collect(
     if outcome_path.exists():
         outcome = json.loads(outcome_path.read_text())
         exit_status, reason = outcome["exit_status"], outcome["reason"]
+        interrupted_by = outcome.get("interrupted_by")
     elif killed is not None:
-        exit_status, reason = killed
+        (exit_status, reason), interrupted_by = killed, None
     else:
-        exit_status, reason = 70, "the run ended without an outcome"
+        exit_status, reason, interrupted_by = 70, "the run ended without an outcome", None
     receipt_path = folder / "receipt.json"
     receipt = json.loads(receipt_path.read_text()) if receipt_path.exists() else {}
     if not receipt:
@@ -204,4 +207,5 @@ def collect(
         repro=repro,
         notes=notes,
         agent_pids=read_agent_pids(folder, notes),
+        interrupted_by=interrupted_by,
     )

@@ -167,8 +167,21 @@ async def run_here(
             if problems:
                 with (folder / NOTES).open("a", encoding="utf-8") as notes:
                     notes.writelines(f"teardown: {p}\n" for p in problems)
+    # A signal the supervisor caught that no process fault of ours sent came from outside:
+    # the user's Ctrl-C (or a kill), which the caller must hear about, not just the agent.
+    from_outside = list(outcome.signals)
+    for name in run.signals_to_self:
+        if name in from_outside:
+            from_outside.remove(name)
     (folder / "outcome.json").write_text(
-        json.dumps({"exit_status": outcome.exit_status, "reason": outcome.reason}) + "\n"
+        json.dumps(
+            {
+                "exit_status": outcome.exit_status,
+                "reason": outcome.reason,
+                "interrupted_by": from_outside[0] if from_outside else None,
+            }
+        )
+        + "\n"
     )
 
 
@@ -184,6 +197,7 @@ class _Run:
         self._started_began = False
         self._started_ended = trio.Event()  # the `started` hook's tasks have all finished
         self.probes = folder / "probes.jsonl"
+        self.signals_to_self: list[str] = []  # process faults aimed at the supervisor
         faults_of = {t: [f for f in schedule.faults if f.target == t] for t in ("clock", "process")}
         self.clock_triggers = EventTriggers(schedule, faults_of["clock"], once=False)
         self.process_triggers = EventTriggers(schedule, faults_of["process"], once=True)
@@ -321,7 +335,10 @@ class _Run:
             await self.evidence.record(fields)
             self.clock.apply(fault)
             return
-        await self.evidence.record(fields | {"signal": process_faults.signal_of(fault).name})
+        sig = process_faults.signal_of(fault)
+        await self.evidence.record(fields | {"signal": sig.name})
+        if fault.arg("who") == "supervisor":
+            self.signals_to_self.append(sig.name)  # caught by the supervisor: ours, not Ctrl-C
         problem = process_faults.send(fault, handle)
         if problem is not None:
             self.evidence.unwritable(fields, f"signal not sent: {problem}")

@@ -70,6 +70,9 @@ class Outcome:
     cap: str | None
     ledger: Path
     receipt: Path
+    # SIGINT/SIGTERM the supervisor caught, by name, in order: a harness that runs
+    # the supervisor in its own process learns from this that its user pressed Ctrl-C
+    signals: tuple[str, ...] = ()
 
 
 def new_run_id() -> str:
@@ -230,6 +233,7 @@ class Supervisor:
         self.folder = base
         self.stop_requested: StopRequest | None = None
         self.signals_forwarded: list[str] = []
+        self.signals_received: list[str] = []
         self._stop = trio.Event()
         self._child: Child | None = None
         self._ledger = None
@@ -335,7 +339,9 @@ class Supervisor:
         )
         receipt_path = self.folder / "receipt.json"
         write_receipt(receipt_path, receipt)
-        return Outcome(exit_status, reason, cap, ledger_path, receipt_path)
+        return Outcome(
+            exit_status, reason, cap, ledger_path, receipt_path, tuple(self.signals_received)
+        )
 
     def _prepare_folder(self) -> Path:
         try:
@@ -538,6 +544,7 @@ class Supervisor:
     async def _watch_signals(self, signals, nursery: trio.Nursery) -> None:
         async for sig in signals:
             name = signal_name(sig)
+            self.signals_received.append(name)
             child = self._child
             if child is None:
                 # Start-up is not finished: nothing to forward, so do not start the child.

@@ -77,6 +77,22 @@ async def test_sigterm_to_the_agent_is_recorded_before_it_lands(tmp_path):
     assert report["calls"] + report["interrupted"] == types.count("model.request")
 
 
+async def test_sigterm_to_the_supervisor_ends_the_run_legibly_and_is_not_an_interrupt(tmp_path):
+    with trio.fail_after(DEADLINE):
+        result = await run_chaos(
+            loop_scenario("process:sigterm(supervisor)@call 3"), seed=12, folder=tmp_path / "run"
+        )
+    events = read_chain(result.ledger_path)
+    types = [e["type"] for e in events]
+    (record,) = [e for e in events if e["type"] == "fault.injected"]
+    (forwarded,) = [e for e in events if e["type"] == "signal.forwarded"]
+    assert record["seq"] < forwarded["seq"] < types.index("session.end")  # cause, then effect
+    assert forwarded["signal"] == "SIGTERM"
+    assert result.receipt["exit"]["reason"].endswith("after SIGTERM to the supervisor")
+    # the harness sent it itself: a caller must not take it for the user's Ctrl-C
+    assert result.interrupted_by is None
+
+
 async def test_sigkill_to_the_supervisor_leaves_a_clean_prefix_and_no_receipt(tmp_path):
     folder = tmp_path / "run"
     with trio.fail_after(DEADLINE):

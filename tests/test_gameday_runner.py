@@ -193,3 +193,41 @@ def test_a_phase_with_two_runs_judges_each_on_its_own_evidence(tmp_path, second,
     (phase,) = data["phases"]
     assert [r["name"] for r in phase["runs"]] == ["first"] and len(phase["checks"]) == 2
     assert phase["repro"] == "docket game-day --phase pair:first --seed 12"
+
+
+def test_ctrl_c_during_an_in_process_run_stops_the_day(tmp_path: Path):
+    """The run's supervisor catches SIGINT (to stop its agent legibly); the day must still
+    stop there, with exit 130 and the report of what ran, not go on to the next phase."""
+    import os
+    import signal
+    import time
+
+    report = tmp_path / "report"
+    env = os.environ | {"TMPDIR": str(tmp_path)}  # the phase's temporary folder lands here
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "docket", "game-day", "--report", str(report)]
+        + ["--phase", "upstream-latency", "--phase", "circuit-breaker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # wait until an agent is running under the first phase's supervisor
+        while not list(tmp_path.glob("docket-gameday-upstream-latency-*/*/run/agents/*.pid")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out + err
+    data = json.loads((report / "gameday.json").read_text())
+    assert data["interrupted"] is True
+    assert [p["name"] for p in data["phases"]] == []  # the cut phase is not reported as judged
+    assert "circuit-breaker" not in out  # the day stopped; the next phase never started
+    assert list(tmp_path.glob("docket-gameday-*")) == []  # its temporary folder went too

@@ -188,9 +188,13 @@ async def run_in_process(spec: RunSpec, seed: int, folder: Path, toxiproxy: str 
     from chaos.run import run_chaos
 
     run_dir = folder / "run"
-    return _outcome(
-        await run_chaos(spec.scenario, seed=seed, folder=run_dir, toxiproxy_url=toxiproxy)
-    )
+    result = await run_chaos(spec.scenario, seed=seed, folder=run_dir, toxiproxy_url=toxiproxy)
+    if result.interrupted_by is not None:
+        # The run's supervisor caught the user's Ctrl-C (it listens for SIGINT while it
+        # runs, to stop the agent legibly): the day stops too, as if the KeyboardInterrupt
+        # had reached this process directly.
+        raise KeyboardInterrupt(f"{result.interrupted_by} during {spec.name}")
+    return _outcome(result)
 
 
 def chaos_command(scenario: Path, seed: int, folder: Path, toxiproxy: str | None) -> list[str]:
@@ -342,6 +346,13 @@ def game_day(
         )
     except KeyboardInterrupt:
         interrupted = True  # the temporary folders went with the unwinding; report what ran
+    except BaseExceptionGroup as group:  # a Ctrl-C that unwound through a nursery comes wrapped
+        interrupted = group.subgroup(KeyboardInterrupt) is not None
+        rest = group.subgroup(
+            lambda exc: not isinstance(exc, KeyboardInterrupt | BaseExceptionGroup)
+        )
+        if not interrupted or rest is not None:
+            raise
     return GameDayResult(
         phases=tuple(done),
         started_at=started_at,
