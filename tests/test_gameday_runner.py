@@ -114,6 +114,20 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_runs(tmp_path: Path):
     assert data == {}  # no report: nothing ran
     done, _ = game_day(tmp_path, "--phase", "no-such-phase")
     assert done.returncode == 2 and "no phase named 'no-such-phase'" in done.stderr
+    # where results go and the Toxiproxy are checked before any phase runs, too
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    refusals = {
+        ("--junit", str(a_file / "j.xml")): f"docket: --junit {a_file}: cannot create",
+        ("--report", str(a_file / "r")): f"docket: --report {a_file / 'r'}: cannot create",
+        ("--toxiproxy", "http://[::1"): "docket: toxiproxy URL 'http://[::1': expected",
+        ("--toxiproxy", "http://127.0.0.1:1"): "docket: toxiproxy http://127.0.0.1:1: cannot",
+    }
+    for args, said in refusals.items():
+        done, data = game_day(tmp_path, "--phase", "ledger-pressure", *args)
+        assert (done.returncode, done.stderr.count("\n")) == (2, 1), done.stderr
+        assert done.stderr.startswith(said), done.stderr
+        assert "PASS" not in done.stdout and data == {}
 
 
 def test_a_phase_that_could_not_run_is_unknown_with_its_reason():

@@ -18,6 +18,7 @@ was bad), 130 interrupted (the report of the phases that ran is still written).
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -366,6 +367,32 @@ def game_day(
 # ---------------------------------------------------------------- the verb
 
 
+def writable_folder(folder: Path, what: str) -> None:
+    """The folder exists and is writable, or could be created: checked, nothing created."""
+    from docket.errors import InputError
+
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{what} {folder}: cannot create ({existing} is not a folder)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{what} {folder}: {existing} is not writable by this user")
+
+
+async def check_toxiproxy_for(phases: Sequence[Phase], seed: int | None, url: str) -> None:
+    """Every run's faults are ones a real Toxiproxy can perform, and it answers."""
+    from chaos.schedule import FaultSchedule
+    from chaos.upstreams import check_toxiproxy
+
+    for phase in phases:
+        for spec in phase.runs:
+            schedule = FaultSchedule.parse(
+                phase.seed if seed is None else seed, spec.scenario.faults
+            )
+            await check_toxiproxy(url, schedule)
+
+
 def game_day_command(args) -> int:
     from chaos.gameday.phase import load_phases
     from chaos.gameday.progress import Progress
@@ -376,6 +403,14 @@ def game_day_command(args) -> int:
         raise InputError(f"--seed {args.seed}: a seed is a whole number from 0 to 2**53 - 1")
     phases = load_phases(args.phase or ())  # every phase file is checked before any runs
     rows = fmea_rows()  # and the FMEA table the report links to
+    # and where the results go, and the Toxiproxy: a bad path or URL is found now,
+    # not after the phases ran
+    for folder, what in [(Path(args.report), "--report")] + [
+        (Path(p).parent, flag) for p, flag in ((args.json, "--json"), (args.junit, "--junit")) if p
+    ]:
+        writable_folder(folder, what)
+    if args.toxiproxy is not None:
+        trio.run(check_toxiproxy_for, phases, args.seed, args.toxiproxy)
     progress = Progress(len(phases))
     result = game_day(
         phases,
@@ -385,13 +420,17 @@ def game_day_command(args) -> int:
         on_finish=progress.finish,
     )
     progress.close()
-    written = write_reports(
-        result,
-        report_dir=args.report,
-        json_path=args.json,
-        junit_path=args.junit,
-        rows=rows,
-    )
+    try:
+        written = write_reports(
+            result,
+            report_dir=args.report,
+            json_path=args.json,
+            junit_path=args.junit,
+            rows=rows,
+        )
+    except OSError as exc:  # checked before the run; the disk or a race can still refuse
+        where = exc.filename or args.report
+        raise InputError(f"cannot write the report to {where}: {exc.strerror}") from None
     progress.summary(result, written)
     return INTERRUPTED if result.interrupted else result.exit_code
 
