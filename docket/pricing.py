@@ -144,6 +144,28 @@ class ModelPrice:
     cache_write_1h: Decimal | None = None
     note: str | None = None
 
+    def __post_init__(self) -> None:
+        # The integer unit prices every call's reservation and settlement multiply by,
+        # worked out once: Decimal arithmetic per call showed in the boundary's profile.
+        # A cache write on a model with no write price is charged as plain input.
+        w5 = self.cache_write_5m if self.cache_write_5m is not None else self.input
+        w1h = self.cache_write_1h if self.cache_write_1h is not None else self.input
+        nusd = tuple(_nusd_per_token(p) for p in (self.input, self.cached_input, self.output))
+        dearest_input = max(
+            _nusd_per_token(p)
+            for p in (self.input, self.cached_input, self.cache_write_5m, self.cache_write_1h)
+            if p is not None
+        )
+        strings = {
+            "input": str(self.input),
+            "cached_input": str(self.cached_input),
+            "output": str(self.output),
+        }
+        object.__setattr__(
+            self, "_nusd", (*nusd, _nusd_per_token(w5), _nusd_per_token(w1h), dearest_input)
+        )
+        object.__setattr__(self, "_strings", MappingProxyType(strings))
+
     def cost_nusd(
         self,
         input_tokens: int,
@@ -166,34 +188,27 @@ class ModelPrice:
 
     def cost_of(self, usage: Usage) -> int:
         """The exact cost of a call, in nano-USD."""
-        # A cache write on a model with no write price is charged as plain input.
-        w5 = self.cache_write_5m if self.cache_write_5m is not None else self.input
-        w1h = self.cache_write_1h if self.cache_write_1h is not None else self.input
+        inp, cached, out, w5, w1h, _ = self._nusd
         return (
-            usage.input_tokens * _nusd_per_token(self.input)
-            + usage.cached_tokens * _nusd_per_token(self.cached_input)
-            + usage.output_tokens * _nusd_per_token(self.output)
-            + usage.cache_write_5m_tokens * _nusd_per_token(w5)
-            + usage.cache_write_1h_tokens * _nusd_per_token(w1h)
+            usage.input_tokens * inp
+            + usage.cached_tokens * cached
+            + usage.output_tokens * out
+            + usage.cache_write_5m_tokens * w5
+            + usage.cache_write_1h_tokens * w1h
         )
 
     @property
     def max_input_nusd_per_token(self) -> int:
         """The dearest way an input token can be billed (a cache write can cost 2x input)."""
-        prices = [self.input, self.cached_input, self.cache_write_5m, self.cache_write_1h]
-        return max(_nusd_per_token(p) for p in prices if p is not None)
+        return self._nusd[5]
 
     @property
     def output_nusd_per_token(self) -> int:
-        return _nusd_per_token(self.output)
+        return self._nusd[2]
 
     def as_strings(self) -> dict[str, str]:
         """input, cached_input and output prices as decimal strings (the events' unit_prices)."""
-        return {
-            "input": str(self.input),
-            "cached_input": str(self.cached_input),
-            "output": str(self.output),
-        }
+        return dict(self._strings)
 
     def to_dict(self) -> dict:
         out = {"provider": self.provider}

@@ -210,7 +210,7 @@ class ModelCall:
 
     async def _exchange(self, target: str, headers, respond) -> None:
         body, strip = providers.prepare(self.facts, self.body)
-        _, out_headers = providers.swap_auth(
+        out_headers = providers.upstream_headers(  # the token was checked on arrival
             self.route.kind,
             headers,
             api_key=self.route.api_key,

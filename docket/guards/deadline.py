@@ -85,6 +85,9 @@ class Attempt:
     deadline_ms: int | None = None  # what the caller granted (None: no caller deadline)
 
 
+_NO_DEADLINE = Attempt(math.inf, None)  # frozen, so one serves every call without a deadline
+
+
 @dataclass(frozen=True)
 class Spent:
     """A caller's budget with nothing left for an attempt: refused, never forwarded."""
@@ -120,7 +123,7 @@ def plan_attempt(
     if _reading("reserve_s", reserve_s) < 0:
         raise ValueError(f"reserve_s must be at least 0, got {reserve_s!r}")
     if budget is None:
-        return Attempt(math.inf, None)
+        return _NO_DEADLINE
     deadline_ms, deadline = budget
     cut = _reading("deadline", deadline) - reserve_s
     left = cut - now

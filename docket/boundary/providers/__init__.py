@@ -109,10 +109,22 @@ def swap_auth(
     The client's credentials are dropped and the real key inserted in the
     provider's own header; see headers.outgoing_headers for everything else removed.
     """
-    adapter = _adapter(kind)
-    return presented_token(headers), outgoing_headers(
+    return presented_token(headers), upstream_headers(
+        kind,
         headers,
-        credential=adapter.credential(api_key),
+        api_key=api_key,
+        upstream_host=upstream_host,
+        content_length=content_length,
+    )
+
+
+def upstream_headers(
+    kind: str, headers, *, api_key: str, upstream_host: str, content_length: int | None
+) -> Headers:
+    """swap_auth's headers alone, for a caller that has already checked the token."""
+    return outgoing_headers(
+        headers,
+        credential=_adapter(kind).credential(api_key),
         upstream_host=upstream_host,
         content_length=content_length,
     )
