@@ -20,12 +20,8 @@ import trio
 from helpers import append_from_tasks, read_chain
 
 from docket.ledger.faults import FailNext, FailOrdinals, TornWrite, fail_always, os_error
-from docket.ledger.writer import (
-    EvidenceLost,
-    LedgerLimits,
-    _write_durably,
-    open_ledger,
-)
+from docket.ledger.sync import write_durably
+from docket.ledger.writer import EvidenceLost, LedgerLimits, open_ledger
 
 
 @pytest.mark.parametrize(
@@ -190,7 +186,7 @@ def test_a_torn_write_that_cannot_be_cut_back_breaks_the_ledger():
     try:
         os.set_blocking(w, False)
         fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
-        result = _write_durably(w, b"x" * 20000, 0)
+        result = write_durably(w, b"x" * 20000, 0)
         assert result.error is not None and result.error.errno == errno.EAGAIN
         assert result.broken is not None and "cut back" in result.broken
         assert len(os.read(r, 65536)) > 0  # it really did write part of it

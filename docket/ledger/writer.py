@@ -5,7 +5,7 @@ Three layers, each small:
 - `LedgerBook` (book.py) is sans-IO. It admits events (or refuses them at a
   ceiling), composes batches of lines from the durable head, and takes the
   verdict of each write (committed, or lost). It never touches a file or a clock.
-- `_SyncWorker` is a dedicated thread that owns the blocking half: write a
+- `SyncWorker` (sync.py) is a dedicated thread that owns the blocking half: write a
   batch, fdatasync it, or cut a failed one back with ftruncate. The event loop
   never blocks on the disk.
 - `Ledger` is the trio shell: `append` stamps and admits an event, then either
@@ -47,16 +47,11 @@ EvidenceStats, LedgerBook, ...) are importable from here too; its tunables
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import queue
 import stat
-import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import outcome
@@ -83,6 +78,7 @@ from docket.ledger.chain import EVENT_TYPES, GENESIS, ChainError, ChainVerifier,
 from docket.ledger.faults import WriteFaults
 from docket.ledger.lock import LedgerLock
 from docket.ledger.reader import Lines, LineTooLong
+from docket.ledger.sync import Doorbell, SyncWorker
 
 __all__ = [
     "GAP_TYPE",
@@ -105,126 +101,6 @@ __all__ = [
 
 class LedgerDamaged(InputError):
     """An existing ledger is torn or corrupt, so it cannot be continued."""
-
-
-# ---------------------------------------------------------------------------
-# The blocking half
-
-
-@dataclass(frozen=True)
-class _WriteResult:
-    error: OSError | None  # None: the batch is durable
-    broken: str | None = None  # set when the file could not be cut back after a failure
-    seconds: float = 0.0  # the write and fdatasync of a durable batch, for on_sync
-
-
-def _write_durably(fd: int, data: bytes, good_size: int) -> _WriteResult:
-    """Append and fdatasync; on failure, cut the file back to `good_size`.
-
-    fdatasync is enough for an appended file: it flushes the size change with
-    the data. After a failed fdatasync the page cache cannot be trusted, so
-    those bytes are cut back and their events counted lost, never assumed safe.
-    """
-    written = 0
-    started = time.perf_counter()
-    try:
-        view = memoryview(data)
-        while written < len(data):
-            n = os.write(fd, view[written:])
-            if n <= 0:
-                raise OSError(errno.EIO, "write made no progress")
-            written += n
-        os.fdatasync(fd)
-        return _WriteResult(None, seconds=time.perf_counter() - started)
-    except OSError as exc:
-        error = exc
-    if written == 0:
-        return _WriteResult(error)  # the first write failed: nothing reached the file
-    try:
-        os.ftruncate(fd, good_size)
-        os.fdatasync(fd)
-    except OSError as cut:
-        return _WriteResult(
-            error,
-            f"the ledger could not be cut back to byte {good_size} after a failed write "
-            f"({describe_os_error(cut)}); nothing more is written to it",
-        )
-    return _WriteResult(error)
-
-
-class _Doorbell:
-    """An eventfd a task waits on and anyone (the worker thread included) rings.
-
-    A ring made before the wait is not lost. Linux only, like fdatasync itself.
-    """
-
-    def __init__(self) -> None:
-        self._fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-
-    def ring(self) -> None:
-        os.eventfd_write(self._fd, 1)
-
-    async def wait(self) -> None:
-        while True:
-            await trio.lowlevel.wait_readable(self._fd)
-            try:
-                os.eventfd_read(self._fd)
-                return
-            except BlockingIOError:
-                continue  # woken for nothing; wait again
-
-    def close(self) -> None:
-        trio.lowlevel.notify_closing(self._fd)
-        os.close(self._fd)
-
-
-class _SyncWorker:
-    """A dedicated thread that owns write+fdatasync, one batch at a time.
-
-    A thread of our own rather than trio.to_thread: on this kind of machine a
-    to_thread round trip costs more than the fdatasync it carries, and an
-    eventfd wakes the loop faster than run_sync_soon. It rings the doorbell
-    named with each batch when the verdict is ready.
-    """
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._requests: queue.SimpleQueue[tuple[bytes, int, _Doorbell] | None] = queue.SimpleQueue()
-        self._result: _WriteResult | BaseException | None = None
-        self._thread = threading.Thread(target=self._serve, name="docket-ledger-sync", daemon=True)
-        self._thread.start()
-
-    def submit(self, data: bytes, good_size: int, doorbell: _Doorbell) -> None:
-        """Start writing a batch; no waiting here, so any task may call it."""
-        self._requests.put((data, good_size, doorbell))
-
-    @property
-    def done(self) -> bool:
-        return self._result is not None
-
-    def take_result(self) -> _WriteResult:
-        result, self._result = self._result, None
-        if isinstance(result, BaseException):
-            raise result  # a bug in the writer, not a disk failure: say so loudly
-        assert result is not None
-        return result
-
-    def _serve(self) -> None:
-        while True:
-            request = self._requests.get()
-            if request is None:
-                return
-            data, good_size, doorbell = request
-            try:
-                self._result = _write_durably(self._fd, data, good_size)
-            except Exception as exc:  # noqa: BLE001 - handed to the trio side and re-raised there
-                self._result = exc
-            doorbell.ring()
-
-    def close(self) -> None:
-        """Stop the thread; once nothing is in flight, so the join is immediate."""
-        self._requests.put(None)
-        self._thread.join()
 
 
 # ---------------------------------------------------------------------------
@@ -257,7 +133,7 @@ class Ledger:
     ) -> None:
         self.path = path
         self._book = book
-        self._worker = _SyncWorker(fd)
+        self._worker = SyncWorker(fd)
         self._clock = clock
         self._observers = tuple(observers)
         self._faults = faults
@@ -268,10 +144,10 @@ class Ledger:
         self._ts = ""
         self._ts_second = -1
         self._ts_prefix = ""
-        self._lead_bell = _Doorbell()  # rung for a batch an appender leads
-        self._flush_bell = _Doorbell()  # rung for the flusher: a verdict, or "submit"
+        self._lead_bell = Doorbell()  # rung for a batch an appender leads
+        self._flush_bell = Doorbell()  # rung for the flusher: a verdict, or "submit"
         self._in_flight: Batch | Torn | None = None
-        self._in_flight_bell: _Doorbell | None = None
+        self._in_flight_bell: Doorbell | None = None
         self._leader_done = trio.lowlevel.ParkingLot()
         self._awaited = 0  # appenders the last verdict woke that have not appended since
         self._nudged = False
@@ -457,7 +333,7 @@ class Ledger:
 
         return await trio.lowlevel.wait_task_rescheduled(abandon)
 
-    def _pump(self, doorbell: _Doorbell) -> bool:
+    def _pump(self, doorbell: Doorbell) -> bool:
         """If no batch is in flight: settle queued losses, submit the next batch.
 
         True if a batch was submitted, whose verdict will ring `doorbell`.
