@@ -1,0 +1,184 @@
+"""The reference agent's settings: the environment, overridden by flags, checked once.
+
+`config_from` turns them into a frozen AgentConfig or raises an InputError whose
+one line names what the user typed: the flag when a flag set it, the variable
+otherwise (exit 2). Nothing here touches the network or the clock.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from docket.backoff import BackoffPolicy
+from docket.errors import InputError
+
+MODES = ("once", "stream", "loop", "hammer", "backoff")
+PROVIDERS = ("openai", "anthropic")
+DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-3-5-haiku-20241022"}
+ANTHROPIC_VERSION = "2023-06-01"
+
+# The flag that overrides each setting, so an error names what the user typed.
+FLAGS = {
+    "DOCKET_AGENT_PROVIDER": "--provider",
+    "DOCKET_AGENT_MODE": "--mode",
+    "DOCKET_AGENT_CALLS": "--calls",
+    "DOCKET_AGENT_CONCURRENCY": "--concurrency",
+    "DOCKET_AGENT_MODEL": "--model",
+    "DOCKET_AGENT_MAX_TOKENS": "--max-tokens",
+    "DOCKET_AGENT_TIMEOUT": "--timeout",
+    "DOCKET_AGENT_SEED": "--seed",
+    "DOCKET_AGENT_BACKOFF_BASE": "--backoff-base",
+    "DOCKET_AGENT_BACKOFF_CAP": "--backoff-cap",
+    "DOCKET_AGENT_MAX_ATTEMPTS": "--max-attempts",
+    "DOCKET_AGENT_MAX_RETRY_AFTER": "--max-retry-after",
+    "DOCKET_AGENT_BASE_URL": "--base-url",
+}
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    provider: str
+    base_url: str
+    api_key: str
+    boundary_url: str | None
+    mode: str
+    calls: int
+    concurrency: int
+    model: str
+    max_tokens: int
+    timeout: float
+    seed: int
+    policy: BackoffPolicy
+
+    @property
+    def endpoint(self) -> str:
+        # The SDKs' conventions: OpenAI's base URL includes /v1, Anthropic's does not.
+        root = self.base_url.rstrip("/")
+        return root + ("/chat/completions" if self.provider == "openai" else "/v1/messages")
+
+    def auth_headers(self) -> dict[str, str]:
+        if self.provider == "openai":
+            return {"authorization": f"Bearer {self.api_key}"}
+        return {"x-api-key": self.api_key, "anthropic-version": ANTHROPIC_VERSION}
+
+
+class _Settings:
+    """The environment with flag overrides, naming where a bad value came from."""
+
+    def __init__(self, env: Mapping[str, str], overrides: Mapping[str, str | None]):
+        self._env = env
+        self._overrides = {k: v for k, v in overrides.items() if v is not None}
+
+    def get(self, name: str) -> str | None:
+        value = self._overrides.get(name, self._env.get(name))
+        return None if value is None or value.strip() == "" else value.strip()
+
+    def where(self, name: str) -> str:
+        return FLAGS.get(name, name) if name in self._overrides else name
+
+    def bad(self, name: str, problem: str) -> InputError:
+        return InputError(f"agent: {self.where(name)}={self.get(name)!r}: {problem}")
+
+    def positive_int(self, name: str, default: int) -> int:
+        text = self.get(name)
+        if text is None:
+            return default
+        try:
+            value = int(text)
+        except ValueError:
+            raise self.bad(name, "not a whole number") from None
+        if value < 1:
+            raise self.bad(name, "must be at least 1")
+        return value
+
+    def seconds(self, name: str, default: float) -> float:
+        text = self.get(name)
+        if text is None:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            raise self.bad(name, "not a number of seconds") from None
+        if not (value > 0 and value != float("inf")):
+            raise self.bad(name, "must be a positive, finite number of seconds")
+        return value
+
+
+def _check_url(settings: _Settings, name: str, url: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise settings.bad(name, f"not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise settings.bad(name, "not an http(s) URL with a host")
+    return url
+
+
+def config_from(
+    env: Mapping[str, str], overrides: Mapping[str, str | None] | None = None
+) -> AgentConfig:
+    """Read and check every setting; a bad one is an InputError naming it (exit 2)."""
+    s = _Settings(env, overrides or {})
+    provider = (s.get("DOCKET_AGENT_PROVIDER") or "openai").lower()
+    if provider not in PROVIDERS:
+        raise s.bad("DOCKET_AGENT_PROVIDER", f"not one of {', '.join(PROVIDERS)}")
+    mode = (s.get("DOCKET_AGENT_MODE") or "once").lower()
+    if mode not in MODES:
+        raise s.bad("DOCKET_AGENT_MODE", f"not one of {', '.join(MODES)}")
+
+    prefix = provider.upper()
+    url_name = "DOCKET_AGENT_BASE_URL" if s.get("DOCKET_AGENT_BASE_URL") else f"{prefix}_BASE_URL"
+    base_url = s.get(url_name)
+    if base_url is None:
+        example = "/openai/v1" if provider == "openai" else "/anthropic"
+        raise InputError(
+            f"agent: {prefix}_BASE_URL is not set: point it at the boundary"
+            f" (http://127.0.0.1:PORT{example}) or pass --base-url"
+        )
+    base_url = _check_url(s, url_name, base_url)
+    api_key = s.get(f"{prefix}_API_KEY")
+    if api_key is None:
+        raise InputError(
+            f"agent: {prefix}_API_KEY is not set (the per-run token the supervisor gives the agent)"
+        )
+    boundary_url = s.get("DOCKET_BOUNDARY_URL")
+    if boundary_url is not None:
+        boundary_url = _check_url(s, "DOCKET_BOUNDARY_URL", boundary_url)
+
+    seed_text = s.get("DOCKET_AGENT_SEED")
+    if seed_text is None:
+        seed = secrets.randbits(32)  # printed in the summary, so the run can be replayed
+    else:
+        try:
+            seed = int(seed_text)
+        except ValueError:
+            raise s.bad("DOCKET_AGENT_SEED", "not a whole number") from None
+    calls = s.positive_int("DOCKET_AGENT_CALLS", 10)  # checked in every mode: bad is bad
+    try:
+        policy = BackoffPolicy(
+            base=s.seconds("DOCKET_AGENT_BACKOFF_BASE", 0.1),
+            cap=s.seconds("DOCKET_AGENT_BACKOFF_CAP", 5.0),
+            max_attempts=s.positive_int("DOCKET_AGENT_MAX_ATTEMPTS", 8),
+            max_hint=s.seconds("DOCKET_AGENT_MAX_RETRY_AFTER", 60.0),
+        )
+    except ValueError as exc:  # every field is checked above; this is the policy's own word
+        raise InputError(f"agent: backoff policy: {exc}") from None
+    return AgentConfig(
+        provider=provider,
+        base_url=base_url,
+        api_key=api_key,
+        boundary_url=boundary_url,
+        mode=mode,
+        calls=1 if mode in ("once", "stream") else calls,
+        concurrency=s.positive_int("DOCKET_AGENT_CONCURRENCY", 4),
+        model=s.get("DOCKET_AGENT_MODEL") or DEFAULT_MODELS[provider],
+        max_tokens=s.positive_int("DOCKET_AGENT_MAX_TOKENS", 16),
+        timeout=s.seconds("DOCKET_AGENT_TIMEOUT", 60.0),
+        seed=seed,
+        policy=policy,
+    )
