@@ -64,6 +64,17 @@ async def test_a_client_that_leaves_cancels_the_scope_its_handler_handed_over():
             nursery.cancel_scope.cancel()
 
 
+async def connected_after_one_echo(nursery, handler, body: bytes, **serve_kw):
+    """A server running `handler`, a connection to it, and one POST whose echo came back
+    reversed (the first exchange starts the connection's reader). (server, stream, client)."""
+    server = await nursery.start(partial(serve, handler, **serve_kw))
+    stream = await connect(server.port)
+    client = h11.Connection(h11.CLIENT)
+    await stream.send_all(request_bytes(client, "POST", "/1", body))
+    assert (await read_response(stream, client))[1] == body[::-1]
+    return server, stream, client
+
+
 async def test_after_a_watched_call_the_connection_serves_the_next_requests():
     """The reader reads for the handler from the first watch on: requests that follow,
     whole, cut in pieces, or pipelined behind one that is still in flight."""
@@ -82,11 +93,7 @@ async def test_after_a_watched_call_the_connection_serves_the_next_requests():
 
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(serve, watched)
-            stream = await connect(server.port)
-            client = h11.Connection(h11.CLIENT)
-            await stream.send_all(request_bytes(client, "POST", "/1", b"one"))
-            assert (await read_response(stream, client))[1] == b"eno"
+            _, stream, client = await connected_after_one_echo(nursery, watched, b"one")
             client.start_next_cycle()
             # A body that comes in two pieces, the second after the handler asked for it.
             second = request_bytes(client, "POST", "/2", b"two-parts")
@@ -134,11 +141,9 @@ async def test_an_idle_connection_still_times_out_once_the_reader_reads_for_it()
     config = ServerConfig(keepalive_timeout=0.2)
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(partial(serve, watched_echo, config=config))
-            stream = await connect(server.port)
-            client = h11.Connection(h11.CLIENT)
-            await stream.send_all(request_bytes(client, "POST", "/a", b"xy"))
-            assert (await read_response(stream, client))[1] == b"yx"
+            _, stream, client = await connected_after_one_echo(
+                nursery, watched_echo, b"xy", config=config
+            )
             started = trio.current_time()
             assert await read_until_eof(stream) == b""  # idle: closed after keepalive_timeout
             assert 0.2 <= trio.current_time() - started < 5
@@ -175,11 +180,7 @@ async def test_a_watch_begun_after_the_reader_read_ahead_still_sees_the_client_l
 
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(serve, handler)
-            stream = await connect(server.port)
-            client = h11.Connection(h11.CLIENT)
-            await stream.send_all(request_bytes(client, "POST", "/1", b"ab"))
-            assert (await read_response(stream, client))[1] == b"ba"
+            _, stream, client = await connected_after_one_echo(nursery, handler, b"ab")
             client.start_next_cycle()
             second = request_bytes(client, "POST", "/2", b"late body")
             head_end = second.index(b"\r\n\r\n") + 4
