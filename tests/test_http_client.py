@@ -410,3 +410,64 @@ async def test_https_upstream_with_certificate_verification(tls_files):
                 async with UpstreamPool(server.url).request("GET", "/"):
                     pass
             nursery.cancel_scope.cancel()
+
+
+async def test_raw_answers_the_pool_reads_whole():
+    """A HEAD's answer (a length, no body) keeps the connection for the next call; an
+    informational 100 before the answer is passed over; a body without a length
+    runs to the close (and that connection is not kept)."""
+    heads: list[bytes] = []
+
+    async def upstream(stream):
+        while True:
+            head = await read_head(stream)
+            if not head:
+                return
+            heads.append(head.split(b"\r\n", 1)[0])
+            if head.startswith(b"HEAD"):
+                await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-length: 512\r\n\r\n")
+            elif head.startswith(b"GET /hints"):
+                await stream.send_all(
+                    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                )
+            else:
+                await stream.send_all(b"HTTP/1.1 200 OK\r\n\r\nto the end")
+                await stream.aclose()
+                return
+
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            port = await start_raw(nursery, upstream)
+            pool = UpstreamPool(f"http://127.0.0.1:{port}")
+            async with pool.request("HEAD", "/size") as resp:
+                assert (resp.status, resp.header(b"content-length")) == (200, b"512")
+                assert await resp.read() == b""
+            async with pool.request("GET", "/hints") as resp:
+                assert (resp.status, await resp.read()) == (200, b"ok")
+            async with pool.request("GET", "/rest") as resp:
+                assert await resp.read() == b"to the end"
+            assert heads == [b"HEAD /size HTTP/1.1", b"GET /hints HTTP/1.1", b"GET /rest HTTP/1.1"]
+            assert (pool.stats.opened, pool.stats.reused, pool.idle_connections) == (1, 2, 0)
+            await pool.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_header_that_would_split_the_request_is_refused_before_a_byte_goes():
+    received = []
+
+    async def upstream(stream):
+        received.append(await stream.receive_some(65536))
+
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            port = await start_raw(nursery, upstream)
+            pool = UpstreamPool(f"http://127.0.0.1:{port}")
+            with pytest.raises(ValueError, match="control character"):
+                async with pool.request("POST", "/", [("x-note", "a\r\nx-evil: 1")], b"{}"):
+                    pass
+            await pool.aclose()  # the connection opened for it closes unused
+            with trio.fail_after(2):
+                while not received:
+                    await trio.sleep(0.01)
+            assert received == [b""]  # the upstream saw the connection close, and nothing else
+            nursery.cancel_scope.cancel()

@@ -277,15 +277,19 @@ class CapsGuard:
         nusd = r.price.cost_of(usage) if r.price is not None else 0
         tokens = usage.total_tokens
         m = self._model(r)
-        self._by_model[r.model] = replace(
-            m,
+        # Built field by field rather than with dataclasses.replace: this runs once per
+        # call, and replace's introspection cost more than the rest of settle.
+        self._by_model[r.model] = ModelTotals(
+            priced=m.priced,
             calls=m.calls + 1,
+            failed_calls=m.failed_calls,
             input_tokens=m.input_tokens + usage.input_tokens,
             cached_tokens=m.cached_tokens + usage.cached_tokens,
             cache_write_tokens=m.cache_write_tokens
             + usage.cache_write_5m_tokens
             + usage.cache_write_1h_tokens,
             output_tokens=m.output_tokens + usage.output_tokens,
+            estimated_tokens=m.estimated_tokens,
             nusd=m.nusd + nusd,
         )
         return self._commit(r, nusd, tokens)

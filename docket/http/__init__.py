@@ -1,9 +1,10 @@
-"""The one small trio + h11 HTTP layer that the boundary, the stubs and the fault proxy share.
+"""The one small trio HTTP/1.1 layer that the boundary, the stubs and the fault proxy share.
 
-server.py: `serve(handler)` under a nursery; client.py: `UpstreamPool` for one
-origin and `open_upstream_stream`, the only function that opens an outbound
-connection. Both move their bytes through sockio.StreamIO and take h11 from
-protocol.py (h11-mypyc when it is installed).
+server.py: `serve(handler)` under a nursery, on h11 (protocol.py: h11-mypyc when
+it is installed). client.py: `UpstreamPool` for one origin and
+`open_upstream_stream`, the only function that opens an outbound connection; its
+requests and responses go through wire.py (llhttp, via httptools: ADR 0008). Both
+move their bytes through sockio.StreamIO.
 """
 
 from docket.http.client import (

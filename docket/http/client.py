@@ -1,4 +1,4 @@
-"""A keep-alive HTTP/1.1 connection pool for one upstream origin, on trio and h11.
+"""A keep-alive HTTP/1.1 connection pool for one upstream origin, on trio (wire.py: llhttp).
 
     pool = UpstreamPool("https://api.openai.com", max_connections=32)
     async with pool.request("POST", "/v1/chat/completions", headers, body) as resp:
@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from docket.http.protocol import h11
+from docket.http import wire
 from docket.http.sockio import StreamIO
 
 RECEIVE_SIZE = 65536
@@ -152,21 +152,22 @@ def _raw_socket(stream: trio.abc.Stream):
 
 
 class _UpstreamConnection:
-    """One connection: the stream, its h11 state, and whether the peer hung up."""
+    """One connection: the stream, and the response being read on it (a
+    wire.ResponseReader per exchange; None between exchanges)."""
 
-    __slots__ = ("stream", "io", "h11", "eof", "idle_since")
+    __slots__ = ("stream", "io", "reader", "closing", "idle_since")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         self.io = StreamIO(stream)
-        self.h11 = h11.Connection(h11.CLIENT)
-        self.eof = False
+        self.reader: wire.ResponseReader | None = None
+        self.closing = False  # our request said `connection: close`
         self.idle_since = 0.0
 
     def looks_alive(self) -> bool:
         """A kept connection the upstream has not closed meanwhile: nothing is
         readable on it (a readable idle socket means EOF, a reset or garbage)."""
-        if self.h11.our_state is not h11.IDLE:
+        if self.reader is not None or self.closing:
             return False
         try:
             return not _raw_socket(self.stream).is_readable()
@@ -186,9 +187,11 @@ class _UpstreamConnection:
             raise WriteTimeout(f"upstream took no request bytes for {write_timeout:g}s") from None
 
     async def next_event(self, read_timeout: float):
+        """The response's next event (a wire.ResponseHead, body bytes, wire.END),
+        reading as needed."""
         while True:
             event = self.buffered_event()
-            if event is not h11.NEED_DATA:
+            if event is not wire.NEED_DATA:
                 return event
             try:
                 data = await self.io.receive(RECEIVE_SIZE, read_timeout)
@@ -196,22 +199,18 @@ class _UpstreamConnection:
                 raise ConnectionReset(f"upstream connection broke ({_cause(exc)})") from None
             except trio.TooSlowError:
                 raise ReadTimeout(f"upstream sent nothing for {read_timeout:g}s") from None
-            if not data:
-                self.eof = True
-            self.h11.receive_data(data)
+            self.reader.receive_data(data)
 
     def buffered_event(self):
-        """The next event from bytes already received (no I/O), or h11.NEED_DATA;
+        """The next event from bytes already received (no I/O), or wire.NEED_DATA;
         the upstream's failures raised as UpstreamErrors."""
+        reader = self.reader
         try:
-            event = self.h11.next_event()
-        except h11.RemoteProtocolError as exc:
-            if self.eof:
-                raise ConnectionReset(f"upstream closed the connection early: {exc}") from None
-            raise ProtocolError(f"upstream spoke bad HTTP: {exc}") from None
-        if isinstance(event, h11.ConnectionClosed):
-            raise ConnectionReset("upstream closed the connection before responding")
-        return event
+            return reader.next_event()
+        except wire.WireError as exc:
+            if reader.eof:
+                raise ConnectionReset(str(exc).replace("the upstream", "upstream")) from None
+            raise ProtocolError(str(exc).replace("the upstream", "upstream")) from None
 
 
 def _cause(exc: BaseException) -> str:
@@ -224,10 +223,10 @@ class UpstreamResponse:
 
     __slots__ = ("status", "reason", "headers", "http_version", "complete", "_conn", "_timeout")
 
-    def __init__(self, event: h11.Response, conn: _UpstreamConnection, read_timeout: float):
-        self.status: int = event.status_code
+    def __init__(self, event: wire.ResponseHead, conn: _UpstreamConnection, read_timeout: float):
+        self.status: int = event.status
         self.reason: bytes = event.reason
-        self.headers: list[tuple[bytes, bytes]] = list(event.headers)
+        self.headers: list[tuple[bytes, bytes]] = event.headers
         self.http_version: bytes = event.http_version
         self.complete = False
         self._conn = conn
@@ -275,12 +274,10 @@ class _ResponseBody:
         if response.complete:
             raise StopAsyncIteration
         event = await response._conn.next_event(response._timeout)
-        if isinstance(event, h11.Data):
-            return bytes(event.data)
-        if isinstance(event, h11.EndOfMessage):
+        if event is wire.END:
             response.complete = True
             raise StopAsyncIteration
-        raise ProtocolError(f"unexpected {type(event).__name__} in a response body")
+        return event  # after the head, the reader gives only body bytes and END
 
 
 class _ResponseBatches:
@@ -316,7 +313,7 @@ class _ResponseBatches:
         except UpstreamError as exc:
             self._failure = exc
             return []
-        return [] if event is h11.NEED_DATA else self._take(event)
+        return [] if event is wire.NEED_DATA else self._take(event)
 
     def _take(self, event) -> list[bytes]:
         """`event` and every event already buffered after it, as chunks, up to the end
@@ -324,22 +321,16 @@ class _ResponseBatches:
         response = self._response
         batch: list[bytes] = []
         while True:
-            if isinstance(event, h11.Data):
-                batch.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
+            if event is wire.END:
                 response.complete = True
                 return batch
-            else:
-                self._failure = ProtocolError(
-                    f"unexpected {type(event).__name__} in a response body"
-                )
-                return batch
+            batch.append(event)  # after the head, the reader gives only body bytes and END
             try:
                 event = response._conn.buffered_event()
             except UpstreamError as exc:
                 self._failure = exc
                 return batch
-            if event is h11.NEED_DATA:
+            if event is wire.NEED_DATA:
                 return batch
 
     def _raise_failure(self) -> None:
@@ -408,10 +399,12 @@ class UpstreamPool:
     async def _acquire_slot(self, wait_timeout: float | None) -> None:
         self.stats.waiting += 1
         try:
-            if wait_timeout is None:
+            if self._slots.value > 0:
+                # Free now: no deadline scope, and no schedule point (the exchange
+                # that follows has its own) to pay for on every call.
+                self._slots.acquire_nowait()
+            elif wait_timeout is None:
                 await self._slots.acquire()
-            elif self._slots.value > 0:
-                await self._slots.acquire()  # free now: no deadline scope to pay for
             else:
                 with trio.move_on_after(wait_timeout) as scope:
                     await self._slots.acquire()
@@ -452,30 +445,33 @@ class UpstreamPool:
         body: bytes | AsyncIterable[bytes],
     ) -> None:
         pairs = list(headers)
-        names = {_lower(name) for name, _ in pairs}
+        names = {(n if type(n) is bytes else n.encode("latin-1")).lower() for n, _ in pairs}
         if b"host" not in names:
             pairs.insert(0, (b"host", self.origin.host_header))
         streamed = not isinstance(body, bytes | bytearray | memoryview)
+        # The body is chunked when the caller says so, or when it streams with no length.
+        chunked = b"transfer-encoding" in names or (streamed and b"content-length" not in names)
         if b"content-length" not in names and b"transfer-encoding" not in names:
-            if streamed:
+            if chunked:
                 pairs.append((b"transfer-encoding", b"chunked"))
             elif body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
                 pairs.append((b"content-length", str(len(body)).encode()))
         try:
-            data = conn.h11.send(h11.Request(method=method, target=target, headers=pairs))
-        except h11.LocalProtocolError as exc:
+            head, conn.closing = wire.encode_request(method, target, pairs)
+        except ValueError as exc:
             raise ValueError(f"cannot send {method} {target!r} as HTTP/1.1: {exc}") from None
+        conn.reader = wire.ResponseReader(head_only=method == "HEAD")
         if not streamed:
-            if body:
-                data += conn.h11.send(h11.Data(data=body))
-            data += conn.h11.send(h11.EndOfMessage())
-            await conn.send(data, self.write_timeout)
+            if chunked:
+                body = (wire.encode_chunk(body) if body else b"") + wire.LAST_CHUNK
+            await conn.send(head + body if body else head, self.write_timeout)
             return
-        await conn.send(data, self.write_timeout)
+        await conn.send(head, self.write_timeout)
         async for chunk in body:
             if chunk:
-                await conn.send(conn.h11.send(h11.Data(data=chunk)), self.write_timeout)
-        await conn.send(conn.h11.send(h11.EndOfMessage()), self.write_timeout)
+                await conn.send(wire.encode_chunk(chunk) if chunked else chunk, self.write_timeout)
+        if chunked:
+            await conn.send(wire.LAST_CHUNK, self.write_timeout)
 
     async def _discard(self, conn: _UpstreamConnection) -> None:
         self.stats.closed += 1
@@ -514,9 +510,8 @@ class _Exchange:
         try:
             conn = self._conn = await pool._checkout()
             await pool._send_request(conn, *self._request)
+            # The reader has passed over any informational (1xx) answer already.
             event = await conn.next_event(pool.read_timeout)
-            while isinstance(event, h11.InformationalResponse):
-                event = await conn.next_event(pool.read_timeout)
             self._response = UpstreamResponse(event, conn, pool.read_timeout)
             return self._response
         except BaseException:
@@ -537,12 +532,13 @@ class _Exchange:
                 completed
                 and response is not None
                 and response.complete
-                and conn.h11.our_state is h11.DONE
-                and conn.h11.their_state is h11.DONE
+                and conn.reader is not None
+                and conn.reader.reusable
+                and not conn.closing
                 and not pool._closed
             )
             if reusable:
-                conn.h11.start_next_cycle()
+                conn.reader = None
                 conn.idle_since = trio.current_time()
                 pool._idle.append(conn)
             else:

@@ -5,7 +5,9 @@ the scheduler, plus a few context managers, even when the kernel has the bytes
 (or the room) at once: about 35 us an operation on this machine, and a proxied
 call makes four of them. `StreamIO` does the syscall first, and only when it
 would block waits for the socket (`wait_readable` / `wait_writable`) inside a
-deadline scope, so the common case pays neither the wait nor the scope.
+deadline scope, so the common case pays neither the wait nor the scope. One
+exception: after a read that emptied the socket, the next receive waits first,
+as the bytes it wants (an answer, the peer's next request) are still to come.
 
 What trio's contract needs is kept: each operation raises Cancelled when its task
 is cancelled (`checkpoint_if_cancelled`), and a run of operations that never
@@ -36,13 +38,18 @@ class StreamIO:
     returns b"" at the end of the stream.
     """
 
-    __slots__ = ("stream", "_socket", "_unyielded")
+    __slots__ = ("stream", "_socket", "_unyielded", "_drained")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         # Only a plain TCP stream's socket is used directly; TLS has records to frame.
         self._socket = stream.socket if type(stream) is trio.SocketStream else None
         self._unyielded = 0
+        # The last read took less than it asked for: the kernel had nothing more.
+        # The next bytes are an answer still to come (the peer's next request, the
+        # upstream's response), so the next receive waits first rather than paying
+        # for a read that fails (a syscall and an exception) before it waits anyway.
+        self._drained = False
 
     async def receive(self, max_bytes: int, timeout: float) -> bytes:
         sock = self._socket
@@ -50,11 +57,13 @@ class StreamIO:
             with trio.move_on_after(timeout):
                 return await self.stream.receive_some(max_bytes)
             raise trio.TooSlowError
-        await trio.lowlevel.checkpoint_if_cancelled()
-        data = _read(sock, max_bytes)
-        if data is not None:
-            await self._ran_fast()
-            return data
+        if not self._drained:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            data = _read(sock, max_bytes)
+            if data is not None:
+                self._drained = 0 < len(data) < max_bytes
+                await self._ran_fast()
+                return data
         if timeout == math.inf:  # a scope with no deadline would only cost time
             return await self._wait_and_read(sock, max_bytes)
         with trio.move_on_after(timeout):
@@ -63,10 +72,11 @@ class StreamIO:
 
     async def _wait_and_read(self, sock, max_bytes: int) -> bytes:
         while True:
-            await trio.lowlevel.wait_readable(sock)
+            await trio.lowlevel.wait_readable(_fileno(sock))
             self._unyielded = 0
             data = _read(sock, max_bytes)
             if data is not None:
+                self._drained = 0 < len(data) < max_bytes
                 return data
 
     async def send_all(self, data: bytes | bytearray | memoryview, timeout: float) -> None:

@@ -299,6 +299,7 @@ class LedgerBook:
         self.broken: str | None = None  # why nothing more will be written
         self.evidence_lost: str | None = None  # set once fail_fast_evidence trips
         self._overhead_by_type: dict[str, int] = {}
+        self._plain_ts = ""  # the last timestamp found to need no JSON escape
 
     # -- admission
 
@@ -490,8 +491,10 @@ class LedgerBook:
         base = self._overhead_by_type.get(type)
         if base is None:
             base = self._overhead_by_type[type] = line_overhead(0, "", type, 0)
-        if not _PLAIN_TS.issuperset(ts):
-            return line_overhead(seq, ts, type, mono_ms)
+        if ts is not self._plain_ts:  # the writer stamps many events with one string
+            if not _PLAIN_TS.issuperset(ts):
+                return line_overhead(seq, ts, type, mono_ms)
+            self._plain_ts = ts
         # Over the base: the digits beyond one each for seq and mono_ms, and ts
         # (a string needing no escape, so its JSON is itself plus two quotes).
         return base + len(str(seq)) + len(ts) + len(str(mono_ms)) - 2

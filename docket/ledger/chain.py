@@ -93,12 +93,24 @@ def encode_body(fields: dict) -> bytes:
 def encode_line(*, seq: int, ts: str, mono_ms: int, type: str, prev: str, body: bytes) -> bytes:
     """Assemble one ledger line (without its newline) from the common fields and a body."""
     head = (
-        f'{{"v":{FORMAT_VERSION},"seq":{seq},"ts":{_ENCODER.encode(ts)},'
-        f'"mono_ms":{mono_ms},"type":{_ENCODER.encode(type)},"prev":"{prev}"'
+        f'{{"v":{FORMAT_VERSION},"seq":{seq},"ts":{json_string(ts)},'
+        f'"mono_ms":{mono_ms},"type":{json_string(type)},"prev":"{prev}"'
     ).encode()
     if body == b"{}":
         return head + b"}"
     return head + b"," + body[1:]
+
+
+# What needs no escape in a JSON string: a timestamp, an event type. Two of these
+# are encoded for every line, and the encoder's call costs more than the check.
+_PLAIN_TEXT = frozenset("0123456789-:.TZ+_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def json_string(text: str) -> str:
+    """`text` as a JSON string, as the ledger's encoder writes it."""
+    if _PLAIN_TEXT.issuperset(text):
+        return f'"{text}"'
+    return _ENCODER.encode(text)
 
 
 def line_overhead(seq: int, ts: str, type: str, mono_ms: int) -> int:

@@ -18,10 +18,14 @@ HOP_BY_HOP = frozenset(
 # Every header a client may carry a credential in; none of them ever goes upstream.
 # A cookie is scoped to the host it was set for (the boundary), never the provider's.
 CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"cookie"})
+# Also never sent as the client sent them: set anew by the boundary.
+_NEVER_FORWARDED = (
+    HOP_BY_HOP | CREDENTIAL_HEADERS | {b"host", b"content-length", b"accept-encoding"}
+)
 
 
 def _name(name: bytes | str) -> bytes:
-    return (name if isinstance(name, bytes) else name.encode("latin-1")).lower()
+    return (name if type(name) is bytes else name.encode("latin-1")).lower()
 
 
 def _value(value: bytes | str) -> bytes:
@@ -76,20 +80,18 @@ def outgoing_headers(
     and x-docket-* (meant for the boundary). Accept-Encoding becomes identity,
     because the boundary must read usage out of the response body.
     """
+    pairs = [(_name(name), value) for name, value in headers]
     named_by_connection: set[bytes] = set()
-    for name, value in headers:
-        if _name(name) == b"connection":
+    for key, value in pairs:
+        if key == b"connection":
             named_by_connection.update(
                 t.strip().lower() for t in _value(value).split(b",") if t.strip()
             )
     out: Headers = [(b"host", upstream_host.encode("ascii"))]
-    for name, value in headers:
-        key = _name(name)
+    for key, value in pairs:
         if (
-            key in HOP_BY_HOP
-            or key in CREDENTIAL_HEADERS
+            key in _NEVER_FORWARDED
             or key in named_by_connection
-            or key in (b"host", b"content-length", b"accept-encoding")
             or key.startswith((b"proxy-", b"x-docket-"))
         ):
             continue
