@@ -21,11 +21,14 @@ HERE = Path(__file__).parent
 
 
 def machine() -> dict:
+    import httptools
+
     from docket.http.protocol import h11
 
     return {
         "python": sys.version.split()[0],
         "h11": f"{h11.__name__} {getattr(h11, '__version__', '?')}",  # h11_mypyc: the [fast] extra
+        "httptools": httptools.__version__,  # the upstream client's parser (ADR 0008)
         "load_average": os.getloadavg(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),

@@ -1,4 +1,7 @@
-"""Upstream client throughput: httpx.AsyncClient against docket's h11 pool, side by side.
+"""Upstream client throughput: httpx.AsyncClient against docket's own pool, side by side.
+
+Docket's pool (docket/http/client.py) writes requests itself and parses answers with
+llhttp through httptools (docs/adr/0008-upstream-wire-on-llhttp.md).
 
 The stub provider runs in its own process (`docket stub`), so the client under
 test has this process's event loop to itself. Each configuration makes the same

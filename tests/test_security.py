@@ -16,7 +16,7 @@ from conftest import REAL_KEY, TOKEN
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from docket.boundary import forward
+from docket.boundary import bodies, forward
 from docket.http.client import UpstreamPool
 from docket.receipt import verify
 from docket.supervisor import RunOptions, Supervisor
@@ -239,7 +239,7 @@ async def test_record_bodies_stores_request_and_response_as_text(stub_server, bo
 async def test_record_bodies_marks_binary_and_cut_bodies(
     upstream_server, boundary_rig, monkeypatch
 ):
-    monkeypatch.setattr(forward, "RECORDED_BODY_BYTES", 64)
+    monkeypatch.setattr(bodies, "RECORDED_BODY_BYTES", 64)  # the request's and the answer's
     binary = b"\xff\xfe\x00 not text " + REAL_KEY.encode()
 
     async def binary_error(request, respond):
@@ -326,7 +326,7 @@ async def test_a_supervised_run_leaves_no_secret_in_ledger_or_receipt(
 
 BODY_SECRETS = ("sk-secretA1b2C3d4e5", "dkt-tokenZ9y8X7w6v5")
 _safe_keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).filter(
-    lambda k: not forward._SECRET_KEY.search(k)
+    lambda k: not bodies._SECRET_KEY.search(k)
 )
 _secret_keys = st.sampled_from(
     [

@@ -10,25 +10,27 @@ Every call that got a `model.request` gets exactly one closing event, however
 it ends: answered, failed upstream, abandoned by the client (watched for while
 the upstream works), or cancelled because the run is stopping. No ledger
 ceiling refuses it: the model.request was admitted only with room held for it
-(see CLOSING_FIXED_BYTES).
+(see closing.py's CLOSING_FIXED_BYTES).
+
+Split at its seams: closing.py (the call's record, usage fields and
+closing_bound, importable from here too) and bodies.py (recorded bodies:
+recorded_body, RECORDED_BODY_BYTES and the redaction of credential-named members).
 """
 
 from __future__ import annotations
 
-import base64
-import functools
 import hashlib
-import json
 import math
-import re
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import trio
 
-from docket.boundary import providers
+from docket.boundary import bodies, providers
+from docket.boundary.bodies import recorded_body
+from docket.boundary.closing import CLOSING_FIXED_BYTES as CLOSING_FIXED_BYTES
+from docket.boundary.closing import RESPONSE_BODY_FIELDS, CallRecord, usage_fields
+from docket.boundary.closing import closing_bound as closing_bound
 from docket.boundary.guarded import record_changes
-from docket.guards.redact import MARKER
 from docket.http import client as upstream
 from docket.http.server import ClientGone
 from docket.ledger.writer import EvidenceLost
@@ -47,76 +49,7 @@ _HOP_HEADERS = frozenset(
     }
 )
 MAX_RESPONSE_BYTES = 64 << 20  # a non-streamed answer larger than this is a protocol error
-# With record_bodies, each body is recorded up to this many bytes (and flagged if cut):
-# one event must stay far below the ledger's line limit and its byte ceiling.
-RECORDED_BODY_BYTES = 1 << 20
-
-# The room a model.request holds in the ledger for its closing event's fields, beyond
-# the call id, provider and model (counted as they encode): every other field is
-# bounded here. The texts are cut (detail 300, upstream_error's type and message
-# 200 each, stream_problem 200, retry_after 64 characters: at most 6 bytes each in
-# JSON, 5.6 KiB), and the rest are numbers (with room for 20-digit counts), flags and
-# a price table's unit prices. (A larger count from a misbehaving upstream is still
-# written: the ledger lets a closing event's essential fields use its control reserve.)
-# The response body is not held for: its fields are optional, written when the file
-# has room and otherwise left out, the event saying `trimmed: true`. Holding a body's
-# 1 MiB cap for every call in flight would make admission depend on concurrency, and
-# refuse every call under a ceiling of a few MiB.
-CLOSING_FIXED_BYTES = 8 << 10
-RESPONSE_BODY_FIELDS = (
-    "response_body",
-    "response_body_base64",
-    "response_body_truncated",
-    "response_body_redacted",
-)
 _CUT_ERROR_TEXT = 200
-
-
-def closing_bound(call_id: str, provider: str, model: str | None) -> int:
-    """The bound on a closing event's fields, without the response body's, that the
-    call's model.request holds room for (ledger.append_opening's closing_bytes)."""
-    if _PLAIN_ID.fullmatch(call_id):  # the boundary's own ids: each character one byte
-        return _closing_names_bound(provider, model or "") + len(call_id)
-    names = json.dumps([call_id, provider, model or ""], ensure_ascii=False).encode()
-    return CLOSING_FIXED_BYTES + len(names)
-
-
-_PLAIN_ID = re.compile(r"[A-Za-z0-9_.-]*")
-
-
-@functools.lru_cache(maxsize=256)  # a run calls a few models through a few providers
-def _closing_names_bound(provider: str, model: str) -> int:
-    """closing_bound of an empty call id (a plain id adds its length: its JSON is itself)."""
-    return CLOSING_FIXED_BYTES + len(json.dumps(["", provider, model], ensure_ascii=False).encode())
-
-
-@dataclass
-class CallRecord:
-    """What one call has done so far; turned into the closing event's fields."""
-
-    call_id: str
-    provider: str
-    model: str | None
-    started: float  # monotonic seconds
-    status: int | None = None
-    ttfb: float | None = None
-    bytes: int = 0
-    usage: providers.Usage | None = None
-    extra: dict = field(default_factory=dict)
-
-
-def usage_fields(usage: providers.Usage | None) -> dict:
-    """Known counts only: a count the provider did not report is absent, never zero."""
-    if usage is None:
-        return {}
-    out = {}
-    for name in ("input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens"):
-        value = getattr(usage, name)
-        if value is not None:
-            out[name] = value
-    if usage.cache_write_1h_tokens is not None:
-        out["cache_write_1h_tokens"] = usage.cache_write_1h_tokens
-    return out
 
 
 def relay_headers(headers) -> list[tuple[bytes, bytes]]:
@@ -177,7 +110,9 @@ class ModelCall:
         )
         self.client_left = False
         self._keep_body = boundary.policy.ledger.record_bodies
-        self._response_body = bytearray()  # what the upstream sent, up to RECORDED_BODY_BYTES
+        self._response_body = (
+            bytearray()
+        )  # what the upstream sent, up to bodies.RECORDED_BODY_BYTES
         self._response_cut = False
 
     # ------------------------------------------------------------------ the exchange
@@ -531,7 +466,7 @@ class ModelCall:
     def _keep(self, chunk: bytes) -> None:
         if not self._keep_body:
             return
-        room = RECORDED_BODY_BYTES - len(self._response_body)
+        room = bodies.RECORDED_BODY_BYTES - len(self._response_body)
         if len(chunk) > room:
             self._response_cut = True
         self._response_body += chunk[: max(room, 0)]
@@ -542,87 +477,6 @@ class ModelCall:
         return recorded_body(
             "response", bytes(self._response_body), self.b.secrets, cut=self._response_cut
         )
-
-
-# ---------------------------------------------------------------------- recorded bodies
-
-# JSON keys whose values are credentials (compared lower-case, "-" read as "_").
-# Narrower than the header rule on purpose: "max_tokens" and "prompt_tokens" are counts.
-_SECRET_KEY = re.compile(
-    r"(?:^|_)(?:api_?key|apikey|secret|password|passwd|authorization|cookie|credentials?"
-    r"|private_key)$|^(?:access|refresh|id|auth|bearer|session|api)_token$|^token$"
-)
-
-
-def _redact_json(value: object) -> tuple[object, bool]:
-    """The value with every credential-named member's value replaced by the marker."""
-    if isinstance(value, dict):
-        changed = False
-        out = {}
-        for key, member in value.items():
-            if _SECRET_KEY.search(key.lower().replace("-", "_")) and member not in (None, ""):
-                out[key], changed = MARKER, True
-            else:
-                out[key], inner = _redact_json(member)
-                changed = changed or inner
-        return out, changed
-    if isinstance(value, list):
-        pairs = [_redact_json(v) for v in value]
-        return [v for v, _ in pairs], any(c for _, c in pairs)
-    return value, False
-
-
-def recorded_body(prefix: str, data: bytes, secrets, *, cut: bool = False) -> dict:
-    """The event fields recording one body: `<prefix>_body` as text when it is UTF-8
-    (JSON or SSE), else `<prefix>_body_base64`, with `<prefix>_body_truncated` when
-    cut to RECORDED_BODY_BYTES and `<prefix>_body_redacted` when a secret was taken out.
-
-    Redaction: in a whole JSON body, the values of credential-named members; in any
-    body, every occurrence of a secret the boundary knows (the run token, the
-    provider keys). The request's size and hash (in model.request) stay those of
-    the bytes as sent.
-    """
-    if len(data) > RECORDED_BODY_BYTES:
-        data, cut = data[:RECORDED_BODY_BYTES], True
-    fields: dict = {}
-    redacted = False
-    text = _utf8(data, cut)
-    if text is None:
-        for secret in secrets:
-            raw = secret.encode("utf-8")
-            if raw in data:
-                data, redacted = data.replace(raw, MARKER.encode()), True
-        fields[f"{prefix}_body_base64"] = base64.b64encode(data).decode("ascii")
-    else:
-        if not cut and text[:1] in ("{", "["):
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                parsed = None  # recorded as the text it is
-            if parsed is not None:
-                parsed, changed = _redact_json(parsed)
-                if changed:
-                    text = json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
-                    redacted = True
-        for secret in secrets:
-            if secret in text:
-                text, redacted = text.replace(secret, MARKER), True
-        fields[f"{prefix}_body"] = text
-    if cut:
-        fields[f"{prefix}_body_truncated"] = True
-    if redacted:
-        fields[f"{prefix}_body_redacted"] = True
-    return fields
-
-
-def _utf8(data: bytes, cut: bool) -> str | None:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # A cut can split the last character; anything else is not text.
-        if cut and exc.start >= len(data) - 3:
-            return data[: exc.start].decode("utf-8", "strict")
-        return None
 
 
 def _only(exc: BaseException, kind: type[BaseException]) -> bool:

@@ -15,6 +15,12 @@ a `ClosingSlot`, room held for the event that will close it (one event under
 max_events, a line of at most its bound under max_ledger_bytes). The closing
 event, `admit_closing`, uses that room, so no ceiling refuses it; the slot is
 released if no closing event comes. The arithmetic is in the writer's docstring.
+
+The book's values live beside it, each importable from here too: the ceilings,
+refusals and evidence stats in limits.py (LedgerLimits, LedgerFull,
+EvidenceLost, EvidenceStats, describe_os_error, CONTROL_RESERVE_BYTES), and the
+pending events, closing slots, batches and losses in pending.py. The batch
+tunables (MAX_BATCH_BYTES, MAX_BATCH_LINES) stay here, where they are read.
 """
 
 from __future__ import annotations
@@ -22,11 +28,8 @@ from __future__ import annotations
 import errno
 import json
 from collections import deque
-from dataclasses import dataclass
 
-from docket.errors import DocketError
 from docket.ledger.chain import (
-    CONTROL_TYPES,
     EVENT_TYPES,
     GENESIS,
     encode_body,
@@ -35,25 +38,25 @@ from docket.ledger.chain import (
     line_overhead,
 )
 from docket.ledger.faults import TornWrite, WriteFaults
+from docket.ledger.limits import CONTROL_RESERVE_BYTES as CONTROL_RESERVE_BYTES
+from docket.ledger.limits import (
+    EXEMPT_FROM_EVENT_CEILING,
+    GAP_TYPE,
+    EvidenceLost,
+    EvidenceStats,
+    LedgerFull,
+    LedgerLimits,
+    MiB,
+    describe_os_error,
+)
+from docket.ledger.limits import KiB as KiB
+from docket.ledger.pending import _UNASKED, Batch, ClosingSlot, Loss, PendingEvent, Torn, _Gap
 from docket.ledger.reader import MAX_LINE_BYTES
 from docket.ledger.strict_json import TOO_DEEP, text_nests_deeper
-
-KiB = 1024
-MiB = 1024 * KiB
-GAP_TYPE = "evidence.gap"
-
-# The reserve: bytes below max_ledger_bytes that only control events (and the
-# writer's own evidence.gap record) may use, so the record of why a run stopped
-# always fits. 64 KiB holds hundreds of session.end/process.exit lines; a small
-# ceiling keeps three quarters of itself for ordinary events.
-CONTROL_RESERVE_BYTES = 64 * KiB
 
 # One write() per batch; these bound how much a single batch holds.
 MAX_BATCH_BYTES = 1 * MiB
 MAX_BATCH_LINES = 4096
-
-# Written by the writer itself, never counted against max_events.
-EXEMPT_FROM_EVENT_CEILING = CONTROL_TYPES | {GAP_TYPE}
 
 # What a closing event's line adds to its fields, held at its opening before the
 # closing's type, seq and mono_ms are known: the longest ordinary type in the
@@ -61,199 +64,8 @@ EXEMPT_FROM_EVENT_CEILING = CONTROL_TYPES | {GAP_TYPE}
 _LONGEST_ORDINARY_TYPE = max(sorted(EVENT_TYPES - EXEMPT_FROM_EVENT_CEILING), key=len)
 _LARGE_NUMBER = 10**16
 
-
-@dataclass(frozen=True)
-class LedgerLimits:
-    """The ledger's ceilings and what a failed write means.
-
-    max_events counts non-control events accepted by the writer (written or
-    lost) plus the closing slots held for them; max_ledger_bytes counts the
-    bytes in the file plus the bytes reserved for events accepted but not yet
-    written and held for closing events, so the file can never pass it.
-    Non-control events may use up to max_ledger_bytes minus the reserve
-    (control_reserve_bytes, default min(64 KiB, a quarter of the ceiling));
-    control events and the evidence.gap record may use all of it, and so may
-    a closing event's essential fields (see LedgerBook.admit_closing).
-    """
-
-    max_ledger_bytes: int = 256 * MiB
-    max_events: int | None = None
-    fail_fast_evidence: bool = False
-    control_reserve_bytes: int | None = None
-
-    def __post_init__(self) -> None:
-        if type(self.max_ledger_bytes) is not int or self.max_ledger_bytes <= 0:
-            raise ValueError("max_ledger_bytes must be a positive integer")
-        if self.max_events is not None and (
-            type(self.max_events) is not int or self.max_events < 1
-        ):
-            raise ValueError("max_events must be a positive integer or None")
-        reserve = self.control_reserve_bytes
-        if reserve is not None and (
-            type(reserve) is not int or not 0 <= reserve < self.max_ledger_bytes
-        ):
-            raise ValueError("control_reserve_bytes must be at least 0 and below max_ledger_bytes")
-
-    @property
-    def reserve_bytes(self) -> int:
-        if self.control_reserve_bytes is not None:
-            return self.control_reserve_bytes
-        return min(CONTROL_RESERVE_BYTES, self.max_ledger_bytes // 4)
-
-
-class LedgerFull(DocketError):
-    """An event refused at a ceiling, before anything was queued or forwarded.
-
-    Control events are refused only when even the reserve cannot take them.
-
-    `reason` is "max_events" or "max_ledger_bytes" (the boundary answers 503 with it).
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"ledger full ({reason}): {detail}")
-        self.reason = reason
-
-
-class EvidenceLost(DocketError):
-    """With fail_fast_evidence, a write failed: this event and every later one is refused."""
-
-
-@dataclass(frozen=True)
-class EvidenceStats:
-    """What the receipt discloses about events that never reached the disk."""
-
-    ledger_complete: bool
-    unwritten_events: int
-    first_failing_seq: int | None  # the seq the first lost event would have had
-    write_failures: int  # failed write attempts (a failed batch, or one injected fault)
-    unwritten_by_type: dict[str, int]
-    last_error: str | None
-
-    def as_dict(self) -> dict:
-        return {
-            "ledger_complete": self.ledger_complete,
-            "unwritten_events": self.unwritten_events,
-            "first_failing_seq": self.first_failing_seq,
-            "write_failures": self.write_failures,
-            "unwritten_by_type": dict(sorted(self.unwritten_by_type.items())),
-            "last_error": self.last_error,
-        }
-
-
-def describe_os_error(exc: OSError) -> str:
-    """`ENOSPC: No space left on device`: the errno's name, then the kernel's words."""
-    name = errno.errorcode.get(exc.errno, "") if exc.errno is not None else ""
-    text = exc.strerror or str(exc)
-    return f"{name}: {text}" if name else text
-
-
-_UNASKED = object()
+# A timestamp of only these characters needs no JSON escape (see _overhead).
 _PLAIN_TS = frozenset("0123456789-:.TZ+")
-
-
-class PendingEvent:
-    """One admitted event, encoded and stamped, waiting for a seq."""
-
-    __slots__ = (
-        "type",
-        "ts",
-        "mono_ms",
-        "body",
-        "reserved",
-        "control",
-        "ordinal",
-        "fault",
-        "seq",
-        "settled",
-        "waiter",
-    )
-
-    def __init__(self, type: str, ts: str, mono_ms: int, body: bytes, reserved: int, ordinal: int):
-        self.type = type
-        self.ts = ts
-        self.mono_ms = mono_ms
-        self.body = body
-        self.reserved = reserved  # an upper bound on its line's size, newline included
-        self.control = type in EXEMPT_FROM_EVENT_CEILING
-        self.ordinal = ordinal
-        self.fault: object = _UNASKED  # the fault hook's answer, asked once
-        self.seq: int | None = None
-        self.settled = False  # durable (seq set) or lost (seq None)
-        self.waiter: object = None  # the shell's: the task parked on this event
-
-
-class ClosingSlot:
-    """Room held, at an opening's admission, for the one event that will close it.
-
-    It stands for one event under max_events and `bytes` (a line, newline
-    included) under max_ledger_bytes until its closing event takes it or it is
-    released; either happens once.
-    """
-
-    __slots__ = ("book", "bytes", "held")
-
-    def __init__(self, book: LedgerBook, nbytes: int) -> None:
-        self.book = book
-        self.bytes = nbytes
-        self.held = True
-
-    def __repr__(self) -> str:
-        return f"<ClosingSlot {self.bytes} bytes {'held' if self.held else 'settled'}>"
-
-
-@dataclass
-class Batch:
-    """Lines composed from the durable head, to be written and synced as one."""
-
-    items: list[PendingEvent]
-    lines: list[bytes]  # without newlines; lines[0] is the evidence.gap record if has_gap
-    data: bytes
-    head_after: str
-    mono_after: int  # mono_ms of the last line
-    has_gap: bool
-
-
-@dataclass
-class Torn:
-    """A write the fault hook tears: `data` (the lines before it and part of its
-    own) goes to the disk, then `crash()` runs (docket.ledger.faults.TornWrite)."""
-
-    items: list[PendingEvent]
-    data: bytes
-    crash: object  # Callable[[], object]
-
-    TORN = "a torn write: the process was to die mid-line (fault hook)"
-
-
-@dataclass
-class Loss:
-    """Events that will not be written: an injected fault, or a broken ledger."""
-
-    items: list[PendingEvent]
-    error: str
-    attempted: bool  # a write was tried (and failed); False when the ledger is broken
-
-
-class _Gap:
-    """Losses since the last evidence.gap record: counters, never the events."""
-
-    __slots__ = ("first_seq", "lost", "by_type", "failures", "error")
-
-    def __init__(self, first_seq: int, error: str) -> None:
-        self.first_seq = first_seq
-        self.lost = 0
-        self.by_type: dict[str, int] = {}
-        self.failures = 0
-        self.error = error
-
-    def fields(self) -> dict:
-        return {
-            "lost": self.lost,
-            "first_failing_seq": self.first_seq,
-            "lost_by_type": dict(sorted(self.by_type.items())),
-            "write_failures": self.failures,
-            "error": self.error,
-        }
 
 
 class LedgerBook:

@@ -41,8 +41,9 @@ closing_bytes, a bound on the essential fields, rules that out. The file never
 passes max_ledger_bytes in any case.
 
 The book's public classes (LedgerLimits, LedgerFull, EvidenceLost,
-EvidenceStats, LedgerBook, ...) are importable from here too; its tunables
-(MAX_BATCH_LINES, CONTROL_RESERVE_BYTES, ...) only from book.py, where they are read.
+EvidenceStats, LedgerBook, ...) are importable from here too; its tunables only
+from where they are read: MAX_BATCH_LINES and MAX_BATCH_BYTES in book.py,
+CONTROL_RESERVE_BYTES in limits.py.
 """
 
 from __future__ import annotations

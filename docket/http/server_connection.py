@@ -1,0 +1,224 @@
+"""One accepted connection of docket.http.server: its h11 state machine, the
+socket's bytes, and the reader task that watches for the client leaving.
+
+server.py's exchange loop drives a _Connection from request to request; the
+Request and Responder a handler holds (server_exchange.py) read and write
+through it. ServerConfig, the connection-level limits, is defined here and
+re-exported by server.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import trio
+
+from docket.http.protocol import h11
+from docket.http.server_errors import ClientGone, RequestTimeout
+from docket.http.sockio import StreamIO
+
+RECEIVE_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Connection-level limits. Times are seconds."""
+
+    max_header_bytes: int = 64 * 1024  # request line + headers (h11's incomplete-event cap)
+    max_body_bytes: int = 32 * 1024 * 1024  # read_body's default limit
+    keepalive_timeout: float = 30.0  # idle wait for the next request on a kept-alive connection
+    request_timeout: float = 30.0  # max wait for the next bytes of a request under way
+    send_timeout: float = 60.0  # a client that stops reading for this long is gone
+    drain_bytes: int = 64 * 1024  # unread request body we read and drop to keep a connection
+    linger_timeout: float = 1.0  # after an error answer: wait for the client to read it
+
+
+class _Reader:
+    """The connection's reader, once a handler has asked to hear of the client
+    leaving. From then on every read of the connection is its own: it feeds h11,
+    wakes the handler waiting for bytes, and meanwhile stays on the socket, so a
+    client that goes away mid-call is seen by the one wait the socket needed
+    anyway. (A watcher task per call, cancelled when the call ended, cost about
+    200 us a call: the nursery, the cancellation, the socket registered anew.)
+
+    It reads ahead of the handler by one read at most: after bytes nobody asked
+    for (a pipelined request, body the handler has not asked for yet), it waits
+    until the handler asks again.
+    """
+
+    __slots__ = ("conn", "asking", "arrived", "paused", "resume", "ended", "gone", "scope", "done")
+
+    def __init__(self, conn: _Connection) -> None:
+        self.conn = conn
+        self.asking = False  # the handler waits for bytes
+        self.arrived = trio.Event()  # set when bytes (or the end) came for it
+        self.paused = False
+        self.resume = trio.Event()
+        self.ended = False  # the end of the stream (or a failure) was fed to h11
+        self.gone = trio.Event()
+        self.scope = trio.CancelScope()
+        self.done = trio.Event()
+
+    async def run(self) -> None:
+        try:
+            with self.scope:
+                await self._read()
+        finally:
+            self.done.set()
+
+    async def _read(self) -> None:
+        conn = self.conn
+        while not self.ended:
+            if self.paused:
+                await self.resume.wait()
+            try:
+                data = await conn.io.receive(RECEIVE_SIZE, math.inf)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""  # a reset (or our own abort) reads as the end of the stream
+            conn.received(data)
+            asked, self.asking = self.asking, False
+            if asked:
+                self.arrived.set()
+            if not data:
+                self.ended = True
+                self.gone.set()
+                if conn.watch is not None:
+                    conn.watch.cancel()
+            elif not asked:
+                self.paused, self.resume = True, trio.Event()
+
+    async def wait_for_bytes(self, timeout: float) -> None:
+        """Until more bytes (or the end) have been fed to h11; RequestTimeout after `timeout`."""
+        if self.ended:
+            return  # h11 has the end of the stream: it says so itself
+        self.asking = True
+        self.arrived = arrived = trio.Event()
+        self.conn.start_reader()
+        with trio.move_on_after(timeout):
+            await arrived.wait()
+            return
+        self.asking = False
+        raise RequestTimeout(f"no request bytes for {timeout:g}s")
+
+
+class _Connection:
+    """One accepted connection: its h11 state machine and the socket's bytes."""
+
+    def __init__(
+        self, stream: trio.abc.Stream, config: ServerConfig, nursery: trio.Nursery
+    ) -> None:
+        self.stream = stream
+        self.io = StreamIO(stream)
+        self.config = config
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_header_bytes)
+        self.peer_closed = False  # EOF or reset seen from the client
+        self.aborted = False
+        self.tunnelled = False  # a CONNECT was accepted: the handler owns the raw stream
+        self.body_done = trio.Event()
+        self.nursery = nursery  # the connection's own, for its reader
+        self.reader: _Reader | None = None
+        self.watch: trio.CancelScope | None = None  # cancelled when the client goes away
+
+    def start_reader(self) -> _Reader:
+        """The reader, started, or woken if it paused after reading ahead: what it
+        read (the rest of a request, say) is in h11 now, and it must watch again."""
+        reader = self.reader
+        if reader is None:
+            reader = self.reader = _Reader(self)
+            self.nursery.start_soon(reader.run)
+        elif reader.paused:
+            reader.paused = False
+            reader.resume.set()
+        return reader
+
+    async def stop_reader(self) -> None:
+        """Take the reads back from the reader (before reading the stream directly)."""
+        reader, self.reader = self.reader, None
+        if reader is not None:
+            reader.scope.cancel()
+            await reader.done.wait()  # it leaves its wait (or finishes a read) at once
+
+    async def next_event(self, timeout: float):
+        """The next h11 event, reading as needed; RequestTimeout after `timeout` idle."""
+        while True:
+            event = self.h11.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            if self.reader is not None:
+                await self.reader.wait_for_bytes(timeout)
+                continue
+            try:
+                data = await self.io.receive(RECEIVE_SIZE, timeout)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""  # a reset (or our own abort) reads as the end of the stream
+            except trio.TooSlowError:
+                raise RequestTimeout(f"no request bytes for {timeout:g}s") from None
+            self.received(data)
+
+    def received(self, data: bytes) -> None:
+        if not data:
+            self.peer_closed = True
+        self.h11.receive_data(data)
+
+    async def write(self, data: bytes | None) -> None:
+        if not data:
+            return
+        if self.aborted:
+            raise ClientGone("connection was aborted")
+        try:
+            await self.io.send_all(data, self.config.send_timeout)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.peer_closed = True
+            raise ClientGone(f"client went away ({_cause(exc)})") from None
+        except trio.TooSlowError:
+            self.peer_closed = True
+            raise ClientGone(f"client read nothing for {self.config.send_timeout:g}s") from None
+
+    async def answer_error(self, status: int, reason: str, message: str) -> None:
+        """A server-made error answer, then close. Written raw: h11's own state may
+        be the thing that broke. The client's unread bytes are drained first so
+        the kernel does not answer them with a reset that would eat our reply."""
+        body = (message + "\n").encode()
+        head = (
+            f"HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        ).encode()
+        try:
+            await self.write(head + body)
+            if isinstance(self.stream, trio.abc.HalfCloseableStream):
+                await self.stream.send_eof()
+        except (ClientGone, trio.BrokenResourceError, trio.ClosedResourceError):
+            return  # nobody left to tell
+        await self.stop_reader()
+        with trio.move_on_after(self.config.linger_timeout):
+            drained = 0
+            while drained < 1024 * 1024:
+                try:
+                    chunk = await self.stream.receive_some(RECEIVE_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+                if not chunk:
+                    return
+                drained += len(chunk)
+
+    async def drain_request_body(self) -> bool:
+        """Read and drop what the handler left of the request body, if it is
+        small, so the connection can be kept; False when it must close."""
+        if self.h11.their_state is not h11.SEND_BODY:
+            return True
+        if self.h11.they_are_waiting_for_100_continue or self.peer_closed:
+            return False  # the body will never come: the client waits for a 100 we never sent
+        dropped = 0
+        with trio.move_on_after(self.config.linger_timeout):
+            while dropped <= self.config.drain_bytes:
+                event = await self.next_event(self.config.linger_timeout)
+                if not isinstance(event, h11.Data):
+                    return isinstance(event, h11.EndOfMessage)
+                dropped += len(event.data)
+        return False
+
+
+def _cause(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    return f"{type(cause).__name__}: {cause}" if cause else str(exc) or type(exc).__name__

@@ -1,0 +1,132 @@
+"""The supervised child at the OS level: its environment, its start, its exit, its group.
+
+What the agent is given (`child_env`: the boundary's URLs and a per-run token,
+never a provider key); whether its command can exist (`command_missing`);
+`Child`, which waits for its exit without blocking trio and reaps it; its exit
+in shell terms and in words (`wait_status`, `describe_exit`, `signal_name`);
+and the live members of its process group (`group_members`, read from /proc).
+How it is spawned, signalled and stopped is docket.supervisor_control's;
+split from docket/supervisor.py, which still exports every name here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import trio
+
+from docket.boundary.proxy import proxy_env
+
+EXIT_CANNOT_EXEC = 126
+EXIT_NOT_FOUND = 127
+
+
+def child_env(base: dict[str, str], boundary_url: str, token: str, policy) -> dict[str, str]:
+    """What the agent sees: base URLs pointing at the boundary and a per-run token, never a key."""
+    env = dict(base)
+    for provider in policy.providers.values():
+        env.pop(provider.key_env, None)  # the real key stays with the supervisor
+    for name, provider in policy.providers.items():
+        if provider.kind == "openai":
+            env["OPENAI_BASE_URL"] = f"{boundary_url}/{name}/v1"
+            env["OPENAI_API_KEY"] = token
+        elif provider.kind == "anthropic":
+            env["ANTHROPIC_BASE_URL"] = f"{boundary_url}/{name}"
+            env["ANTHROPIC_API_KEY"] = token
+    env["DOCKET_BOUNDARY_URL"] = boundary_url
+    env["DOCKET_RUN_TOKEN"] = token
+    env.update(proxy_env(boundary_url, token))  # other egress goes through the boundary too
+    return env
+
+
+def wait_status(returncode: int) -> int:
+    """A shell-style exit status: the child's code, or 128 + the signal that killed it."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        return f"killed by {signal_name(-returncode)}"
+    return f"exited with status {returncode}"
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def command_missing(name: str, path: str) -> bool:
+    """True when exec would certainly fail with ENOENT: no such file where execvp looks.
+
+    Only the certain case: a file that exists but cannot be run is left to the
+    launcher, which names the real error.
+    """
+    if "/" in name:
+        return not os.path.lexists(name)
+    return not any(os.path.lexists(os.path.join(d or ".", name)) for d in path.split(os.pathsep))
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in a process group, read from /proc."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # it exited while we looked: not a member any more
+        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(entry.name))
+    return members
+
+
+class Child:
+    """The spawned agent: its pid (also its process group's id) and its exit.
+
+    One task owns it and calls `reap`; any other task waits on `exited`.
+    The pid cannot be reused until `reap` has run, so signalling the group
+    before then always reaches the right processes.
+    """
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.returncode: int | None = None
+        self.exited = trio.Event()
+
+    async def reap(self) -> int:
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            pidfd = None  # no pidfd (Linux < 5.3): a worker thread waits instead
+        if pidfd is None:
+            await trio.to_thread.run_sync(_wait_no_reap, self.pid, abandon_on_cancel=True)
+        else:
+            try:
+                await trio.lowlevel.wait_readable(pidfd)
+            finally:
+                os.close(pidfd)
+        self.returncode = self.popen.wait()  # it has exited: this only reaps
+        self.exited.set()
+        return self.returncode
+
+    def kill_now(self) -> None:
+        """For a run leaving abnormally: SIGKILL the group and reap, blocking briefly."""
+        if self.returncode is None:
+            if self.popen.poll() is None:
+                # Cannot miss: an unreaped leader stays in its group, even as a zombie.
+                os.killpg(self.pid, signal.SIGKILL)
+            self.returncode = self.popen.wait()
+            self.exited.set()
+
+
+def _wait_no_reap(pid: int) -> None:
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)

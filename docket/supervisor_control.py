@@ -1,0 +1,223 @@
+"""The supervisor's hold on its child: spawn it, reap it, stop it.
+
+`ChildControl` is a part of `docket.supervisor.Supervisor` (a base class that
+holds these methods, not an object of its own): it spawns the child from the
+main thread (ADR 0004), runs the `before_spawn` and `started` hooks, reaps the
+child and records its exit, forwards SIGINT/SIGTERM to its process group,
+escalates to SIGKILL after the grace period, stops the child when a stop is
+requested or the wall-clock cap is reached, and kills what the child left in its
+group. It uses the supervisor's state and its `_record` and `request_stop`:
+  options, policy, env, token, hooks, stop_requested, signals_forwarded,
+  signals_received, _stop, _child, _started, _escalating, _group_killed, _hooks_scope.
+`RunHandleOf` is the view of a supervisor its hooks get (docket.hooks.RunHandle).
+Split from docket/supervisor.py, which still exports every name here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import trio
+
+from docket.guards.redact import redact_argv
+from docket.supervisor_child import (
+    EXIT_CANNOT_EXEC,
+    EXIT_NOT_FOUND,
+    Child,
+    child_env,
+    command_missing,
+    describe_exit,
+    group_members,
+    signal_name,
+    wait_status,
+)
+from docket.supervisor_values import StopRequest
+
+if TYPE_CHECKING:
+    from docket.supervisor import Supervisor
+
+
+class ChildControl:
+    """Spawning, reaping, signalling and stopping the child; mixed into `Supervisor`."""
+
+    async def _run_child(self, nursery: trio.Nursery, url: str) -> int | None:
+        env = child_env(self.env, url, self.token, self.policy)
+        command = self.options.command
+        if self.stop_requested is not None:
+            return None  # stopped during start-up (a signal, lost evidence): nothing to run
+        if self.hooks.before_spawn is not None:
+            await self.hooks.before_spawn(RunHandleOf(self))
+            if self.stop_requested is not None:
+                return None  # the hook (or a signal meanwhile) ended the run before it began
+        if command_missing(command[0], env.get("PATH", os.defpath)):
+            self.request_stop(
+                StopRequest(f"command not found: {command[0]}", exit_status=EXIT_NOT_FOUND)
+            )
+            return None
+        argv = [sys.executable, "-m", "docket.launch", str(os.getpid()), "--", *command]
+        try:
+            # Spawned here, in the thread that runs the whole supervisor, and not
+            # through trio.lowlevel.open_process: that forks from a worker thread,
+            # and the child's death signal (launch.py) fires when the thread that
+            # forked it exits, which an idle worker does after a few seconds.
+            # Popen forks without running Python in the child, and returns once
+            # the launcher is exec'd: a millisecond of blocking, once per run.
+            popen = subprocess.Popen(
+                argv,
+                env=env,
+                start_new_session=True,
+                stdout=self.options.stdout,
+                stderr=self.options.stderr,
+            )
+        except (OSError, ValueError) as exc:
+            self.request_stop(
+                StopRequest(f"cannot start the child: {exc}", exit_status=EXIT_CANNOT_EXEC)
+            )
+            return None
+        child = self._child = Child(popen)
+        try:
+            await self._record("process.spawn", pid=child.pid, argv=redact_argv(command))
+            nursery.start_soon(self._stop_on_request, child, nursery)
+            if self.hooks.started is not None:
+                nursery.start_soon(self._run_started_hook)
+            returncode = await child.reap()
+        finally:
+            # Leaving without having reaped it (cancelled, or a bug): never leave it running.
+            child.kill_now()
+            self._hooks_scope.cancel()
+        await self._record(
+            "process.exit", pid=child.pid, status=returncode, reason=describe_exit(returncode)
+        )
+        await self._kill_stragglers(child)
+        return wait_status(returncode)
+
+    async def _run_started_hook(self) -> None:
+        with self._hooks_scope:
+            await self.hooks.started(RunHandleOf(self))
+
+    async def _kill_stragglers(self, child: Child) -> None:
+        """The child is gone but processes it started in its group may not be: the run is
+        over, so they go too (SIGKILL: they have no supervisor to answer to)."""
+        if self._group_killed:
+            return  # every member then got SIGKILL already; some may still be dying
+        members = group_members(child.pid)
+        if not members:
+            return
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return  # they exited while we looked
+        await self._record(
+            "signal.forwarded",
+            signal="SIGKILL",
+            pgid=child.pid,
+            reason=f"the child exited; {len(members)} process(es) of its group still running",
+        )
+
+    async def _signal_group(self, child: Child, sig: int, reason: str) -> bool:
+        """Signal the child's group and record it; False if there was nobody to signal."""
+        if child.exited.is_set():
+            return False  # reaped: the pid may be reused, and there is nothing to stop
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            return False  # the group is already gone: nothing was sent, nothing to record
+        if sig == signal.SIGKILL:
+            self._group_killed = True
+        await self._record(
+            "signal.forwarded", signal=signal_name(sig), pgid=child.pid, reason=reason
+        )
+        return True
+
+    def _escalate_once(self, child: Child, nursery: trio.Nursery, reason: str) -> None:
+        if not self._escalating:
+            self._escalating = True
+            nursery.start_soon(self._kill_after_grace, child, reason)
+
+    async def _kill_after_grace(self, child: Child, reason: str) -> None:
+        grace = self.options.grace_seconds
+        with trio.move_on_after(grace):
+            await child.exited.wait()
+            return
+        await self._signal_group(child, signal.SIGKILL, f"{reason}; not gone after {grace:g} s")
+
+    async def _watch_signals(self, signals, nursery: trio.Nursery) -> None:
+        async for sig in signals:
+            name = signal_name(sig)
+            self.signals_received.append(name)
+            child = self._child
+            if child is None:
+                # Start-up is not finished: nothing to forward, so do not start the child.
+                self.request_stop(
+                    StopRequest(
+                        f"{name} received before the child was started", exit_status=128 + sig
+                    )
+                )
+                continue
+            why = f"{name} received by the supervisor"
+            if await self._signal_group(child, sig, why):
+                self.signals_forwarded.append(name)
+                self._escalate_once(child, nursery, why)
+
+    async def _watch_wall_clock(self, boundary) -> None:
+        """Tell the caps guard the elapsed time at each threshold it names (warning,
+        breach); its on_breach decides. --max-wall-clock stops the run regardless.
+
+        trio sleeps and reads time on the monotonic clock, so a wall clock that
+        steps (NTP, a chaos clock fault on `clock`) cannot move any of this.
+        """
+        from docket.ledger.writer import EvidenceLost
+
+        hard = self.options.max_wall_clock
+        caps = boundary.caps
+        while True:
+            due = [t for t in (caps.next_wall_threshold(), hard) if t is not None]
+            if not due:
+                return
+            await trio.sleep_until(self._started + min(due))
+            elapsed = trio.current_time() - self._started
+            try:
+                await boundary.cap_events(caps.check_wall(elapsed))  # stops on "kill"
+            except EvidenceLost:
+                return  # the boundary has asked for the stop (exit 43): the run is ending
+            if hard is not None and elapsed >= hard:
+                self.request_stop(StopRequest("wall-clock cap reached", cap="max_wall_seconds"))
+                return
+
+    async def _stop_on_request(self, child: Child, nursery: trio.Nursery) -> None:
+        await self._stop.wait()
+        reason = self.stop_requested.reason
+        await self._signal_group(child, signal.SIGTERM, reason)
+        self._escalate_once(child, nursery, reason)
+
+
+class RunHandleOf:
+    """The docket.hooks.RunHandle a supervisor gives its hooks."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
+
+    @property
+    def boundary_url(self) -> str:
+        url = self._supervisor.boundary_url
+        assert url is not None, "the hooks run only once the boundary serves"
+        return url
+
+    @property
+    def child_pid(self) -> int | None:
+        child = self._supervisor._child
+        return None if child is None else child.pid
+
+    @property
+    def supervisor_pid(self) -> int:
+        return os.getpid()
+
+    async def record_fault(self, fields) -> int | None:
+        return await self._supervisor._record("fault.injected", **fields)
+
+    def request_stop(self, reason: str, *, exit_status: int) -> None:
+        self._supervisor.request_stop(StopRequest(reason, exit_status=exit_status))
