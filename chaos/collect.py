@@ -14,7 +14,7 @@ from pathlib import Path
 from docket.errors import InputError
 from docket.ledger.reader import iter_lines
 
-NOTES = "notes.txt"  # the engine's own notes on the run (teardown problems), one a line
+NOTES = "notes.txt"  # the engine's notes on the run (others' proxies, teardown), one a line
 
 
 @dataclass

@@ -20,10 +20,11 @@ the proxies and the stubs stop.
 Everything the run leaves is in `folder`: ledger.jsonl and receipt.json (the
 recorder's), stub-NAME.jsonl (what each stub saw), injected.jsonl (every fault
 the harness performed, with the seq of its record), probes.jsonl, metrics.txt,
-agents/NAME.out, .err and .pid, outcome.json (and notes.txt, if teardown had
-something to say). `RunResult` is read back from those files (chaos.collect),
-so a run whose supervisor was killed outright (which happens in a worker
-process: chaos.worker) is read the same way.
+agents/NAME.out, .err and .pid, outcome.json (and notes.txt, if the run had
+something to say; proxies.txt, its proxies on a real Toxiproxy). `RunResult`
+is read back from those files (chaos.collect), so a run whose supervisor was
+killed outright (which happens in a worker process: chaos.worker) is read the
+same way.
 
 `@t` faults count from one instant: when run_chaos starts.
 """
@@ -156,6 +157,8 @@ async def run_here(
                 elapsed=run.elapsed,
                 evidence=run.evidence,
                 toxiproxy_url=toxiproxy_url,
+                folder=folder,
+                note=partial(add_note, folder),
             )
             outcome = await run.supervise()
         finally:
@@ -164,9 +167,8 @@ async def run_here(
             problems = await remove_proxies(run.upstreams)
             run.upstreams.close()
             nursery.cancel_scope.cancel()
-            if problems:
-                with (folder / NOTES).open("a", encoding="utf-8") as notes:
-                    notes.writelines(f"teardown: {p}\n" for p in problems)
+            for problem in problems:
+                add_note(folder, f"teardown: {problem}")
     # A signal the supervisor caught that no process fault of ours sent came from outside:
     # the user's Ctrl-C (or a kill), which the caller must hear about, not just the agent.
     from_outside = list(outcome.signals)
@@ -183,6 +185,12 @@ async def run_here(
         )
         + "\n"
     )
+
+
+def add_note(folder: Path, line: str) -> None:
+    """One line of notes.txt, on file at once: a worker killed later keeps it."""
+    with (folder / NOTES).open("a", encoding="utf-8") as notes:
+        notes.write(line + "\n")
 
 
 class _Run:

@@ -6,6 +6,14 @@ upstream faults (chaos.faults.upstream) and whose fault records go to the run's
 ledger before it answers. With `via_proxy`, a Toxiproxy proxy (the embedded one,
 or a real one given its URL) stands between the boundary and the stub, and the
 schedule's net faults are its toxics (chaos.faults.net).
+
+A real Toxiproxy may be shared: by runs going at once, and with proxies left by a
+run killed before its teardown. So there a run's proxies carry a tag of its own
+(`docket_TAG_PROVIDER`), it removes only those, and any other `docket_` proxy it
+finds is a note naming it, never deleted: it may belong to a run still going.
+Each of its proxies' names is on file (PROXIES_FILE) before the proxy is made, so
+when a run is killed outright by its own fault (a worker: chaos.worker), its
+caller can still take them away (remove_listed_proxies).
 """
 
 from __future__ import annotations
@@ -13,7 +21,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,6 +44,9 @@ from docket.policy import policy_from_dict
 
 STUB_KEY = "sk-chaos-stub-key"  # what the boundary sends the stubs; never the agent's token
 PROXY_TIMEOUT = 10.0  # seconds for one Toxiproxy API call
+PROXY_PREFIX = "docket_"  # every proxy a docket run makes starts so
+TAG_BYTES = 3  # a run's tag on a shared Toxiproxy: 6 hex digits
+PROXIES_FILE = "proxies.txt"  # a run's proxies on a real Toxiproxy, one a line
 
 
 def key_env(index: int) -> str:
@@ -183,11 +195,18 @@ async def start_proxies(
     elapsed: Callable[[], float],
     evidence: FaultEvidence,
     toxiproxy_url: str | None,
+    folder: Path,
+    note: Callable[[str], None],
 ) -> None:
-    """One proxy per via_proxy provider, in front of its stub; base_urls then point at it."""
+    """One proxy per via_proxy provider, in front of its stub; base_urls then point at it.
+
+    On a real Toxiproxy each docket proxy already there is one `note` (it is left
+    alone), ours are tagged with a tag none of them has, and each one's name is in
+    `folder`/PROXIES_FILE before it is made."""
     proxied = [p for p in scenario.providers if p.via_proxy]
     if not proxied:
         return
+    tag = None
     if toxiproxy_url is None:
         roll = _recording_roll(schedule, elapsed, evidence)
         server = await nursery.start(partial(serve_toxiproxy, port=0, roll=roll))
@@ -196,12 +215,56 @@ async def start_proxies(
         check_real_toxiproxy(schedule)
         upstreams.driver = toxiproxy_driver(toxiproxy_url)
         upstreams.embedded = False
+        present = await _proxy_call(upstreams.driver.proxy_names)
+        for name in present:
+            if name.startswith(PROXY_PREFIX):
+                note(left_alone(toxiproxy_url, name))
+        tag = run_tag(present, [p.name for p in proxied])
     for provider in proxied:
         stub_address = upstreams.base_urls[provider.name].removeprefix("http://")
-        name = f"docket_{provider.name}"
+        name = proxy_name(provider.name, tag)
+        if tag is not None:
+            with (folder / PROXIES_FILE).open("a", encoding="utf-8") as listed:
+                listed.write(name + "\n")
         info = await _proxy_call(upstreams.driver.create_proxy, name, stub_address)
         upstreams.proxies[provider.name] = name
         upstreams.base_urls[provider.name] = f"http://{info.listen}"
+
+
+def proxy_name(provider: str, tag: str | None = None) -> str:
+    """The run's proxy in front of `provider`. Untagged on the run's own embedded
+    proxy: nobody else uses that server, and a seeded rerun records the same name."""
+    return f"{PROXY_PREFIX}{tag}_{provider}" if tag else f"{PROXY_PREFIX}{provider}"
+
+
+def run_tag(
+    taken: Collection[str],
+    providers: Sequence[str],
+    draw: Callable[[], str] | None = None,
+) -> str:
+    """A tag for this run's proxies on a shared Toxiproxy, none of whose names is
+    taken already. Random, not seeded: no fault decision depends on a proxy's name
+    (toxics are named by their fault), so it changes only the records' `proxy`."""
+    while True:
+        tag = draw() if draw is not None else secrets.token_hex(TAG_BYTES)
+        if not any(proxy_name(p, tag) in taken for p in providers):
+            return tag
+
+
+def left_alone(url: str, name: str) -> str:
+    """The note for a docket proxy on a shared Toxiproxy that is not this run's."""
+    url = url.rstrip("/")
+    return (
+        f"toxiproxy {url}: proxy {name} is another docket run's (still going, or killed "
+        f"before its teardown); left alone: if no run is using it, remove it with "
+        f"curl -X DELETE {url}/proxies/{name}"
+    )
+
+
+async def left_alone_notes(url: str) -> list[str]:
+    """A note (left_alone) for each docket proxy on the Toxiproxy at `url` now."""
+    names = await _proxy_call(toxiproxy_driver(url).proxy_names)
+    return [left_alone(url, n) for n in names if n.startswith(PROXY_PREFIX)]
 
 
 def _recording_roll(schedule: FaultSchedule, elapsed, evidence: FaultEvidence):
@@ -334,7 +397,8 @@ async def _try_proxy_call(fn, *args) -> str | None:
 
 
 async def remove_proxies(upstreams: Upstreams) -> list[str]:
-    """On a real Toxiproxy, take our proxies away (the embedded one dies with the run).
+    """On a real Toxiproxy, take our proxies away, and only ours (the embedded one
+    dies with the run).
     Returns what could not be removed, one line each: the run is over, so a
     Toxiproxy that went away is a note for the reader, not an error."""
     if upstreams.embedded or upstreams.driver is None:
@@ -346,3 +410,21 @@ async def remove_proxies(upstreams: Upstreams) -> list[str]:
             if problem is not None:
                 problems.append(f"proxy {name} not destroyed: {problem}")
     return problems
+
+
+async def remove_listed_proxies(url: str, folder: Path) -> list[str]:
+    """After a run that could not tear itself down (its worker was killed): destroy
+    the proxies it had on file that the Toxiproxy at `url` still holds. Returns what
+    could not be done, one line each, as remove_proxies does."""
+    listed = folder / PROXIES_FILE
+    if not listed.exists():
+        return []
+    ours = set(listed.read_text(encoding="utf-8").split())
+    driver = toxiproxy_driver(url)
+    try:
+        present = await _proxy_call(driver.proxy_names)
+    except (ToxiproxyError, trio.TooSlowError) as exc:
+        why = str(exc) or f"no answer within {PROXY_TIMEOUT:g} s"
+        return [f"proxies {', '.join(sorted(ours))} not destroyed: {why}"]
+    left = {name: name for name in sorted(ours.intersection(present))}
+    return await remove_proxies(Upstreams(proxies=left, driver=driver, embedded=False))

@@ -4,7 +4,8 @@
 the caller's process it would kill the caller. So run_chaos hands such a run to
 `python -m chaos.worker SPEC.json`, which runs it (stubs, proxy, recorder and
 all) and is killed by its own fault; the caller then reads the folder
-(chaos.collect) as for any run. The agents die with it (PR_SET_PDEATHSIG).
+(chaos.collect) as for any run. The agents die with it (PR_SET_PDEATHSIG); the
+proxies it made on a real Toxiproxy do not, so the caller takes them away.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def scenario_from_json(data: dict) -> Scenario:
 async def run_in_worker(
     scenario: Scenario, *, seed: int, folder: Path, toxiproxy_url: str | None
 ) -> RunResult:
-    from chaos.run import repro_command
+    from chaos.run import add_note, repro_command
+    from chaos.upstreams import remove_listed_proxies
 
     spec = folder / "worker.json"
     spec.write_text(
@@ -61,20 +63,27 @@ async def run_in_worker(
     )
     started = trio.current_time()
     argv = [sys.executable, "-m", "chaos.worker", str(spec)]
-    with (
-        trio.fail_after(scenario.max_wall_clock + SPARE_SECONDS),
-        (folder / "worker.out").open("wb") as out,
-        (folder / "worker.err").open("wb") as err,
-        # A Ctrl-C (or SIGTERM) for us is passed to the worker, whose supervisor ends
-        # the run legibly; we wait for it and read the folder as for any other end.
-        trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals,
-    ):
-        async with trio.open_nursery() as nursery:
-            run = partial(trio.run_process, argv, check=False, stdout=out, stderr=err)
-            worker = await nursery.start(run)
-            nursery.start_soon(_forward_signals, signals, worker)
-            status = await worker.wait()
-            nursery.cancel_scope.cancel()
+    try:
+        with (
+            trio.fail_after(scenario.max_wall_clock + SPARE_SECONDS),
+            (folder / "worker.out").open("wb") as out,
+            (folder / "worker.err").open("wb") as err,
+            # A Ctrl-C (or SIGTERM) for us is passed to the worker, whose supervisor ends
+            # the run legibly; we wait for it and read the folder as for any other end.
+            trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals,
+        ):
+            async with trio.open_nursery() as nursery:
+                run = partial(trio.run_process, argv, check=False, stdout=out, stderr=err)
+                worker = await nursery.start(run)
+                nursery.start_soon(_forward_signals, signals, worker)
+                status = await worker.wait()
+                nursery.cancel_scope.cancel()
+    finally:
+        # the worker is gone, however it went: what it made on a real Toxiproxy goes too
+        if toxiproxy_url is not None:
+            with trio.CancelScope(shield=True):
+                for problem in await remove_listed_proxies(toxiproxy_url, folder):
+                    add_note(folder, f"teardown: {problem}")
     if status < 0:
         why = f"the supervisor was killed by {signal.Signals(-status).name}"
         killed = (128 - status, why)

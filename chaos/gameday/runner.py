@@ -380,10 +380,11 @@ def writable_folder(folder: Path, what: str) -> None:
         raise InputError(f"{what} {folder}: {existing} is not writable by this user")
 
 
-async def check_toxiproxy_for(phases: Sequence[Phase], seed: int | None, url: str) -> None:
-    """Every run's faults are ones a real Toxiproxy can perform, and it answers."""
+async def check_toxiproxy_for(phases: Sequence[Phase], seed: int | None, url: str) -> list[str]:
+    """Every run's faults are ones a real Toxiproxy can perform, and it answers.
+    Returns a note for each docket proxy already on it (other runs', left alone)."""
     from chaos.schedule import FaultSchedule
-    from chaos.upstreams import check_toxiproxy
+    from chaos.upstreams import check_toxiproxy, left_alone_notes
 
     for phase in phases:
         for spec in phase.runs:
@@ -391,6 +392,7 @@ async def check_toxiproxy_for(phases: Sequence[Phase], seed: int | None, url: st
                 phase.seed if seed is None else seed, spec.scenario.faults
             )
             await check_toxiproxy(url, schedule)
+    return await left_alone_notes(url)
 
 
 def game_day_command(args) -> int:
@@ -410,7 +412,8 @@ def game_day_command(args) -> int:
     ]:
         writable_folder(folder, what)
     if args.toxiproxy is not None:
-        trio.run(check_toxiproxy_for, phases, args.seed, args.toxiproxy)
+        for note in trio.run(check_toxiproxy_for, phases, args.seed, args.toxiproxy):
+            print(f"note: {note}")
     progress = Progress(len(phases))
     result = game_day(
         phases,

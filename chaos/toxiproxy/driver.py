@@ -108,6 +108,10 @@ class ToxiproxyDriver:
 
         return self._call(f"create proxy {name!r}", create)
 
+    def proxy_names(self) -> list[str]:
+        """The names of every proxy the server holds, whoever made them."""
+        return self._call("list proxies", lambda server: sorted(server.proxies()))
+
     def proxy(self, name: str) -> ProxyInfo:
         def get(server: Toxiproxy) -> ProxyInfo:
             proxy = self._proxy(server, name)
