@@ -487,9 +487,10 @@ def percentiles(seconds: list[float]) -> dict:
     }
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (Linux /proc)."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU time a process (or one of its threads) has used so far (Linux /proc)."""
+    where = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    with open(where, "rb") as f:
         fields = f.read().rpartition(b")")[2].split()
     # after the command name: state is field 3, utime 14 and stime 15 (1-based)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -25,9 +25,9 @@ a model.response for every call the client made through the boundary.
 The machine is shared, so the run also records what it was up against: the
 load average before it, the disk's own write+fdatasync time and the CPU's
 speed (a fixed Python loop) before and after. CPU per call (from /proc) for
-each process is kept with the throughput. DOCKET_BENCH_PROFILE=FILE runs the
-boundary under cProfile (on the main thread's CPU clock) and dumps the stats
-there; that slows it several times.
+each process, and for the boundary's event loop alone, is kept with the
+throughput. DOCKET_BENCH_PROFILE=FILE runs the boundary under cProfile (on the
+main thread's CPU clock) and dumps the stats there; that slows it several times.
 """
 
 from __future__ import annotations
@@ -212,9 +212,11 @@ def throughput(
 
 
 def cpu_now(boundary: h.BoundaryProcess, stub: h.Stub) -> dict[str, float]:
-    """CPU seconds used so far by each process in the measurement."""
+    """CPU seconds used so far by each process in the measurement, and by the
+    boundary's event loop alone (its main thread: the one that saturates)."""
     return {
         "boundary": h.cpu_seconds(boundary.process.pid),
+        "boundary_event_loop": h.cpu_seconds(boundary.process.pid, boundary.process.pid),
         "stub": h.cpu_seconds(stub.process.pid),
         "client": time.process_time(),
     }
@@ -274,6 +276,7 @@ def run(quick: bool) -> dict:
     ttfb_added = ttfb["added_first_event_ms"]
     gap = min(held["gap_ms"]["boundary"])
     tp, ceiling = load["boundary"], load["direct"]
+    loop_us = tp["cpu_us_per_call"]["boundary_event_loop"]
     summary = {
         f"added latency p50 ms (target <= {TARGET_ADDED_P50_MS})": (
             f"{added['p50']} {mark(added['p50'] <= TARGET_ADDED_P50_MS)}"
@@ -297,6 +300,11 @@ def run(quick: bool) -> dict:
         ),
         f"c{CONCURRENCY} CPU us per call: boundary, stub, client": (
             ", ".join(str(tp["cpu_us_per_call"][who]) for who in ("boundary", "stub", "client"))
+        ),
+        # One event loop does a boundary's work, so with a core of its own it could not
+        # pass this many calls a second: the figure a faster or quieter machine moves.
+        "boundary event loop CPU us per call, and the calls/s it allows on one core": (
+            f"{loop_us}, {round(1e6 / loop_us) if loop_us else None}"
         ),
         "ledger during the throughput run: events/s, fsyncs, events per fsync": (
             f"{tp['ledger']['events_per_s']}, {tp['ledger']['fsyncs']}, "
