@@ -42,10 +42,12 @@ STUB_KEY_ENV = "DOCKET_BENCH_UPSTREAM_KEY"
 class Service:
     """A child process that announces itself with one line and answers stdin commands."""
 
-    def __init__(self, argv: list[str], name: str, *, startup_s: float = 30.0) -> None:
+    def __init__(
+        self, argv: list[str], name: str, *, startup_s: float = 30.0, cwd: Path = ROOT
+    ) -> None:
         self.name = name
         self.process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, cwd=ROOT
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, cwd=cwd
         )
         self._pending = b""
         self.first_line = self._read_line(startup_s)
@@ -126,11 +128,15 @@ class Stub(Service):
 
 
 class BoundaryProcess(Service):
-    def __init__(self, config: dict) -> None:
+    """`tree`: the source tree the boundary runs from (another checkout, to compare two)."""
+
+    def __init__(self, config: dict, tree: Path = ROOT) -> None:
         code = (
-            "import sys; from benchmarks._harness import boundary_main; boundary_main(sys.argv[1])"
+            f"import sys; sys.path.insert(0, {str(tree)!r}); "
+            "from benchmarks._harness import boundary_main; boundary_main(sys.argv[1])"
         )
-        super().__init__([sys.executable, "-c", code, json.dumps(config)], "boundary")
+        argv = [sys.executable, "-c", code, json.dumps(config)]
+        super().__init__(argv, f"boundary ({tree})", cwd=tree)
         self.url = json.loads(self.first_line)["url"]
 
     def stats(self) -> dict:
@@ -143,7 +149,11 @@ class BoundaryProcess(Service):
 
 
 def spawn_boundary(
-    ledger: Path, upstreams: dict[str, str], token: str, profile: Path | None = None
+    ledger: Path,
+    upstreams: dict[str, str],
+    token: str,
+    profile: Path | None = None,
+    tree: Path = ROOT,
 ) -> BoundaryProcess:
     """A boundary whose provider NAME (kind openai) forwards to upstreams[NAME]."""
     providers = {
@@ -156,7 +166,7 @@ def spawn_boundary(
         "providers": providers,
         "profile": str(profile) if profile else None,
     }
-    return BoundaryProcess(config)
+    return BoundaryProcess(config, tree)
 
 
 def boundary_main(config_json: str) -> None:
