@@ -78,3 +78,11 @@ def demo(session: nox.Session) -> None:
     """Record, verify, tamper, watch verify name the break (a tour of the recorder alone)."""
     session.install("-e", ".")
     session.run("docket", "demo", *session.posargs)
+
+
+@nox.session
+def compare(session: nox.Session) -> None:
+    """Two revisions of the boundary side by side in one run: `nox -s compare -- REV`
+    (against the working tree; see docs/performance.md for why never across runs)."""
+    session.install("-e", ".[test,fast]")
+    session.run("python", "-m", "benchmarks.compare", *session.posargs)
