@@ -10,12 +10,18 @@ threads (the ledger's writer), which the subprocess docs warn can deadlock.
 The kernel sends the death signal when the *thread* that forked this process
 ends, not the whole supervisor: the supervisor must spawn from a thread that
 lives as long as the run (its main thread), never from a worker pool.
+
+The death signal is per process: it takes the agent, not what the agent
+started. So before the exec a small watcher is left behind (`keep_group`):
+when the supervisor dies, it SIGKILLs the agent's process group, and with it
+every process the agent started there.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
 import sys
 
@@ -35,6 +41,67 @@ def restore_default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+# After the agent ends, how long the watcher waits to see whether the supervisor
+# ended too: the agent's death signal can reach it before the supervisor's exit does.
+SUPERVISOR_SETTLE_MS = 200
+
+
+def keep_group(supervisor: int) -> None:
+    """Leave a watcher that SIGKILLs this process's group if the supervisor dies.
+
+    It watches two pidfds, the supervisor's and this process's (the agent's, once
+    exec'd), and ends with the agent. It is not in the group (a session of its own:
+    the supervisor's signals to the group, and its count of stragglers, never see
+    it) and not the agent's child (a double fork: an agent's `wait` for its children
+    never waits for it). Without pidfds (Linux before 5.3) there is no watcher, and
+    the agent's own death signal is all there is (ADR 0004).
+    """
+    try:
+        supervisor_fd = os.pidfd_open(supervisor)
+        agent_fd = os.pidfd_open(os.getpid())
+    except (AttributeError, OSError):
+        return
+    if os.getppid() != supervisor:
+        return  # the supervisor is already gone: the death signal armed in main() ends us
+    group = os.getpgrp()
+    first = os.fork()
+    if first == 0:
+        try:
+            if os.fork() == 0:
+                _watch(group, supervisor_fd, agent_fd)
+        finally:
+            os._exit(0)
+    os.waitpid(first, 0)
+    os.close(supervisor_fd)
+    os.close(agent_fd)
+
+
+def _watch(group: int, supervisor_fd: int, agent_fd: int) -> None:
+    """The watcher's life (never returns): see keep_group."""
+    try:
+        os.setsid()
+        quiet = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # the agent's output is not ours to hold open
+            os.dup2(quiet, fd)
+        watched = select.poll()
+        watched.register(supervisor_fd, select.POLLIN)
+        watched.register(agent_fd, select.POLLIN)
+        ready = {fd for fd, _ in watched.poll()}
+        if supervisor_fd not in ready:  # the agent ended: did its supervisor?
+            settle = select.poll()
+            settle.register(supervisor_fd, select.POLLIN)
+            ready = {fd for fd, _ in settle.poll(SUPERVISOR_SETTLE_MS)}
+        if supervisor_fd in ready:
+            # The group's id stays taken while any member lives, so this reaches
+            # only what is left of the agent's.
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                return  # nothing of the agent's is left: nothing to stop
+    finally:
+        os._exit(0)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
         print("docket launch: usage: python -m docket.launch PID -- CMD ...", file=sys.stderr)
@@ -48,6 +115,7 @@ def main(argv: list[str]) -> int:
         # The supervisor died before the death signal was armed: do not run orphaned.
         print(f"docket launch: supervisor {supervisor} is gone; not starting", file=sys.stderr)
         return EXIT_CANNOT_EXEC
+    keep_group(supervisor)
     restore_default_signals()
     try:
         os.execvp(command[0], command)

@@ -463,6 +463,33 @@ def test_child_dies_with_a_sigkilled_supervisor(tmp_path, child, processes, caps
     assert not (folder / "receipt.json").exists()  # the run did not end: no claim that it did
 
 
+def test_grandchildren_die_with_a_sigkilled_supervisor(tmp_path, child, processes):
+    """The death signal takes the agent; the watcher the launcher leaves behind takes
+    what the agent started in its group (docket/launch.py keep_group)."""
+    folder, out = tmp_path / "run", tmp_path / "out"
+    supervisor = start_docket(
+        processes, "run", "--ledger-dir", str(folder), "--", *child, "trap",
+        stderr_path=tmp_path / "stderr",
+    )  # fmt: skip
+    pid = int(
+        wait_until(
+            lambda: (out / "ready").exists() and (out / "ready").read_text(), READY, "the child"
+        )
+    )
+    grandchild = int((out / "grandchild-ready").read_text())
+    try:
+        assert running(grandchild)
+        supervisor.kill()
+        supervisor.wait(timeout=TIMEOUT)
+        wait_until(lambda: not running(pid), 10, f"child {pid} to die with the supervisor")
+        wait_until(lambda: not running(grandchild), 10, f"grandchild {grandchild} to die too")
+    finally:
+        kill_group(pid)
+        if running(grandchild):  # the failure this test is for: do not leave it behind
+            os.kill(grandchild, signal.SIGKILL)
+    assert not (out / "grandchild-SIGTERM").exists()  # SIGKILLed, not asked
+
+
 def test_stragglers_in_the_childs_group_do_not_outlive_the_run(tmp_path, child, capsys):
     folder, out = tmp_path / "run", tmp_path / "out"
     r = run_docket("run", "--ledger-dir", str(folder), "--", *child, "straggler")
