@@ -174,3 +174,33 @@ def test_chunks():
     assert wire.encode_chunk(b"hello") == b"5\r\nhello\r\n"
     assert wire.encode_chunk(b"x" * 26) == b"1a\r\n" + b"x" * 26 + b"\r\n"
     assert wire.LAST_CHUNK == b"0\r\n\r\n"
+
+
+@given(
+    data=st.one_of(
+        st.binary(max_size=300),
+        st.sampled_from([SIZED, CHUNKED, INFORMATIONAL, UNTIL_CLOSE]),
+        # near-misses of a real answer: a valid one with a few bytes replaced
+        st.builds(
+            lambda base, at, junk: base[:at] + junk + base[at + len(junk) :],
+            st.sampled_from([SIZED, CHUNKED, INFORMATIONAL]),
+            st.integers(min_value=0, max_value=120),
+            st.binary(min_size=1, max_size=6),
+        ),
+    ),
+    cuts=st.lists(st.integers(min_value=1, max_value=300), max_size=6),
+    eof=st.booleans(),
+)
+def test_any_bytes_give_events_in_order_or_a_wire_error_never_another_failure(data, cuts, eof):
+    """Whatever an upstream sends, the reader yields a head, then body bytes, then END
+    (or stops short of them), or raises WireError: the pool's failures are typed."""
+    try:
+        events, reader = parse(data, [c for c in cuts if c < len(data)], eof=eof)
+    except wire.WireError:
+        return
+    if events:
+        assert isinstance(events[0], wire.ResponseHead)
+        assert all(type(e) is bytes for e in events[1:-1])
+        assert events[-1] is wire.END or type(events[-1]) is bytes
+        assert wire.END not in events[1:-1]
+    assert reader.complete == (bool(events) and events[-1] is wire.END)
