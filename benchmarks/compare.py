@@ -10,7 +10,8 @@ round), against one shared stub, and reports per tree:
   the least disturbed by what else runs;
 - calls/s at 32 clients;
 - the added latency of one client: the median of boundary calls minus the median
-  of direct calls to the stub, the two alternating.
+  of direct calls to the stub, the two alternating; and the same for the first
+  event of a streamed call.
 
 REV is a git revision, checked out in a temporary worktree that is removed
 afterwards; it is compared with the working tree as it is, or with --against
@@ -46,9 +47,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4, help="rounds, each running both trees")
     parser.add_argument("--calls", type=int, default=6000, help="calls at 32 clients per round")
     parser.add_argument("--pairs", type=int, default=400, help="latency pairs per round (0: none)")
+    parser.add_argument(
+        "--stream-pairs",
+        type=int,
+        default=100,
+        help="streamed first-event pairs per round (0: none)",
+    )
     args = parser.parse_args()
-    if args.rounds < 1 or args.calls < 100 or args.pairs < 0:
-        print("compare: --rounds >= 1, --calls >= 100, --pairs >= 0", file=sys.stderr)
+    if args.rounds < 1 or args.calls < 100 or args.pairs < 0 or args.stream_pairs < 0:
+        print(
+            "compare: --rounds >= 1, --calls >= 100, --pairs and --stream-pairs >= 0",
+            file=sys.stderr,
+        )
         return 2
     with ExitStack() as stack:
         try:
@@ -59,7 +69,13 @@ def main() -> int:
             return 2
         trees = {args.rev: first, args.against or "working tree": second}
         try:
-            result = compare(trees, rounds=args.rounds, calls=args.calls, pairs=args.pairs)
+            result = compare(
+                trees,
+                rounds=args.rounds,
+                calls=args.calls,
+                pairs=args.pairs,
+                stream_pairs=args.stream_pairs,
+            )
         except RuntimeError as exc:
             print(f"compare: {exc}", file=sys.stderr)
             return 1
@@ -112,11 +128,14 @@ def _check_imports_from(tree: Path) -> None:
         raise RuntimeError(f"a boundary for {tree} would import docket from {found or '?'}")
 
 
-def compare(trees: dict[str, Path], *, rounds: int, calls: int, pairs: int) -> dict:
+def compare(
+    trees: dict[str, Path], *, rounds: int, calls: int, pairs: int, stream_pairs: int = 0
+) -> dict:
     for tree in trees.values():
         _check_imports_from(tree)
     figures: dict[str, dict[str, list[float]]] = {
-        name: {"loop_us": [], "calls_per_s": [], "added_ms": []} for name in trees
+        name: {"loop_us": [], "calls_per_s": [], "added_ms": [], "first_event_ms": []}
+        for name in trees
     }
     load_before = os.getloadavg()[0]
     with (
@@ -135,6 +154,10 @@ def compare(trees: dict[str, Path], *, rounds: int, calls: int, pairs: int) -> d
                     if pairs:
                         figures[name]["added_ms"].append(
                             _added_latency(boundary.url, through, stub.url, direct, pairs)
+                        )
+                    if stream_pairs:
+                        figures[name]["first_event_ms"].append(
+                            _added_first_event(boundary.url, stub.url, stream_pairs)
                         )
                     h.load(boundary.url, through, concurrency=CONCURRENCY, calls=500, timeout_s=120)
                     pid = boundary.process.pid
@@ -178,6 +201,31 @@ def _added_latency(url: str, through: bytes, stub_url: str, direct: bytes, pairs
     return round((statistics.median(took["boundary"]) - statistics.median(took["direct"])) * 1e3, 3)
 
 
+def _added_first_event(url: str, stub_url: str, pairs: int) -> float:
+    """Median first SSE event through the boundary minus straight from the stub, in ms."""
+    body = h.chat_body(stream=True)
+    paths = {
+        "boundary": (h.StreamConnection(url), "/openai" + CHAT),
+        "direct": (h.StreamConnection(stub_url), CHAT),
+    }
+    first: dict[str, list[float]] = {"boundary": [], "direct": []}
+    try:
+        for i in range(pairs + 20):
+            for name in ("boundary", "direct") if i % 2 else ("direct", "boundary"):
+                conn, path = paths[name]
+                timing = conn.call(path, TOKEN, body)
+                if timing.status != 200:
+                    raise RuntimeError(f"{name} stream answered {timing.status}")
+                if i >= 20:
+                    first[name].append(timing.first_body_s)
+    finally:
+        for conn, _ in paths.values():
+            conn.close()
+    return round(
+        (statistics.median(first["boundary"]) - statistics.median(first["direct"])) * 1e3, 3
+    )
+
+
 def _summary(f: dict[str, list[float]]) -> dict[str, str]:
     def median(values: list[float]) -> str:
         return f"{statistics.median(values):.1f}" if values else "-"
@@ -187,6 +235,9 @@ def _summary(f: dict[str, list[float]]) -> dict[str, str]:
         "calls/s at c32 (median; rounds)": f"{median(f['calls_per_s'])}; {f['calls_per_s']}",
         "added latency p50 ms, one client (median; rounds)": (
             f"{median(f['added_ms'])}; {f['added_ms']}"
+        ),
+        "streamed first event added p50 ms (median; rounds)": (
+            f"{median(f['first_event_ms'])}; {f['first_event_ms']}"
         ),
     }
 
