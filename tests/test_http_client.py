@@ -454,9 +454,11 @@ async def test_raw_answers_the_pool_reads_whole():
 
 async def test_a_header_that_would_split_the_request_is_refused_before_a_byte_goes():
     received = []
+    heard = trio.Event()
 
     async def upstream(stream):
         received.append(await stream.receive_some(65536))
+        heard.set()
 
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
@@ -467,7 +469,6 @@ async def test_a_header_that_would_split_the_request_is_refused_before_a_byte_go
                     pass
             await pool.aclose()  # the connection opened for it closes unused
             with trio.fail_after(2):
-                while not received:
-                    await trio.sleep(0.01)
+                await heard.wait()
             assert received == [b""]  # the upstream saw the connection close, and nothing else
             nursery.cancel_scope.cancel()

@@ -13,7 +13,13 @@ from helpers import read_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from docket.ledger.chain import CONTROL_TYPES, ChainVerifier, encode_body, line_overhead
+from docket.ledger.chain import (
+    CONTROL_TYPES,
+    EVENT_TYPES,
+    ChainVerifier,
+    encode_body,
+    line_overhead,
+)
 from docket.ledger.writer import (
     Batch,
     EvidenceLost,
@@ -408,3 +414,18 @@ async def test_append_closing_settles_its_slot_even_when_it_refuses(tmp_path):
         ("model.request", "b"),
         ("model.error", "b"),
     ]
+
+
+@given(
+    type=st.sampled_from(sorted(EVENT_TYPES)),
+    seq=st.integers(min_value=0, max_value=2**53 - 1),
+    ts=st.one_of(st.just("2026-11-30T03:50:00.123Z"), st.text(max_size=30)),
+    mono_ms=st.integers(min_value=0, max_value=2**53 - 1),
+)
+def test_the_books_overhead_arithmetic_is_the_lines_own(type, seq, ts, mono_ms):
+    """The ceilings count a line's bytes beyond its body with a shortcut; it must be exact."""
+    try:
+        exact = line_overhead(seq, ts, type, mono_ms)
+    except UnicodeEncodeError:
+        return  # a lone surrogate cannot be a timestamp the writer stamps
+    assert LedgerBook(LedgerLimits())._overhead(type, seq, ts, mono_ms) == exact

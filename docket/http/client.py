@@ -546,7 +546,3 @@ class _Exchange:
         finally:
             pool.stats.in_use -= 1
             pool._slots.release()
-
-
-def _lower(name: bytes | str) -> bytes:
-    return (name.encode("latin-1") if isinstance(name, str) else name).lower()

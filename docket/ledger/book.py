@@ -34,6 +34,7 @@ from docket.ledger.chain import (
     GENESIS,
     encode_body,
     encode_line,
+    json_string,
     line_hash,
     line_overhead,
 )
@@ -63,9 +64,6 @@ MAX_BATCH_LINES = 4096
 # vocabulary, and a seq and mono_ms of 17 digits (mono_ms: three thousand centuries).
 _LONGEST_ORDINARY_TYPE = max(sorted(EVENT_TYPES - EXEMPT_FROM_EVENT_CEILING), key=len)
 _LARGE_NUMBER = 10**16
-
-# A timestamp of only these characters needs no JSON escape (see _overhead).
-_PLAIN_TS = frozenset("0123456789-:.TZ+")
 
 
 class LedgerBook:
@@ -111,7 +109,6 @@ class LedgerBook:
         self.broken: str | None = None  # why nothing more will be written
         self.evidence_lost: str | None = None  # set once fail_fast_evidence trips
         self._overhead_by_type: dict[str, int] = {}
-        self._plain_ts = ""  # the last timestamp found to need no JSON escape
 
     # -- admission
 
@@ -303,13 +300,10 @@ class LedgerBook:
         base = self._overhead_by_type.get(type)
         if base is None:
             base = self._overhead_by_type[type] = line_overhead(0, "", type, 0)
-        if ts is not self._plain_ts:  # the writer stamps many events with one string
-            if not _PLAIN_TS.issuperset(ts):
-                return line_overhead(seq, ts, type, mono_ms)
-            self._plain_ts = ts
-        # Over the base: the digits beyond one each for seq and mono_ms, and ts
-        # (a string needing no escape, so its JSON is itself plus two quotes).
-        return base + len(str(seq)) + len(ts) + len(str(mono_ms)) - 2
+        # Over the base (seq 0, ts "", mono_ms 0): the digits beyond one each for seq
+        # and mono_ms, and the bytes of ts as the line encodes it beyond its two quotes.
+        ts_bytes = len(json_string(ts).encode())
+        return base + len(str(seq)) + ts_bytes + len(str(mono_ms)) - 4
 
     # -- composing
 
