@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import logging
 import math
 import os
 import re
@@ -36,7 +37,7 @@ from docket.guards.caps import CapsGuard
 from docket.guards.deadline import BadDeadline, caller_budget
 from docket.guards.redact import MARKER, sanitize_url
 from docket.http.client import UpstreamPool
-from docket.http.server import BodyTooLarge, serve
+from docket.http.server import BodyTooLarge, ClientGone, serve
 from docket.ledger.writer import EvidenceLost, LedgerFull
 
 MAX_REQUEST_BYTES = 32 << 20
@@ -48,6 +49,20 @@ MIN_SCRUBBED_SECRET = 8
 _ROUTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 UNKNOWN_ROUTE = "(none)"  # the provider label of a refusal for an unknown route
 MAX_REPORTED = 2**53 - 1  # the largest integer an agent's report may carry (exact in JSON)
+log = logging.getLogger("docket.boundary")
+
+
+class _CallState:
+    """How far one model call got, for the answer to an unexpected error: the
+    reservation it holds and whether its model.request is written (the call is then
+    ModelCall's to close)."""
+
+    __slots__ = ("model", "opened", "reservation")
+
+    def __init__(self) -> None:
+        self.model: str | None = None
+        self.reservation = None
+        self.opened = False
 
 
 @dataclass
@@ -118,6 +133,8 @@ class Boundary:
             )
             for name, p in policy.providers.items()
         }
+        # A harness's probe at each await point of a model call (hooks.CALL_POINTS).
+        self.call_probe = None
         self._call_ids = itertools.count(1)
         self._call_prefix = secrets.token_hex(3)
         # Never written into the ledger, whatever text they turn up in.
@@ -277,6 +294,47 @@ class Boundary:
         await self.model_call(route, rest, request, respond)
 
     async def model_call(self, route: Route, rest: str, request, respond) -> None:
+        """One call to a provider. Whatever raises on its way is answered in the
+        provider's shape (500 docket_internal_error) and recorded: a call with a
+        model.request is closed by ModelCall (model.error internal_error); one
+        without is a policy.denied with rule internal_error, its reservation
+        released (it never left). The boundary goes on serving."""
+        state = _CallState()
+        try:
+            await self._model_call(route, rest, request, respond, state)
+        except Exception as exc:
+            if _only(exc, ClientGone):
+                raise  # the client left: nobody to answer (the call is closed as client_abort)
+            await self._internal_error(route, request, respond, state, exc)
+
+    async def _internal_error(self, route, request, respond, state, exc) -> None:
+        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        log.error("model call to %s failed inside the boundary: %s", route.name, what)
+        message = "the boundary failed on this call (internal error); it was recorded"
+        if state.opened:
+            # ModelCall has closed the call (model.error, internal_error): answer only.
+            if respond.started:
+                await respond.abort()  # a started answer must not look complete
+                return
+            answer = providers.refusal(route.kind, "docket_internal_error", message)
+            headers = [*answer.headers, (b"connection", b"close")]
+            await respond.simple(answer.status, headers, answer.body)
+            return
+        if self.caps.outstanding(state.reservation):
+            self.caps.cancel(state.reservation)  # never forwarded
+        await self.refuse(
+            respond,
+            route.kind,
+            "docket_internal_error",
+            message,
+            rule="internal_error",
+            provider=route.name,
+            model=state.model,
+            extra={"detail": self.scrub(what)[:300]},
+            close=True,
+        )
+
+    async def _model_call(self, route: Route, rest: str, request, respond, state) -> None:
         kind = route.kind
         arrived = self.guards.now()  # a caller's deadline counts from here
         token = providers.presented_token(request.headers)
@@ -293,6 +351,7 @@ class Boundary:
             )
             return
         try:
+            self._probe("request.read")
             body = await request.read_body(limit=MAX_REQUEST_BYTES)
         except BodyTooLarge:
             await self.refuse(
@@ -347,13 +406,16 @@ class Boundary:
                 extra={"param": "x-docket-deadline-ms"},
             )
             return
+        state.model = facts.model
         decision = self.caps.reserve(
             model=facts.model, request_bytes=len(body), max_output_tokens=facts.output_tokens_bound
         )
+        state.reservation = decision.reservation
         # Shielded, like the model.request below: once a reservation is held or an event
         # is on its way to disk, a stopping run must not leave it half done (a held
         # reservation, or a model.request that no closing event follows).
         try:
+            self._probe("caps.record")
             if decision.events or decision.stop_run:  # else there is nothing to write
                 with trio.CancelScope(shield=True):
                     await self.cap_events(decision)
@@ -378,6 +440,7 @@ class Boundary:
         # breaker ticket and bulkhead slot until the call is over.
         admission = self.guards.passage(self, route, respond, model=facts.model, budget=budget)
         try:
+            self._probe("guards.enter")
             passage = await admission.enter()
         except EvidenceLost:
             await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
@@ -389,18 +452,28 @@ class Boundary:
             if passage is None:
                 self.caps.cancel(decision.reservation)
                 return
-            await self._forward(route, rest, request, respond, facts, body, decision, passage)
+            await self._forward(
+                route, rest, request, respond, facts, body, decision, passage, state
+            )
         finally:
             admission.leave()
 
-    async def _forward(self, route, rest, request, respond, facts, body, decision, passage):
+    def _probe(self, point: str) -> None:
+        if self.call_probe is not None:
+            self.call_probe(point)
+
+    async def _forward(self, route, rest, request, respond, facts, body, decision, passage, state):
         """Record the model.request, then hand the call to ModelCall."""
         kind = route.kind
         call_id = f"{self._call_prefix}-{next(self._call_ids)}"
         body_fields = (
             recorded_body("request", body, self.secrets) if self.policy.ledger.record_bodies else {}
         )
+        # Made before the model.request is written, so that nothing can fail between
+        # that write and the call's own closing machinery.
+        call = ModelCall(self, route, facts, decision.reservation, body, call_id, None, passage)
         try:
+            self._probe("request.record")
             # Refused unless the ledger can also hold this call's closing event. Not
             # cancellable (see record_opening), without a shielded scope's cost.
             _, slot = await self.record_opening(
@@ -435,8 +508,8 @@ class Boundary:
         except EvidenceLost:
             await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
             return
+        call.slot, state.opened = slot, True
         try:
-            call = ModelCall(self, route, facts, decision.reservation, body, call_id, slot, passage)
             await call.run(route.target(rest, request.query), request.headers, respond)
         finally:
             # ModelCall writes one closing event whatever happens; should it fail to
@@ -556,6 +629,13 @@ def backoff_fields(body: bytes) -> dict:
         "retry_after": number("retry_after", required=False),
         "status": status,
     }
+
+
+def _only(exc: BaseException, kind: type[BaseException]) -> bool:
+    """exc is a `kind`, or a group (from a nursery) of nothing else."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(kind)[1] is None
+    return isinstance(exc, kind)
 
 
 async def _json(respond, status: int, obj: dict) -> None:

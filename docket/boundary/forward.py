@@ -12,6 +12,13 @@ the upstream works), or cancelled because the run is stopping. No ledger
 ceiling refuses it: the model.request was admitted only with room held for it
 (see closing.py's CLOSING_FIXED_BYTES).
 
+Whatever raises on the way (a bug, a body too odd to record, a harness's
+probe), the call is still closed: as model.error reason internal_error, charged
+its reservation, without the bodies (recording them may be what failed). The
+caps are charged once: a close that failed after charging is not charged again.
+`boundary.call_probe`, when set (docket.hooks.RunHooks.call_probe), is called
+with the name of each await point on the way (hooks.CALL_POINTS) and may raise.
+
 Split at its seams: closing.py (the call's record, usage fields and
 closing_bound, importable from here too) and bodies.py (recorded bodies:
 recorded_body, RECORDED_BODY_BYTES and the redaction of credential-named members).
@@ -104,7 +111,9 @@ class ModelCall:
         self._attempt: trio.CancelScope | None = None
         self.body = request_body
         self.record = CallRecord(call_id, route.name, facts.model, boundary.clock.mono())
-        self.closed = False  # the closing event has been written (or attempted)
+        self.closed = False  # the closing event's write has begun (it is then finished)
+        self._outcome = None  # the caps' outcome, once charged (a close is charged once)
+        self._charged = 0
         self.unrecorded: tuple[str, str] | None = (
             None  # evidence lost: the closing event is not durable
         )
@@ -136,14 +145,34 @@ class ModelCall:
                 elif _only(exc, ClientGone):
                     why = "client_abort"
                 with trio.CancelScope(shield=True):
-                    await self._close_error(why, charge="reservation", detail=_describe(exc))
+                    await self._close_unfinished(why, exc)
             raise
         if not self.closed:  # the client left (else: a bug, said as such)
             with trio.CancelScope(shield=True):
                 why = "client_abort" if self.client_left else "internal_error"
                 await self._close_error(why, charge="reservation")
 
+    async def _close_unfinished(self, why: str, exc: BaseException) -> None:
+        """Close a call that something interrupted before its closing event. An
+        internal error is closed without the bodies (recording them may be what
+        raised); should closing fail before its write, the call is closed once more
+        as internal_error, bare. A failure in the write itself is not retried: the
+        event may be on disk, and a second one would close the call twice."""
+        detail = _describe(exc)
+        try:
+            await self._close_error(
+                why, charge="reservation", detail=detail, bodies=why != "internal_error"
+            )
+        except Exception as again:
+            if self.closed:
+                raise
+            detail = f"{detail}; closing it: {_describe(again)}"
+            await self._close_error(
+                "internal_error", charge="reservation", detail=detail, bodies=False
+            )
+
     async def _exchange(self, target: str, headers, respond) -> None:
+        _probe(self.b, "call.forward")
         body, strip = providers.prepare(self.facts, self.body)
         out_headers = providers.upstream_headers(  # the token was checked on arrival
             self.route.kind,
@@ -170,6 +199,7 @@ class ModelCall:
         try:
             # Waiting for a free connection is bounded too (by the connect timeout), so
             # without a bulkhead no call queues unrecorded: it ends as pool_timeout.
+            _probe(self.b, "upstream.request")
             async with pool.request(
                 "POST", target, out_headers, body, wait_timeout=pool.connect_timeout
             ) as resp:
@@ -188,6 +218,7 @@ class ModelCall:
             await self._transport_failed(exc, respond)
 
     async def _relay_whole(self, resp, respond) -> None:
+        _probe(self.b, "upstream.read")
         data = await resp.read(limit=MAX_RESPONSE_BYTES)
         self.record.bytes = len(data)
         self._keep(data)
@@ -209,6 +240,7 @@ class ModelCall:
         if self.unrecorded is not None:
             await self._refuse_unrecorded(respond)
             return
+        _probe(self.b, "relay.answer")
         await respond.simple(resp.status, headers, data)
 
     async def _relay_stream(self, resp, respond, strip: bool) -> None:
@@ -221,11 +253,13 @@ class ModelCall:
             batches = resp.body_batches()
             first = self._relay_batch(batches.ready(), tracker)
             held += first.held
+            _probe(self.b, "relay.start")
             await respond.start(resp.status, relay_headers(resp.headers), body=first.now)
             async for chunks in batches:
                 batch = self._relay_batch(chunks, tracker)
                 held += batch.held
                 if batch.now:
+                    _probe(self.b, "relay.send")
                     await respond.send(batch.now)
             held += tracker.flush()
         except ClientGone:
@@ -248,6 +282,7 @@ class ModelCall:
             if self.unrecorded is not None:
                 await respond.abort()  # the end could not be recorded, so it is not delivered
                 return
+            _probe(self.b, "relay.end")
             if held:
                 await respond.send(held)
             if tracker.finished:
@@ -338,9 +373,9 @@ class ModelCall:
         return {"type": kind, "message": self.b.scrub(error.message)[:_CUT_ERROR_TEXT]}
 
     async def _close_ok(self) -> None:
-        self.closed = True
         self._disarm()
         r = self.record
+        body = self._body_fields()  # first: if recording the body fails, nothing is charged yet
         usage, priced_usage = r.usage, None
         if usage is not None:
             try:
@@ -349,10 +384,10 @@ class ModelCall:
                 priced_usage = None
         if priced_usage is None:
             # A success without usable usage: charge the worst case, say so.
-            outcome = self.b.caps.fail(self.reservation)
+            outcome = self._charge(self.b.caps.fail)
             fields = {"usage_missing": True}
         else:
-            outcome = self.b.caps.settle(self.reservation, priced_usage)
+            outcome = self._charge(self.b.caps.settle, priced_usage)
             fields = {}
         price = self.reservation.price
         timing = self._timing()
@@ -370,26 +405,31 @@ class ModelCall:
             **timing,
             **fields,
             **r.extra,
-            **self._body_fields(),
+            **body,
         )
         await self._after_close(outcome, None)
         self.b.metrics.call_finished(r.provider, "ok", timing["duration_ms"] / 1000)
 
-    async def _close_error(self, reason: str, *, charge: str, detail: str | None = None) -> None:
+    async def _close_error(
+        self, reason: str, *, charge: str, detail: str | None = None, bodies: bool = True
+    ) -> None:
         """Record the call's failure. `charge`: "nothing" (the request never left),
         "zero" (the provider answered an error before any output), "usage" (the
         final usage if it is known, else the reservation) or "reservation" (what is
-        known is not final: a cut stream may have been billed for more)."""
-        self.closed = True
+        known is not final: a cut stream may have been billed for more). Without
+        `bodies`, the response body is left out (an internal error's last resort)."""
         self._disarm()
         r = self.record
-        outcome = None
         fields = {"detail": self.b.scrub(detail)[:300]} if detail else {}
-        if charge == "nothing":
+        body = self._body_fields() if bodies else {}
+        if not self.b.caps.outstanding(self.reservation):
+            # An earlier close charged the call, then failed before its event: not twice.
+            outcome, charged = self._outcome, self._charged
+        elif charge == "nothing":
             self.b.caps.cancel(self.reservation)
-            charged = 0
+            outcome, charged = None, 0
         elif charge == "zero":
-            outcome = self.b.caps.settle(self.reservation, _nothing_used())
+            outcome = self._charge(self.b.caps.settle, _nothing_used())
             charged = outcome.charged_nusd
         else:
             priced = None
@@ -399,9 +439,9 @@ class ModelCall:
                 except ValueError:
                     priced = None
             if priced is not None:
-                outcome = self.b.caps.settle(self.reservation, priced)
+                outcome = self._charge(self.b.caps.settle, priced)
             else:
-                outcome = self.b.caps.fail(self.reservation)
+                outcome = self._charge(self.b.caps.fail)
                 if r.usage is not None:
                     fields["usage_final"] = False  # what is known, not what was billed
             charged = outcome.charged_nusd
@@ -418,10 +458,17 @@ class ModelCall:
             **timing,
             **fields,
             **r.extra,
-            **self._body_fields(),
+            **body,
         )
         await self._after_close(outcome, reason)
         self.b.metrics.call_finished(r.provider, reason, timing["duration_ms"] / 1000)
+
+    def _charge(self, how, *args):
+        """Settle or fail the reservation, remembering the outcome: a close that fails
+        after this is closed again without a second charge."""
+        outcome = self._outcome = how(self.reservation, *args)
+        self._charged = outcome.charged_nusd
+        return outcome
 
     def _disarm(self) -> None:
         """The call is closing: the deadline no longer applies, so an answer that is
@@ -434,6 +481,7 @@ class ModelCall:
         call ended and record any transition that caused. Shielded like the closing
         event, when there is anything to write (most calls have nothing, and an
         empty shield would still cost a cancel scope)."""
+        _probe(self.b, "close.after")
         changes = () if self.passage is None else self.passage.report(reason, self.record.status)
         caps = outcome is not None and (outcome.events or outcome.stop_run)
         if not (caps or changes):
@@ -453,6 +501,8 @@ class ModelCall:
         refuses it (the response body is left out when the file has no room for it).
         If evidence is lost under fail_fast_evidence, the run stops and the agent does
         not get the end of an answer the ledger does not hold."""
+        _probe(self.b, "close.write")
+        self.closed = True  # from here on the event is written once, or not at all
         try:
             await self.b.record_closing(self.slot, type, optional=RESPONSE_BODY_FIELDS, **fields)
         except EvidenceLost:
@@ -477,6 +527,12 @@ class ModelCall:
         return recorded_body(
             "response", bytes(self._response_body), self.b.secrets, cut=self._response_cut
         )
+
+
+def _probe(boundary, point: str) -> None:
+    """A harness's probe at a named await point of the call (hooks.CALL_POINTS)."""
+    if boundary.call_probe is not None:
+        boundary.call_probe(point)
 
 
 def _only(exc: BaseException, kind: type[BaseException]) -> bool:

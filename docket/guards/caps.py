@@ -307,6 +307,11 @@ class CapsGuard:
         )
         return self._commit(r, r.nusd, r.tokens)
 
+    def outstanding(self, reservation: Reservation | None) -> bool:
+        """Whether `reservation` is still held (neither settled, failed nor cancelled):
+        a path that closes a call after an unexpected error charges it once, not twice."""
+        return reservation is not None and self._outstanding.get(reservation.id) == reservation
+
     def cancel(self, reservation: Reservation) -> None:
         """The call was never forwarded (a later guard refused it): release, charge nothing.
 

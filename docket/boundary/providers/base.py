@@ -363,6 +363,10 @@ DOCKET_ERRORS: dict[str, RefusalKind] = {
     "docket_upstream_unreachable": RefusalKind(502, True),
     "docket_ledger_full": RefusalKind(503, False),  # with code max_events | max_ledger_bytes
     "docket_evidence_lost": RefusalKind(503, False),
+    # The boundary itself failed on the call (a bug, or input it could not handle):
+    # recorded (model.error or policy.denied, reason internal_error); a retry of the
+    # same request would most likely fail the same way.
+    "docket_internal_error": RefusalKind(500, False),
 }
 
 
