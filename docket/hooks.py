@@ -26,6 +26,13 @@ The supervisor calls the hooks at fixed points of a run:
                   awaited after the child is reaped and process.exit written,
                   while the boundary still serves (for a last metrics scrape);
                   its caller bounds it, the supervisor does not
+  call_probe(point)
+                  for tests: called, in the run's trio thread, with the name of
+                  each await point a model call passes (CALL_POINTS, in path
+                  order) just before it awaits there. It may raise, to prove
+                  that whatever raises on a call's path, the call still gets
+                  exactly one closing event (model.error reason internal_error)
+                  and the agent a 5xx in the provider's shape. It must not block.
 """
 
 from __future__ import annotations
@@ -38,6 +45,26 @@ from docket.clock import Clock
 from docket.ledger.faults import WriteFaults
 
 Observer = Callable[[dict], object]
+
+# The await points of one model call, in the order a call passes them (app.py, then
+# forward.ModelCall). A call passes those its path has: a streamed answer the
+# relay.start/send/end points, a whole one upstream.read and relay.answer;
+# close.write and close.after on every path that reaches an answer or an error.
+CALL_POINTS = (
+    "request.read",  # reading the request body (before any reservation)
+    "caps.record",  # recording the caps' events (a reservation is held)
+    "guards.enter",  # limiter, breaker, bulkhead
+    "request.record",  # writing the model.request
+    "call.forward",  # the model.request is durable; forwarding begins
+    "upstream.request",  # connecting and sending upstream
+    "upstream.read",  # reading a whole answer
+    "relay.start",  # sending a streamed answer's head
+    "relay.send",  # relaying a streamed batch (only when one arrives after the head)
+    "close.write",  # writing the closing event
+    "close.after",  # recording what the close caused (caps, breaker)
+    "relay.answer",  # sending a whole answer
+    "relay.end",  # sending a stream's held end
+)
 
 
 class RunHandle(Protocol):
@@ -73,3 +100,4 @@ class RunHooks:
     before_spawn: Callable[[RunHandle], Awaitable[object]] | None = None
     started: Callable[[RunHandle], Awaitable[object]] | None = None
     before_stop: Callable[[RunHandle], Awaitable[object]] | None = None
+    call_probe: Callable[[str], object] | None = None

@@ -202,6 +202,7 @@ class Supervisor(ChildControl):
                 stop=self.request_stop,
                 env=self.env,
             )
+            boundary.call_probe = self.hooks.call_probe
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_signals, signals, nursery)
                 status = await self._serve_and_run(nursery, boundary, policy)
