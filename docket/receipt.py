@@ -91,6 +91,13 @@ class _ListOf:
     items: object
 
 
+@dataclass(frozen=True)
+class _Optional:
+    """A member that may be absent (what its absence means, the spec says)."""
+
+    shape: object
+
+
 _COUNTER_SHAPE = dict.fromkeys(COUNTERS, _count) | {"usd": _usd}
 _FIRST_CAP_SHAPE = {"cap": _str, "seq": _count, "limit": _anything, "observed": _anything}
 
@@ -121,7 +128,9 @@ RECEIPT_SHAPE = {
             "unwritten_events": _count,
             "first_failing_seq": _count_or_null,
             "write_failures": _count,
-        }
+        },
+        # Calls whose model.request no closing event follows (section 6.2); absent: none.
+        "open_calls": _Optional(_ListOf({"call_id": _str, "seq": _count})),
     },
     "faults": {
         "seed": _int_or_null,
@@ -149,11 +158,16 @@ def shape_problem(value: object, shape: object, path: str = "") -> tuple[str, st
             return path or "receipt", "must be an object"
         for key in sorted(value.keys() | shape.keys()):
             where = join_path(path, key)
-            if key not in value:
-                return where, "is missing"
             if key not in shape:
                 return where, "is not a field of " + FORMAT
-            found = shape_problem(value[key], shape[key], where)
+            member = shape[key]
+            if isinstance(member, _Optional):
+                if key not in value:
+                    continue
+                member = member.shape
+            if key not in value:
+                return where, "is missing"
+            found = shape_problem(value[key], member, where)
             if found:
                 return found
         return None
@@ -220,6 +234,9 @@ def build_receipt(
         "ledger": {"file": Path(file).as_posix(), "events": count, "head": head, "bytes": size},
         "ops": {"evidence": check_evidence(evidence, "evidence")},
     }
+    open_calls = tally.open_calls()
+    if open_calls:  # said only when there are some, so a receipt without any is unchanged
+        receipt["ops"]["open_calls"] = open_calls
     found = shape_problem(receipt, RECEIPT_SHAPE)
     if found:
         raise ValueError(f"receipt field {found[0]} {found[1]}")

@@ -92,6 +92,12 @@ def _model(event: dict) -> str:
     return "" if model is None else _text(model, f"{event['type']}.model")
 
 
+def _call_id(event: dict) -> str | None:
+    # A call's events share its call_id; without one an event pairs with nothing.
+    call_id = event.get("call_id")
+    return None if call_id is None else _text(call_id, f"{event['type']}.call_id")
+
+
 def _usage(event: dict) -> tuple[int, int, int]:
     # Absent usage, or an absent member, is zero: a failed call may know only part of it.
     usage = event.get("usage")
@@ -205,6 +211,9 @@ class Tally:
         self.gaps = 0
         self.lost = 0
         self.first_gap_seq: int | None = None
+        # call_id -> seq of each model.request no closing event has followed yet. Bounded
+        # by the calls in flight at once: a closed call is dropped.
+        self.open: dict[str, int] = {}
         self._fold = {
             "session.start": self._on_start,
             "session.end": self._on_end,
@@ -241,13 +250,22 @@ class Tally:
         self.end = _session_end(event)
 
     def _on_request(self, event: dict) -> None:
+        call_id = _call_id(event)
         model = event.get("model")
         counters = self.models.get(model) if type(model) is str else None
         if counters is None:
             counters = self._counters(_model(event))
         counters[_CALLS] += 1
+        if call_id is not None:
+            self.open.setdefault(call_id, event["seq"])
+
+    def open_calls(self) -> list[dict]:
+        """The model.request events no closing event follows, in seq order: calls
+        still open where the ledger ends (the receipt's ops.open_calls)."""
+        return [{"call_id": c, "seq": seq} for c, seq in self.open.items()]
 
     def _on_response(self, event: dict) -> None:
+        call_id = _call_id(event)
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
         priced = event.get("priced")
         if priced is not True and priced is not False:
@@ -263,6 +281,7 @@ class Tally:
                     )
                 self._raw_prices[model] = prices
                 self.unit_prices[model] = checked
+        self.open.pop(call_id, None)
         counters = self.models.get(model) or self._counters(model)
         counters[_RESPONSES] += 1
         counters[_INPUT] += tokens_in
@@ -273,7 +292,9 @@ class Tally:
             counters[_UNPRICED] += 1
 
     def _on_error(self, event: dict) -> None:
+        call_id = _call_id(event)
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
+        self.open.pop(call_id, None)
         counters = self.models.get(model) or self._counters(model)
         counters[_ERRORS] += 1
         counters[_INPUT] += tokens_in

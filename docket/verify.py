@@ -45,6 +45,7 @@ __all__ = [
     "MALFORMED_EVENT",
     "NOT_A_LEDGER",
     "NOT_A_RECEIPT",
+    "OPEN_CALL",
     "POLICY_MISMATCH",
     "PRICING_MISMATCH",
     "RECEIPT_MALFORMED",
@@ -58,6 +59,7 @@ __all__ = [
     "evidence_problem",
     "first_difference",
     "load_receipt",
+    "open_calls_problem",
     "scan_ledger",
     "verify",
     "verify_command",
@@ -70,6 +72,7 @@ HEAD_MISMATCH = "head_mismatch"
 BYTES_MISMATCH = "bytes_mismatch"
 MALFORMED_EVENT = "malformed_event"
 EVIDENCE_MISMATCH = "evidence_mismatch"
+OPEN_CALL = "open_call"
 RUN_MISMATCH = "run_mismatch"
 DURATION_MISMATCH = "duration_mismatch"
 EXIT_MISMATCH = "exit_mismatch"
@@ -317,6 +320,31 @@ def evidence_problem(claimed: dict, tally: Tally, events: int) -> tuple[str, str
     return None
 
 
+def open_calls_problem(receipt: dict, tally: Tally) -> tuple[int | None, str, str] | None:
+    """The first way ops.open_calls is wrong (spec section 7.5), as (seq, path, what).
+
+    Every model.request gets exactly one closing event while the recorder runs; a
+    call still open where the ledger ends is evidence lost (the closing event
+    unwritten, or the run killed), which only an incomplete ledger may show, and
+    the receipt must name each such call.
+    """
+    derived = tally.open_calls()
+    path = "ops.open_calls"
+    if derived and receipt["ops"]["evidence"]["ledger_complete"]:
+        first = derived[0]
+        return (
+            first["seq"],
+            path,
+            f"call {_show(first['call_id'])} (model.request at seq {first['seq']}) has no "
+            "closing event, and the receipt says the ledger is complete",
+        )
+    unbacked: list[str] = []
+    found = first_difference(receipt["ops"].get("open_calls", []), derived, path, unbacked)
+    if found:
+        return None, found[0], found[1]
+    return None
+
+
 def load_receipt(path: str | os.PathLike) -> dict | Verdict:
     """The receipt as a JSON object, a receipt_malformed verdict, or VerifyInputError."""
     try:
@@ -438,6 +466,10 @@ def verify(
         return _failed(
             EVIDENCE_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
         )
+    found = open_calls_problem(receipt, scan.tally)
+    if found:
+        seq, where, what = found
+        return _failed(OPEN_CALL, seq=seq, field=where, detail=f"{where}: {what}", **figures)
     claims = scan.tally.to_claims()
     unbacked: list[str] = []
     for key, code in CLAIM_CHECKS:

@@ -54,9 +54,9 @@ def end(mono_ms: int, **extra) -> tuple[str, int, dict]:
     return "session.end", mono_ms, fields | extra
 
 
-def response(mono_ms, model, tokens_in, tokens_out, cached, cost, prices=None):
+def response(mono_ms, model, tokens_in, tokens_out, cached, cost, prices=None, call_id="c"):
     fields = {
-        "call_id": "c",
+        "call_id": call_id,
         "model": model,
         "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out, "cached_tokens": cached},
         "cost_nusd": cost,
@@ -76,7 +76,7 @@ RUN = [
     start(chaos={"seed": 7, "faults": ["upstream:status(503)@call 2"]}),
     ("process.spawn", 1, {"pid": 10, "argv": ["agent"]}),
     ("model.request", 10, {"call_id": "c1", "model": "gpt-4o"}),
-    response(900, "gpt-4o", 1000, 200, 400, 3_000_000, GPT),
+    response(900, "gpt-4o", 1000, 200, 400, 3_000_000, GPT, call_id="c1"),
     ("fault.injected", 950, {"fault": "upstream:status(503)@call 2", "seed": 7, "ordinal": 2}),
     ("model.request", 960, {"call_id": "c2", "model": "gpt-4o"}),
     (
@@ -86,10 +86,10 @@ RUN = [
     ),
     ("policy.denied", 1100, {"rule": "egress", "model": "gpt-4o"}),
     ("model.request", 1200, {"call_id": "c3", "model": "gpt-4o-mini"}),
-    response(1500, "gpt-4o-mini", 100, 50, 0, 45_000, MINI),
+    response(1500, "gpt-4o-mini", 100, 50, 0, 45_000, MINI, call_id="c3"),
     ("cap.warning", 1501, {"cap": "calls", "limit": 10, "observed": 8}),
     ("model.request", 1600, {"call_id": "c4", "model": "unpriced"}),
-    response(1700, "unpriced", 10, 5, 0, 0),
+    response(1700, "unpriced", 10, 5, 0, 0, call_id="c4"),
     ("cap.exceeded", 1800, {"cap": "usd", "limit": "1.00", "observed": "1.20"}),
     ("cap.exceeded", 1801, {"cap": "usd", "limit": "1.00", "observed": "1.30"}),
     ("agent.backoff", 1802, {"ms": 100}),
