@@ -3,7 +3,8 @@
 spec/docket-receipt-1.md section 8 is the normative text. Verification is a
 fixed sequence of checks and names the first that fails: the receipt's shape,
 the chain over the whole file, the ledger's count, head and size, the events'
-contents, the evidence, then every other claim in the order of CLAIM_CHECKS.
+contents, the evidence, the calls left open (a model.request with no closing
+event), then every other claim in the order of CLAIM_CHECKS.
 Nothing here writes to a ledger.
 """
 
