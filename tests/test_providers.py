@@ -246,7 +246,7 @@ def test_query_string_and_trailing_slash_are_ignored_and_unknown_paths_are_other
             b'{"model": "m", "max_tokens": true}',
             '"max_tokens" must be',
         ),
-        ("anthropic", "/v1/messages", b"[" * 100_000, "nested too deeply"),
+        ("anthropic", "/v1/messages", b"[" * 100_000, "levels deep"),
     ],
 )
 def test_bad_bodies_are_bad_requests_with_one_clear_line(kind, path, body, words):

@@ -378,7 +378,8 @@ class Boundary:
                 rule="bad_request",
                 provider=route.name,
                 model=None,
-                extra={"param": exc.param} if exc.param else None,
+                extra={k: v for k, v in (("param", exc.param), ("code", exc.code)) if v is not None}
+                or None,
             )
             return
         if facts.endpoint == "other" or facts.model is None:

@@ -21,12 +21,21 @@ DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
 
 
 class BadRequest(Exception):
-    """A request the boundary answers itself with a 400 in the provider's shape."""
+    """A request the boundary answers itself with a 400 in the provider's shape.
+    `code` (duplicate_key, too_deep) says which rule of the body's JSON it broke."""
 
-    def __init__(self, message: str, *, param: str | None = None) -> None:
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        self.code = code
+
+
+# A request body whose objects and arrays nest deeper than this is refused (400): no
+# model API needs it, and what reads the body after (the redactor, a recorder, an
+# upstream) must not need a deeper stack. Far above real requests (a chat with tool
+# schemas nests about 10 deep); below the standard library's own recursion limit.
+MAX_REQUEST_DEPTH = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,16 +169,76 @@ def encode_json(obj: object) -> bytes:
     return _ENCODER.encode(obj).encode("utf-8")
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_members(pairs: list[tuple[str, object]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+_REQUEST_DECODER = json.JSONDecoder(object_pairs_hook=_unique_members)
+
+
+def nests_deeper(value: object, limit: int) -> bool:
+    """Whether objects and arrays in a decoded value nest deeper than `limit` (a
+    bare object is 1 deep). With a stack of its own, not Python's: any depth is safe."""
+    stack = [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        members = value.values() if type(value) is dict else value
+        for member in members:
+            if type(member) is dict or type(member) is list:
+                if depth + 1 > limit:
+                    return True
+                stack.append((member, depth + 1))
+    return False
+
+
 def parse_json_object(body: bytes, what: str) -> dict:
-    """The body as a JSON object, or BadRequest naming what is wrong with it."""
+    """The body as a JSON object, or BadRequest naming what is wrong with it.
+
+    Stricter than JSON readers in general, because the boundary's reading must be
+    the upstream's: a member named twice in one object is refused (code
+    duplicate_key: an upstream that takes the first "model" or "max_tokens" would
+    run a call other than the one recorded and capped), and so is nesting deeper
+    than MAX_REQUEST_DEPTH (code too_deep)."""
     if not body.strip():
         raise BadRequest(f"{what} is empty; expected a JSON object")
+    too_deep = BadRequest(
+        f"{what} nests objects and arrays more than {MAX_REQUEST_DEPTH} levels deep",
+        code="too_deep",
+    )
     try:
-        obj = loads(body)
+        # Decoded as json.loads decodes bytes (UTF-8, -16 or -32, a BOM skipped).
+        obj = _REQUEST_DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
+    except _DuplicateKey as dup:
+        raise BadRequest(
+            f"{what} names the member {json.dumps(dup.key)[:80]} twice in one object; "
+            "readers disagree on which value counts, so the call is refused",
+            param=dup.key[:64],
+            code="duplicate_key",
+        ) from None
+    except RecursionError:  # the parser's own stack: deeper than our bound too
+        raise too_deep from None
     except ValueError as exc:  # includes bad UTF-8
         raise BadRequest(f"{what} is not valid JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise BadRequest(f"{what} must be a JSON object, not {_json_kind(obj)}")
+    # Only a body with that many brackets can nest that deep, and counting is cheap.
+    if body.count(b"{") + body.count(b"[") > MAX_REQUEST_DEPTH and nests_deeper(
+        obj, MAX_REQUEST_DEPTH
+    ):
+        raise too_deep
     return obj
 
 
