@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import socket
+import subprocess
 import sys
 import textwrap
 
 import trio
-from helpers import read_chain
+from helpers import read_chain, read_events, running, wait_until
 
+from docket.cli import main
 from docket.hooks import CALL_POINTS, RunHooks
 from docket.ledger.faults import os_error
 from docket.receipt import verify
@@ -167,3 +171,47 @@ async def test_a_closing_event_the_disk_refused_is_disclosed_as_an_open_call(
     outcome.receipt.write_text(json.dumps(receipt))
     verdict = verify(outcome.receipt)
     assert (verdict.code, verdict.field) == ("open_call", "ops.open_calls[0]"), verdict.summary()
+
+
+def test_a_call_in_flight_when_the_supervisor_is_killed_is_named_by_doctor(tmp_path, capsys):
+    """SIGKILL with a call in flight: no receipt, and `docket doctor` names the call
+    the ledger leaves open (its model.request, durable before the call was forwarded)."""
+    black_hole = socket.socket()  # accepts connections (the backlog), never answers
+    black_hole.bind(("127.0.0.1", 0))
+    black_hole.listen(8)
+    url = f"http://127.0.0.1:{black_hole.getsockname()[1]}"
+    out = (tmp_path / "agent.out").open("w")
+    run = options(tmp_path, url, 1, out)
+    ledger = tmp_path / "run" / "ledger.jsonl"
+    argv = [sys.executable, "-m", "docket", "run", "--policy", run.policy_path]
+    argv += ["--ledger-dir", run.ledger_dir, "--", *run.command]
+    env = os.environ | {"STUB_KEY": REAL_KEY}
+    supervisor = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(
+            lambda: ledger.exists() and b'"type":"model.request"' in ledger.read_bytes(),
+            DEADLINE,
+            "the model.request on disk",
+        )
+        spawn = next(e for e in read_events(ledger) if e["type"] == "process.spawn")
+        supervisor.kill()
+        supervisor.wait(timeout=DEADLINE)
+        wait_until(lambda: not running(spawn["pid"]), 10, "the agent to die with the supervisor")
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait(timeout=DEADLINE)
+        black_hole.close()
+        out.close()
+    assert not (tmp_path / "run" / "receipt.json").exists()
+    (request,) = [e for e in read_events(ledger) if e["type"] == "model.request"]
+    capsys.readouterr()
+    assert main(["doctor", "--json", str(ledger)]) in (0, 1)
+    diagnosis = json.loads(capsys.readouterr().out)
+    assert diagnosis["open_calls"] == [{"call_id": request["call_id"], "seq": request["seq"]}]
+    main(["doctor", str(ledger)])
+    text = capsys.readouterr().out
+    assert (
+        f'open     1 model.request with no closing event (in flight where the ledger ends): "{request["call_id"]}" at seq {request["seq"]}'
+        in text
+    )

@@ -90,6 +90,9 @@ class Scan:
     lines: int  # complete lines in the file
     problem: ChainError | None  # the first thing that does not hold
     tail: Tail | None
+    # (call_id, seq) of each model.request in the verified prefix that no closing
+    # event follows: the calls in flight where the ledger ends (a killed run's).
+    open_calls: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class Diagnosis:
     tail: Tail | None
     locked: bool  # a live writer holds the ledger's lock
     locked_by: int | None  # its pid, when it has written one
+    open_calls: tuple[tuple[str, int], ...] = ()  # see Scan
 
     @property
     def verdict(self) -> str:
@@ -144,6 +148,7 @@ class Diagnosis:
             },
             "locked": self.locked,
             "locked_by": self.locked_by,
+            "open_calls": [{"call_id": c, "seq": seq} for c, seq in self.open_calls],
             "exit_code": self.exit_code,
         }
 
@@ -154,6 +159,7 @@ def scan_lines(lines: Iterable[Line]) -> Scan:
     problem: ChainError | None = None
     tail: Tail | None = None
     complete = 0
+    open_calls: dict[str, int] = {}
     try:
         for line in lines:
             if not line.complete:
@@ -163,7 +169,7 @@ def scan_lines(lines: Iterable[Line]) -> Scan:
             complete += 1
             if problem is None:
                 try:
-                    verifier.feed(line.data)
+                    _pair(verifier.feed(line.data), open_calls)
                 except ChainError as exc:
                     # Keep reading: the line count and the tail are still worth reporting.
                     problem = exc
@@ -177,7 +183,20 @@ def scan_lines(lines: Iterable[Line]) -> Scan:
         lines=complete,
         problem=problem,
         tail=tail,
+        open_calls=tuple(open_calls.items()),
     )
+
+
+def _pair(event: dict, open_calls: dict[str, int]) -> None:
+    """Follow which calls are open: a model.request opens its call_id, its
+    model.response or model.error closes it (spec section 7.5)."""
+    kind, call_id = event["type"], event.get("call_id")
+    if type(call_id) is not str:
+        return
+    if kind == "model.request":
+        open_calls.setdefault(call_id, event["seq"])
+    elif kind in ("model.response", "model.error"):
+        open_calls.pop(call_id, None)
 
 
 def _judge_tail(verifier: ChainVerifier, line: Line) -> tuple[Tail, ChainError]:
@@ -266,6 +285,7 @@ def classify(path: str | os.PathLike) -> Diagnosis:
         tail=scan.tail,
         locked=pid is not None,
         locked_by=pid if pid is not None and pid > 0 else None,
+        open_calls=scan.open_calls,
     )
 
 
@@ -468,6 +488,13 @@ def describe(diag: Diagnosis, *, hint: bool = True) -> list[str]:
                     f"         also: the last line (byte {tail.offset}, {tail.length} bytes) "
                     "has no newline"
                 )
+    if diag.open_calls:
+        shown = ", ".join(f"{json.dumps(c)[:40]} at seq {seq}" for c, seq in diag.open_calls[:5])
+        more = f" and {len(diag.open_calls) - 5} more" if len(diag.open_calls) > 5 else ""
+        out.append(
+            f"open     {len(diag.open_calls)} model.request with no closing event "
+            f"(in flight where the ledger ends): {shown}{more}"
+        )
     if diag.locked:
         who = (
             f"pid {diag.locked_by}" if diag.locked_by else "a process that has not written its pid"
