@@ -510,6 +510,7 @@ class Boundary:
             await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
             return
         call.slot, state.opened = slot, True
+        call.record.started = self.clock.mono()  # a call's duration counts from here, as before
         try:
             await call.run(route.target(rest, request.query), request.headers, respond)
         finally:
