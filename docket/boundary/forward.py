@@ -150,15 +150,15 @@ class ModelCall:
         if not self.closed:  # the client left (else: a bug, said as such)
             with trio.CancelScope(shield=True):
                 why = "client_abort" if self.client_left else "internal_error"
-                await self._close_error(why, charge="reservation")
+                await self._close_unfinished(why, None)
 
-    async def _close_unfinished(self, why: str, exc: BaseException) -> None:
+    async def _close_unfinished(self, why: str, exc: BaseException | None) -> None:
         """Close a call that something interrupted before its closing event. An
         internal error is closed without the bodies (recording them may be what
         raised); should closing fail before its write, the call is closed once more
         as internal_error, bare. A failure in the write itself is not retried: the
         event may be on disk, and a second one would close the call twice."""
-        detail = _describe(exc)
+        detail = None if exc is None else _describe(exc)
         try:
             await self._close_error(
                 why, charge="reservation", detail=detail, bodies=why != "internal_error"
@@ -166,7 +166,7 @@ class ModelCall:
         except Exception as again:
             if self.closed:
                 raise
-            detail = f"{detail}; closing it: {_describe(again)}"
+            detail = "; ".join(filter(None, (detail, f"closing it: {_describe(again)}")))
             await self._close_error(
                 "internal_error", charge="reservation", detail=detail, bodies=False
             )
