@@ -107,6 +107,7 @@ def test_the_manifest_covers_every_failure_the_spec_names():
         "bytes_mismatch",
         "malformed_event",
         "evidence_mismatch",
+        "open_call",
         "run_mismatch",
         "duration_mismatch",
         "exit_mismatch",

@@ -312,6 +312,35 @@ def no_end_run() -> tuple[list[Entry], dict]:
     return entries, unwritten
 
 
+def killed_run() -> tuple[list[Entry], dict, dict]:
+    """A run stopped with a call in flight: its closing event and session.end never
+    reached the disk (section 7.5). The ledger, the unwritten session.end, the evidence."""
+    entries = [
+        start("run-2026-11-18-0006"),
+        Entry("process.spawn", 2, {"pid": 6101, "argv": ["./agent"]}),
+        *call(60, "call-0001", "gpt-4o-mini", 300, 40),
+        failed_call(1200, "call-0002", "gpt-4o", 0, 0)[0],  # its model.request only
+    ]
+    evidence = {
+        "ledger_complete": False,
+        "unwritten_events": 2,
+        "first_failing_seq": len(entries),
+        "write_failures": 2,
+    }
+    unwritten = {
+        "v": 1,
+        "seq": len(entries) + 1,
+        "ts": rfc3339(WALL0 + 2.0),
+        "mono_ms": 2000,
+        "type": "session.end",
+        "reason": "child exited",
+        "exit_status": 0,
+        "cap": None,
+        "evidence": evidence,
+    }
+    return entries, unwritten, evidence
+
+
 def minimal_run() -> list[Entry]:
     return [start("run-2026-11-18-0005", caps={}), end(17, reason="child exited", status=0)]
 
@@ -1136,6 +1165,40 @@ def make(out: Path) -> None:
         receipt=basic_receipt,
         verdict="input_error",
         code="not_a_ledger",
+    )
+
+    # -- calls left open (section 7.5), added with the open_call check
+    entries, unwritten_end, lost = killed_run()
+    killed = chain(entries)
+    killed_receipt = receipt_for(killed, lost, end_event=unwritten_end)
+    v.ok(
+        "ok-open-call-disclosed",
+        "a call in flight when the run stopped: its closing event and session.end unwritten, "
+        "the ledger incomplete and the call named in ops.open_calls",
+        killed,
+        killed_receipt,
+        unbacked=["ended_at", "duration_ms", "exit"],
+    )
+    hidden = copy.deepcopy(killed_receipt)
+    del hidden["ops"]["open_calls"]
+    v.fail(
+        "open-call-hidden",
+        "as ok-open-call-disclosed, with ops.open_calls removed: the open call is not named",
+        None,
+        hidden,
+        "open_call",
+        ledger_arg="ok-open-call-disclosed/ledger.jsonl",
+        field="ops.open_calls[0]",
+    )
+    never_closed = chain([*entries, end(2000)])
+    v.fail(
+        "open-call-in-complete-ledger",
+        "a model.request with no closing event, in a ledger the receipt calls complete",
+        never_closed.data,
+        receipt_for(never_closed, COMPLETE),
+        "open_call",
+        seq=len(entries) - 1,
+        field="ops.open_calls",
     )
 
     v.write_manifest()
