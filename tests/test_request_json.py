@@ -163,3 +163,21 @@ def test_nests_deeper_needs_no_stack_of_pythons():
         value = [value]
     assert nests_deeper({"a": value}, MAX_REQUEST_DEPTH)
     assert not nests_deeper({"a": value}, 100_002)
+
+
+async def test_a_refusal_quoting_the_body_does_not_copy_a_secret(stub_server, boundary_rig):
+    """The refusal names the member twice: a member named with the run token is not
+    written into the record, nor echoed."""
+    body = b'{"model":"gpt-4o-mini","messages":[],"%s":1,"%s":2}' % (TOKEN.encode(), TOKEN.encode())
+    with trio.fail_after(DEADLINE):
+        async with (
+            stub_server("openai") as oa,
+            boundary_rig({"openai": oa}) as rig,
+            rig.client() as http,
+        ):
+            answer = await http.post(CHAT, content=body, headers=JSON)
+        raw = rig.raw()
+    assert answer.status_code == 400
+    assert error_of("openai", answer.content)["code"] == "duplicate_key"
+    assert TOKEN.encode() not in raw and TOKEN.encode() not in answer.content
+    assert b"[redacted]" in raw

@@ -374,11 +374,15 @@ class Boundary:
                 respond,
                 kind,
                 "docket_bad_request",
-                str(exc),
+                self.scrub(str(exc)),  # it may quote the body: a member's name or value
                 rule="bad_request",
                 provider=route.name,
                 model=None,
-                extra={k: v for k, v in (("param", exc.param), ("code", exc.code)) if v is not None}
+                extra={
+                    k: self.scrub(v)
+                    for k, v in (("param", exc.param), ("code", exc.code))
+                    if v is not None
+                }
                 or None,
             )
             return
