@@ -125,6 +125,9 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"docket: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
         return EXIT_CANNOT_EXEC
+    except ValueError as exc:  # an empty name, a NUL byte: exec cannot take it
+        print(f"docket: cannot run {command[0]!r}: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_EXEC
     return EXIT_CANNOT_EXEC  # not reached: exec replaced this process
 
 

@@ -18,6 +18,7 @@ import subprocess
 import trio
 
 from docket.boundary.proxy import proxy_env
+from docket.guards.keys import agent_drops
 
 EXIT_CANNOT_EXEC = 126
 EXIT_NOT_FOUND = 127
@@ -25,9 +26,11 @@ EXIT_NOT_FOUND = 127
 
 def child_env(base: dict[str, str], boundary_url: str, token: str, policy) -> dict[str, str]:
     """What the agent sees: base URLs pointing at the boundary and a per-run token, never a key."""
-    env = dict(base)
-    for provider in policy.providers.values():
-        env.pop(provider.key_env, None)  # the real key stays with the supervisor
+    # The real keys stay with the supervisor: every configured key_env, the well-known
+    # provider key names (a key for a provider not configured is still a key) and the
+    # policy's secrets.drop_env are dropped (docket.guards.keys).
+    drops = agent_drops(policy)
+    env = {name: value for name, value in base.items() if name not in drops}
     for name, provider in policy.providers.items():
         if provider.kind == "openai":
             env["OPENAI_BASE_URL"] = f"{boundary_url}/{name}/v1"
