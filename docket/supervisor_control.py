@@ -4,9 +4,9 @@
 holds these methods, not an object of its own): it spawns the child from the
 main thread (ADR 0004), runs the `before_spawn` and `started` hooks, reaps the
 child and records its exit, forwards SIGINT/SIGTERM to its process group,
-escalates to SIGKILL after the grace period, stops the child when a stop is
-requested or the wall-clock cap is reached, and kills what the child left in its
-group. It uses the supervisor's state and its `_record` and `request_stop`:
+escalates to SIGKILL after the grace period (at once on a second signal), stops
+the child when a stop is requested or the wall-clock cap is reached, and kills
+what the child left in its group. It uses the supervisor's state and its `_record` and `request_stop`:
   options, policy, env, token, hooks, stop_requested, signals_forwarded,
   signals_received, _stop, _child, _started, _escalating, _group_killed, _hooks_scope.
 `RunHandleOf` is the view of a supervisor its hooks get (docket.hooks.RunHandle).
@@ -159,6 +159,13 @@ class ChildControl:
                 )
                 continue
             why = f"{name} received by the supervisor"
+            if self.signals_forwarded:
+                # A second Ctrl-C (or SIGTERM): whoever sent it will not wait out
+                # --grace, so the group is killed now, and the record says why.
+                why += " again: killed without waiting out the grace period"
+                if await self._signal_group(child, signal.SIGKILL, why):
+                    self.signals_forwarded.append(name)
+                continue
             if await self._signal_group(child, sig, why):
                 self.signals_forwarded.append(name)
                 self._escalate_once(child, nursery, why)
