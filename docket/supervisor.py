@@ -53,6 +53,7 @@ from docket.supervisor_child import (
     wait_status,
 )
 from docket.supervisor_control import ChildControl, RunHandleOf
+from docket.supervisor_os import make_non_dumpable, set_subreaper
 from docket.supervisor_values import GRACE_SECONDS, Outcome, RunOptions, StopRequest
 
 # The names callers import from docket.supervisor (docket/cli.py, docket/boundary/,
@@ -144,16 +145,16 @@ class Supervisor(ChildControl):
         self.hardening: dict = {}  # what the kernel was asked at start, and what it said
 
     def _harden(self) -> None:
-        """Close this process's environ and memory to the agent (supervisor_os.py);
-        where the kernel cannot, say why (session.start, and a warning line)."""
-        from docket.supervisor_os import make_non_dumpable
-
+        """Close this process's environ and memory to the agent, and make it the
+        reaper of the agent's orphans (supervisor_os.py); where the kernel cannot,
+        say why (session.start's hardening, and a warning line)."""
         if self.hardening:
             return  # done already (docket run does it before the run, to warn at start)
-        why = make_non_dumpable()
-        self.hardening["non_dumpable"] = why is None
-        if why is not None:
-            self.hardening["non_dumpable_error"] = why
+        for name, ask in (("non_dumpable", make_non_dumpable), ("subreaper", set_subreaper)):
+            why = ask()
+            self.hardening[name] = why is None
+            if why is not None:
+                self.hardening[f"{name}_error"] = why
 
     def _check_keys(self) -> None:
         """A key that cannot go into a header is refused now (exit 2), never at the
@@ -196,8 +197,14 @@ class Supervisor(ChildControl):
         # like any other (the run ends legibly), never as a KeyboardInterrupt
         # raised into the middle of a ledger append.
         self._harden()
-        with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
-            return await self._run(signals)
+        try:
+            with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
+                return await self._run(signals)
+        finally:
+            if self.hardening.get("subreaper"):
+                # The run is over (its orphans ended): a harness that runs the
+                # supervisor in its own process gets its process back as it was.
+                set_subreaper(False)
 
     async def _run(self, signals) -> Outcome:
         from docket.boundary.app import Boundary
@@ -417,13 +424,13 @@ def _start_warnings(supervisor: Supervisor) -> None:
     if supervisor.keys_missing:
         print(missing_warning(supervisor.keys_missing), file=sys.stderr)
     supervisor._harden()
-    why = supervisor.hardening.get("non_dumpable_error")
-    if why is not None:
-        print(
-            f"docket: warning: the supervisor's memory and environment stay readable by "
-            f"processes of the same user ({why})",
-            file=sys.stderr,
-        )
+    for name, consequence in (
+        ("non_dumpable", "the supervisor's memory and environment stay readable by the agent"),
+        ("subreaper", "a process the agent detaches (setsid) may outlive the run"),
+    ):
+        why = supervisor.hardening.get(f"{name}_error")
+        if why is not None:
+            print(f"docket: warning: {consequence} ({why})", file=sys.stderr)
     for name in agent_drops(supervisor.policy):
         os.environ.pop(name, None)
 

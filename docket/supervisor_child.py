@@ -4,7 +4,9 @@ What the agent is given (`child_env`: the boundary's URLs and a per-run token,
 never a provider key); whether its command can exist (`command_missing`);
 `Child`, which waits for its exit without blocking trio and reaps it; its exit
 in shell terms and in words (`wait_status`, `describe_exit`, `signal_name`);
-and the live members of its process group (`group_members`, read from /proc).
+the live members of its process group (`group_members`, read from /proc); and
+the processes that came back to the supervisor as orphans (`children_of`,
+`cmdline_of`, `reap_pid`).
 How it is spawned, signalled and stopped is docket.supervisor_control's;
 split from docket/supervisor.py, which still exports every name here.
 """
@@ -89,6 +91,65 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != b"Z":
             members.append(int(entry.name))
     return members
+
+
+def children_of(ppid: int) -> dict[int, tuple[str, int]]:
+    """Our children by pid, each with its state letter and session id, read from /proc.
+
+    With the supervisor a child subreaper (docket.supervisor_os), this includes
+    every process the agent detached whose parent has gone.
+    """
+    children = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # it exited (and was reaped) while we looked
+        # pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if int(fields[1]) == ppid:
+            children[int(entry.name)] = (fields[0].decode(), int(fields[3]))
+    return children
+
+
+def cmdline_of(pid: int) -> list[str]:
+    """A process's argv as /proc shows it ([] for a zombie, or one that is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0")[:-1]]
+
+
+async def reap_pid(pid: int, timeout: float) -> int | None:
+    """Wait (at most `timeout` s) for a child that is not a Popen's to exit, and reap
+    it: its returncode (-N for signal N), or None if it did not exit in time or
+    was not ours to reap."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None  # gone already: reaped by someone else
+    except (AttributeError, OSError):
+        pidfd = None  # no pidfd (Linux < 5.3): poll it instead
+    with trio.move_on_after(timeout):
+        if pidfd is not None:
+            try:
+                await trio.lowlevel.wait_readable(pidfd)
+            finally:
+                os.close(pidfd)
+        while True:
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if got:
+                return os.waitstatus_to_exitcode(status)
+            await trio.sleep(0.01)  # only without pidfd, or a pidfd readable early
+    return None
 
 
 class Child:

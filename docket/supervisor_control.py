@@ -35,14 +35,16 @@ from docket.supervisor_child import (
     signal_name,
     wait_status,
 )
+from docket.supervisor_orphans import OrphanSweep
 from docket.supervisor_values import StopRequest
 
 if TYPE_CHECKING:
     from docket.supervisor import Supervisor
 
 
-class ChildControl:
-    """Spawning, reaping, signalling and stopping the child; mixed into `Supervisor`."""
+class ChildControl(OrphanSweep):
+    """Spawning, reaping, signalling and stopping the child; mixed into `Supervisor`.
+    What the child leaves behind outside its group is OrphanSweep's."""
 
     async def _run_child(self, nursery: trio.Nursery, url: str) -> int | None:
         env = child_env(self.env, url, self.token, self.policy)
@@ -58,7 +60,10 @@ class ChildControl:
                 StopRequest(f"command not found: {command[0]}", exit_status=EXIT_NOT_FOUND)
             )
             return None
-        argv = [sys.executable, "-m", "docket.launch", str(os.getpid()), "--", *command]
+        self._note_children()
+        self._report_fd, report = os.pipe()  # the launcher writes its watcher's pid here
+        launch = [sys.executable, "-m", "docket.launch", str(os.getpid())]
+        argv = [*launch, "--report-fd", str(report), "--", *command]
         try:
             # Spawned here, in the thread that runs the whole supervisor, and not
             # through trio.lowlevel.open_process: that forks from a worker thread,
@@ -72,12 +77,16 @@ class ChildControl:
                 start_new_session=True,
                 stdout=self.options.stdout,
                 stderr=self.options.stderr,
+                pass_fds=(report,),
             )
         except (OSError, ValueError) as exc:
+            self._close_report_fd()
             self.request_stop(
                 StopRequest(f"cannot start the child: {exc}", exit_status=EXIT_CANNOT_EXEC)
             )
             return None
+        finally:
+            os.close(report)  # the launcher holds its own copy
         child = self._child = Child(popen)
         try:
             await self._record("process.spawn", pid=child.pid, argv=redact_argv(command))
@@ -93,6 +102,10 @@ class ChildControl:
             "process.exit", pid=child.pid, status=returncode, reason=describe_exit(returncode)
         )
         await self._kill_stragglers(child)
+        try:
+            await self._end_orphans(child.pid)
+        finally:
+            self._close_report_fd()
         return wait_status(returncode)
 
     async def _run_started_hook(self) -> None:

@@ -44,6 +44,6 @@ def make_non_dumpable() -> str | None:
     return _prctl(PR_SET_DUMPABLE, 0)
 
 
-def set_subreaper(on: bool) -> str | None:
+def set_subreaper(on: bool = True) -> str | None:
     """Make this process (or stop it being) the reaper of its descendants' orphans."""
     return _prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0)

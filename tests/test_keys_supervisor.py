@@ -5,7 +5,9 @@ recorded. Real `docket run` processes, real signals, every wait bounded."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -17,10 +19,12 @@ from test_supervisor import (
     TIMEOUT,
     assert_verifies,
     assert_well_ended,
+    docket_argv,
     kill_group,
     of_type,
     processes,  # noqa: F401 - the fixture
     start_docket,
+    with_keys,
 )
 
 STUBBORN = textwrap.dedent(
@@ -94,4 +98,68 @@ def test_a_second_signal_kills_at_once_instead_of_waiting_out_the_grace(
         receipt["exit"]["reason"]
         == f"child killed by SIGKILL after {name}, {name} to the supervisor"
     )
+    assert_verifies(folder, capsys)
+
+
+DETACHER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from pathlib import Path
+    out = Path(sys.argv[1])
+
+    def session_of(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[3])
+
+    # A daemon in a session of its own, and a shell in another whose child sleeps:
+    # neither is in the agent's process group, so killing the group misses both.
+    daemon = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    shell = subprocess.Popen(["sh", "-c", "sleep 301 & echo $! > inner.pid; wait"],
+                             cwd=out, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not ((out / "inner.pid").exists() and (out / "inner.pid").read_text().strip()):
+        if time.monotonic() > deadline:
+            sys.exit(99)
+        time.sleep(0.01)
+    assert session_of(daemon.pid) == daemon.pid and session_of(shell.pid) == shell.pid
+    (out / "detached").write_text(f"{daemon.pid} {shell.pid} {(out / 'inner.pid').read_text()}")
+    """
+)
+
+
+def test_a_detached_process_does_not_outlive_the_run_and_is_recorded(tmp_path, capsys):
+    folder, out = tmp_path / "run", tmp_path / "out"
+    out.mkdir()
+    script = tmp_path / "detacher.py"
+    script.write_text(DETACHER)
+    # Output to a file: on a pipe, a process that outlives the run holds it open,
+    # and reading to its end would wait for that process, not for docket.
+    stderr = tmp_path / "stderr"
+    with stderr.open("wb") as err:
+        argv = docket_argv("run", "--ledger-dir", str(folder), "--", sys.executable, str(script))
+        r = subprocess.run(
+            [*argv, str(out)], stdout=err, stderr=err, env=with_keys(None), timeout=TIMEOUT
+        )
+    daemon, shell, inner = (int(x) for x in (out / "detached").read_text().split())
+    try:
+        assert r.returncode == 0, stderr.read_text()
+        for pid in (daemon, shell, inner):
+            # Reaped by the supervisor before it exited: gone, not even a zombie.
+            assert not running(pid), f"{pid} outlived the run"
+    finally:
+        for pid in (daemon, shell, inner):
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+    events = read_events(folder / "ledger.jsonl")
+    orphans = {e["pid"]: e for e in of_type(events, "process.orphan")}
+    assert set(orphans) == {daemon, shell, inner}  # the launcher's watcher is not listed
+    assert orphans[daemon]["argv"] == ["sleep", "300"]
+    assert orphans[daemon]["found"] == "running"
+    for e in orphans.values():
+        assert (e["status"], e["reason"]) == (-signal.SIGKILL, "killed by SIGKILL")
+    # After the agent's exit, before the end of the record; the receipt still verifies.
+    (exited,) = of_type(events, "process.exit")
+    assert all(exited["seq"] < e["seq"] < events[-1]["seq"] for e in orphans.values())
+    assert events[0]["hardening"] == {"non_dumpable": True, "subreaper": True}
+    assert_well_ended(folder, events, 0)
     assert_verifies(folder, capsys)

@@ -1,0 +1,117 @@
+"""The processes the agent detached: back to the supervisor, ended with the run, recorded.
+
+An agent that starts a process with setsid (or a double fork) puts it out of
+reach of its process group, so killing the group at the end of the run missed
+it and it outlived the run. The supervisor is a child subreaper for the run
+(docket.supervisor_os): when such a process's parent dies, the kernel hands it
+to the supervisor instead of init. Once the agent is reaped, every process it
+left is the supervisor's child or a descendant of one, in a session of its own
+(the agent's, or one it made), never the supervisor's. `OrphanSweep` finds
+them, SIGKILLs and reaps them, round after round (a process killed hands its
+own children over in turn), and records each as `process.orphan`: pid, argv
+(redacted), whether it was still running, and how it ended.
+
+Docket's own watcher (docket.launch.keep_group) comes back the same way; the
+launcher reports its pid on a pipe, and it is ended without being recorded as
+the agent's. Processes of the supervisor's own session (a harness running the
+supervisor in its process may have children of its own) and those that were
+its children before the spawn are never touched.
+
+`OrphanSweep` is a part of `docket.supervisor.Supervisor` (a base class of
+ChildControl, like it a holder of methods); it uses `_record`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from docket.guards.redact import redact_argv
+from docket.supervisor_child import children_of, cmdline_of, describe_exit, reap_pid
+
+MAX_ORPHAN_EVENTS = 16  # each listed; past this one event counts the rest (the ledger's
+# control reserve is for the end of the record, not for an agent's thousand daemons)
+MAX_ROUNDS = 64  # a tree deeper than this is left to the launcher's watcher's group kill
+REAP_SECONDS = 5.0  # for one SIGKILLed process to be gone
+ARGV_ITEMS, ARGV_CHARS = 8, 200  # an orphan's argv, as recorded
+
+
+class OrphanSweep:
+    """Find, end, reap and record what the agent left behind."""
+
+    _children_before: frozenset[int] = frozenset()
+    _report_fd: int | None = None  # the launcher's pipe: the watcher's pid
+
+    def _note_children(self) -> None:
+        """Before the spawn: the children this process has already, never ours to end."""
+        self._children_before = frozenset(children_of(os.getpid()))
+
+    def _watcher_pid(self) -> int | None:
+        """The watcher's pid, as the launcher wrote it. Read once the agent has
+        ended, when every write end is closed, so the read cannot block."""
+        fd, self._report_fd = self._report_fd, None
+        if fd is None:
+            return None
+        try:
+            os.set_blocking(fd, False)
+            data = os.read(fd, 64)
+        except BlockingIOError:
+            data = b""  # a writer still holds it: no pid reported
+        finally:
+            os.close(fd)
+        text = data.decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else None
+
+    def _close_report_fd(self) -> None:
+        fd, self._report_fd = self._report_fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def _orphans(self, agent: int) -> dict[int, str]:
+        me, session = os.getpid(), os.getsid(0)
+        return {
+            pid: state
+            for pid, (state, sid) in children_of(me).items()
+            if pid != agent and pid not in self._children_before and sid != session
+        }
+
+    async def _end_orphans(self, agent: int) -> None:
+        watcher = self._watcher_pid()
+        listed = unlisted = 0
+        for _ in range(MAX_ROUNDS):
+            found = self._orphans(agent)
+            if not found:
+                break
+            argvs = {pid: cmdline_of(pid) for pid in found}  # before the kill empties it
+            for pid, state in found.items():
+                if state != "Z":
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        continue  # it exited meanwhile: reaped below all the same
+            for pid, state in found.items():
+                returncode = await reap_pid(pid, REAP_SECONDS)
+                if pid == watcher:
+                    continue  # docket's own, not the agent's
+                if listed == MAX_ORPHAN_EVENTS:
+                    unlisted += 1
+                    continue
+                listed += 1
+                await self._record(
+                    "process.orphan",
+                    pid=pid,
+                    argv=[a[:ARGV_CHARS] for a in redact_argv(argvs[pid])[:ARGV_ITEMS]],
+                    found="exited" if state == "Z" else "running",
+                    status=returncode,
+                    reason=(
+                        describe_exit(returncode)
+                        if returncode is not None
+                        else f"not reaped within {REAP_SECONDS:g} s of SIGKILL"
+                    ),
+                )
+        if unlisted:
+            await self._record(
+                "process.orphan",
+                unlisted=unlisted,
+                reason=f"{unlisted} more orphan(s) ended and reaped, not listed one by one",
+            )
