@@ -153,7 +153,7 @@ def test_an_unprivileged_agent_finds_no_key_anywhere_in_proc(shared_dir):
     assert seen["own_environ_has_token"] and seen["readable"] > 0
     # ...and the supervisor's (its grandparent, through the launcher) was closed to it.
     supervisor = read_events(shared_dir / "run" / "ledger.jsonl")[0]
-    assert supervisor["hardening"] == {"non_dumpable": True}
+    assert supervisor["hardening"] == {"non_dumpable": True, "subreaper": True}
     assert seen["found"] == []
     assert "GEMINI_API_KEY" not in seen["env"] and "MY_GATEWAY_KEY" not in seen["env"]
     for secret in SECRETS:
