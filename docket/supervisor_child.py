@@ -125,6 +125,16 @@ def cmdline_of(pid: int) -> list[str]:
     return [a.decode("utf-8", "replace") for a in raw.split(b"\0")[:-1]]
 
 
+def reap_now(pid: int) -> int | None:
+    """Reap a child that has exited (a zombie): its returncode, or None if it was not
+    ours to reap or has not exited."""
+    try:
+        got, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status) if got else None
+
+
 async def reap_pid(pid: int, timeout: float) -> int | None:
     """Wait (at most `timeout` s) for a child that is not a Popen's to exit, and reap
     it: its returncode (-N for signal N), or None if it did not exit in time or
@@ -145,7 +155,7 @@ async def reap_pid(pid: int, timeout: float) -> int | None:
             try:
                 got, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                return None
+                return None  # not ours, or reaped meanwhile
             if got:
                 return os.waitstatus_to_exitcode(status)
             await trio.sleep(0.01)  # only without pidfd, or a pidfd readable early

@@ -61,7 +61,7 @@ class ChildControl(OrphanSweep):
             )
             return None
         self._note_children()
-        self._report_fd, report = os.pipe()  # the launcher writes its watcher's pid here
+        report = self._open_report_pipe()  # the launcher writes its watcher's pid here
         launch = [sys.executable, "-m", "docket.launch", str(os.getpid())]
         argv = [*launch, "--report-fd", str(report), "--", *command]
         try:
@@ -91,6 +91,8 @@ class ChildControl(OrphanSweep):
         try:
             await self._record("process.spawn", pid=child.pid, argv=redact_argv(command))
             nursery.start_soon(self._stop_on_request, child, nursery)
+            if self.hardening.get("subreaper"):
+                nursery.start_soon(self._reap_while_running, child)
             if self.hooks.started is not None:
                 nursery.start_soon(self._run_started_hook)
             returncode = await child.reap()

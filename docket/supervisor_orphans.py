@@ -17,6 +17,9 @@ the agent's. Processes of the supervisor's own session (a harness running the
 supervisor in its process may have children of its own) and those that were
 its children before the spawn are never touched.
 
+While the agent runs, an orphan that exits is reaped on SIGCHLD and recorded
+(`found: exited`), so none piles up as a zombie in a long run.
+
 `OrphanSweep` is a part of `docket.supervisor.Supervisor` (a base class of
 ChildControl, like it a holder of methods); it uses `_record`.
 """
@@ -26,8 +29,10 @@ from __future__ import annotations
 import os
 import signal
 
+import trio
+
 from docket.guards.redact import redact_argv
-from docket.supervisor_child import children_of, cmdline_of, describe_exit, reap_pid
+from docket.supervisor_child import children_of, cmdline_of, describe_exit, reap_now, reap_pid
 
 MAX_ORPHAN_EVENTS = 16  # each listed; past this one event counts the rest (the ledger's
 # control reserve is for the end of the record, not for an agent's thousand daemons)
@@ -40,27 +45,36 @@ class OrphanSweep:
     """Find, end, reap and record what the agent left behind."""
 
     _children_before: frozenset[int] = frozenset()
+    _orphans_listed = 0
+    _orphans_unlisted = 0
     _report_fd: int | None = None  # the launcher's pipe: the watcher's pid
 
     def _note_children(self) -> None:
         """Before the spawn: the children this process has already, never ours to end."""
         self._children_before = frozenset(children_of(os.getpid()))
 
+    _watcher: int | None = None
+
+    def _open_report_pipe(self) -> int:
+        """Before the spawn: the pipe the launcher reports its watcher on; the write end."""
+        self._report_fd, report = os.pipe()
+        os.set_blocking(self._report_fd, False)
+        self._watcher = None
+        return report
+
     def _watcher_pid(self) -> int | None:
-        """The watcher's pid, as the launcher wrote it. Read once the agent has
-        ended, when every write end is closed, so the read cannot block."""
-        fd, self._report_fd = self._report_fd, None
-        if fd is None:
-            return None
-        try:
-            os.set_blocking(fd, False)
-            data = os.read(fd, 64)
-        except BlockingIOError:
-            data = b""  # a writer still holds it: no pid reported
-        finally:
-            os.close(fd)
-        text = data.decode("ascii", "replace").strip()
-        return int(text) if text.isdigit() else None
+        """The watcher's pid, as the launcher wrote it (one write, before its exec).
+        Read without blocking: if it is not there yet, ask again later."""
+        fd = self._report_fd
+        if fd is not None:
+            try:
+                data = os.read(fd, 64)
+            except BlockingIOError:
+                return None  # the launcher has not written it yet
+            self._close_report_fd()
+            text = data.decode("ascii", "replace").strip()
+            self._watcher = int(text) if text.isdigit() else None
+        return self._watcher
 
     def _close_report_fd(self) -> None:
         fd, self._report_fd = self._report_fd, None
@@ -75,9 +89,48 @@ class OrphanSweep:
             if pid != agent and pid not in self._children_before and sid != session
         }
 
+    async def _reap_while_running(self, child) -> None:
+        """While the agent runs, an orphan that exits is reaped at once (SIGCHLD) and
+        recorded: a long run whose agent daemonizes short-lived tools leaves no
+        zombies piling up. Stops when the agent has exited: the sweep takes over."""
+        with trio.open_signal_receiver(signal.SIGCHLD) as sigchld:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_when_set, child.exited, nursery.cancel_scope)
+                async for _ in sigchld:
+                    await self._reap_exited(child)
+
+    async def _reap_exited(self, child) -> None:
+        for pid, state in self._orphans(child.pid).items():
+            # No await between the check and the reap: the sweep, once the agent has
+            # exited, never finds a pid half taken by this task.
+            if state != "Z" or child.exited.is_set():
+                continue
+            returncode = reap_now(pid)
+            if returncode is None or pid == self._watcher_pid():
+                continue
+            await self._record_orphan(pid, [], "exited", returncode)
+
+    async def _record_orphan(self, pid, argv, found, returncode) -> None:
+        if self._orphans_listed >= MAX_ORPHAN_EVENTS:
+            self._orphans_unlisted += 1
+            return
+        self._orphans_listed += 1
+        reason = (
+            describe_exit(returncode)
+            if returncode is not None
+            else f"not reaped within {REAP_SECONDS:g} s of SIGKILL"
+        )
+        await self._record(
+            "process.orphan",
+            pid=pid,
+            argv=[a[:ARGV_CHARS] for a in redact_argv(argv)[:ARGV_ITEMS]],
+            found=found,
+            status=returncode,
+            reason=reason,
+        )
+
     async def _end_orphans(self, agent: int) -> None:
         watcher = self._watcher_pid()
-        listed = unlisted = 0
         for _ in range(MAX_ROUNDS):
             found = self._orphans(agent)
             if not found:
@@ -93,25 +146,17 @@ class OrphanSweep:
                 returncode = await reap_pid(pid, REAP_SECONDS)
                 if pid == watcher:
                     continue  # docket's own, not the agent's
-                if listed == MAX_ORPHAN_EVENTS:
-                    unlisted += 1
-                    continue
-                listed += 1
-                await self._record(
-                    "process.orphan",
-                    pid=pid,
-                    argv=[a[:ARGV_CHARS] for a in redact_argv(argvs[pid])[:ARGV_ITEMS]],
-                    found="exited" if state == "Z" else "running",
-                    status=returncode,
-                    reason=(
-                        describe_exit(returncode)
-                        if returncode is not None
-                        else f"not reaped within {REAP_SECONDS:g} s of SIGKILL"
-                    ),
-                )
+                found_as = "exited" if state == "Z" else "running"
+                await self._record_orphan(pid, argvs[pid], found_as, returncode)
+        unlisted = self._orphans_unlisted
         if unlisted:
             await self._record(
                 "process.orphan",
                 unlisted=unlisted,
                 reason=f"{unlisted} more orphan(s) ended and reaped, not listed one by one",
             )
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

@@ -192,3 +192,47 @@ def test_prctl_on_linux_is_granted_and_read_back():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
+
+
+SHORT_LIVED = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from pathlib import Path
+    out = Path(sys.argv[1])
+    # A shell that starts a background job and exits: the job is re-parented to the
+    # supervisor, and exits (status 3) only once told to, after its shell has gone
+    # (a job that ended first would be its shell's to reap, not an orphan).
+    job = "i=0; while [ ! -e go ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done; exit 3"
+    subprocess.run(["sh", "-c", f"sh -c '{job}' & echo $! > late.pid"], cwd=out, check=True)
+    pid = int((out / "late.pid").read_text())
+    (out / "go").write_text("")
+    deadline = time.monotonic() + 20
+    while os.path.exists(f"/proc/{pid}"):  # a zombie stays until its parent reaps it
+        if time.monotonic() > deadline:
+            sys.exit(99)
+        time.sleep(0.01)
+    (out / "reaped").write_text(str(pid))  # reaped while this agent still ran
+    """
+)
+
+
+def test_an_orphan_that_exits_during_the_run_is_reaped_then_and_recorded(tmp_path, capsys):
+    folder, out = tmp_path / "run", tmp_path / "out"
+    out.mkdir()
+    script = tmp_path / "short_lived.py"
+    script.write_text(SHORT_LIVED)
+    argv = docket_argv("run", "--ledger-dir", str(folder), "--", sys.executable, str(script))
+    r = subprocess.run(
+        [*argv, str(out)], capture_output=True, text=True, env=with_keys(None), timeout=TIMEOUT
+    )
+    assert r.returncode == 0, r.stderr  # 99: the zombie waited for the run's end
+    pid = int((out / "reaped").read_text())
+    events = read_events(folder / "ledger.jsonl")
+    orphans = of_type(events, "process.orphan")
+    assert len(orphans) == 1, orphans
+    (orphan,) = orphans
+    assert (orphan["pid"], orphan["found"], orphan["status"]) == (pid, "exited", 3)
+    assert orphan["reason"] == "exited with status 3"
+    (exited,) = of_type(events, "process.exit")
+    assert orphan["seq"] < exited["seq"]  # recorded while the agent ran
+    assert_verifies(folder, capsys)
