@@ -201,6 +201,7 @@ class Supervisor(ChildControl):
             with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
                 return await self._run(signals)
         finally:
+            self._close_report_fd()  # the launcher's pipe, if a run ended without its sweep
             if self.hardening.get("subreaper"):
                 # The run is over (its orphans ended): a harness that runs the
                 # supervisor in its own process gets its process back as it was.

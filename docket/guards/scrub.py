@@ -44,7 +44,6 @@ class Scrubber:
         self.keys = tuple(sorted(set(keys), key=len))  # shortest first: it wins a tie
         self.count = 0
         self._held = b""
-        self._longest = max((len(k) for k in self.keys), default=0)
 
     def feed(self, data: bytes) -> bytes:
         if not self.keys:
@@ -97,9 +96,15 @@ class Scrubber:
 
     def _hold_from(self, buf: bytes) -> int:
         """The earliest position from which `buf` is a proper prefix of some key
-        (len(buf) when there is none): those bytes may yet become a key."""
-        for at in range(max(len(buf) - self._longest + 1, 0), len(buf)):
-            tail = buf[at:]
-            if any(len(tail) < len(k) and k.startswith(tail) for k in self.keys):
-                return at
-        return len(buf)
+        (len(buf) when there is none): those bytes may yet become a key. Candidates
+        are found by bytes.find (in C), so a chunk with no key's first byte in its
+        last len(key) bytes costs one find per key."""
+        best = len(buf)
+        for key in self.keys:
+            at = buf.find(key[:1], max(len(buf) - len(key) + 1, 0))
+            while at != -1 and at < best:
+                if key.startswith(buf[at:]):  # shorter than the key: it starts after
+                    best = at  # len(buf) - len(key), so only a proper prefix fits
+                    break
+                at = buf.find(key[:1], at + 1)
+        return best
