@@ -8,6 +8,7 @@ test (root) with the keys in its environment. Skipped where the test is not root
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -151,9 +152,10 @@ def test_an_unprivileged_agent_finds_no_key_anywhere_in_proc(shared_dir):
     assert seen["uid"] == NOBODY
     # The scan was real: it read environs and its own holds the run's token...
     assert seen["own_environ_has_token"] and seen["readable"] > 0
-    # ...and the supervisor's (its grandparent, through the launcher) was closed to it.
+    # ...and the supervisor's (its parent: the launcher exec'd in place) was closed to it.
     supervisor = read_events(shared_dir / "run" / "ledger.jsonl")[0]
     assert supervisor["hardening"] == {"non_dumpable": True, "subreaper": True}
+    assert [seen["ppid"], "environ", errno.EACCES] in seen["refused"]  # the supervisor's
     assert seen["found"] == []
     assert "GEMINI_API_KEY" not in seen["env"] and "MY_GATEWAY_KEY" not in seen["env"]
     for secret in SECRETS:
