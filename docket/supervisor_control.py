@@ -6,8 +6,9 @@ main thread (ADR 0004), runs the `before_spawn` and `started` hooks, reaps the
 child and records its exit, forwards SIGINT/SIGTERM to its process group,
 escalates to SIGKILL after the grace period (at once on a second signal), stops
 the child when a stop is requested or the wall-clock cap is reached, and kills
-what the child left in its group. It uses the supervisor's state and its `_record` and `request_stop`:
-  options, policy, env, token, hooks, stop_requested, signals_forwarded,
+what the child left in its group (and, through OrphanSweep, what it detached).
+It uses the supervisor's state and its `_record` and `request_stop`:
+  options, policy, env, token, hooks, hardening, stop_requested, signals_forwarded,
   signals_received, _stop, _child, _started, _escalating, _group_killed, _hooks_scope.
 `RunHandleOf` is the view of a supervisor its hooks get (docket.hooks.RunHandle).
 Split from docket/supervisor.py, which still exports every name here.

@@ -36,8 +36,8 @@ from docket.supervisor_child import children_of, cmdline_of, describe_exit, reap
 
 MAX_ORPHAN_EVENTS = 16  # each listed; past this one event counts the rest (the ledger's
 # control reserve is for the end of the record, not for an agent's thousand daemons)
-MAX_ROUNDS = 64  # a tree deeper than this is left to the launcher's watcher's group kill
-REAP_SECONDS = 5.0  # for one SIGKILLed process to be gone
+MAX_ROUNDS = 64  # a tree deeper than this (or forking as fast as it is killed) is left
+REAP_SECONDS = 5.0  # for a round's SIGKILLed processes to be gone
 ARGV_ITEMS, ARGV_CHARS = 8, 200  # an orphan's argv, as recorded
 
 
@@ -48,12 +48,11 @@ class OrphanSweep:
     _orphans_listed = 0
     _orphans_unlisted = 0
     _report_fd: int | None = None  # the launcher's pipe: the watcher's pid
+    _watcher: int | None = None  # the pid read from it
 
     def _note_children(self) -> None:
         """Before the spawn: the children this process has already, never ours to end."""
         self._children_before = frozenset(children_of(os.getpid()))
-
-    _watcher: int | None = None
 
     def _open_report_pipe(self) -> int:
         """Before the spawn: the pipe the launcher reports its watcher on; the write end."""
@@ -131,10 +130,12 @@ class OrphanSweep:
 
     async def _end_orphans(self, agent: int) -> None:
         watcher = self._watcher_pid()
+        tried: set[int] = set()  # one that would not die is recorded once, not waited on again
         for _ in range(MAX_ROUNDS):
-            found = self._orphans(agent)
+            found = {pid: s for pid, s in self._orphans(agent).items() if pid not in tried}
             if not found:
                 break
+            tried.update(found)
             argvs = {pid: cmdline_of(pid) for pid in found}  # before the kill empties it
             for pid, state in found.items():
                 if state != "Z":
@@ -142,8 +143,9 @@ class OrphanSweep:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
                         continue  # it exited meanwhile: reaped below all the same
+            deadline = trio.current_time() + REAP_SECONDS  # for the round: they die together
             for pid, state in found.items():
-                returncode = await reap_pid(pid, REAP_SECONDS)
+                returncode = await reap_pid(pid, max(deadline - trio.current_time(), 0))
                 if pid == watcher:
                     continue  # docket's own, not the agent's
                 found_as = "exited" if state == "Z" else "running"
