@@ -11,7 +11,8 @@ import trio
 from conftest import REAL_KEY
 from test_boundary import CHAT, DEADLINE, chat
 
-from docket.guards.scrub import SCRUB_MARKER
+from docket.boundary import forward
+from docket.guards.scrub import SCRUB_MARKER, Scrubber
 
 
 def key_sent(request) -> bytes:
@@ -58,10 +59,24 @@ async def echo_in_stream(request, respond):
     await respond.end()
 
 
+class SeenHeld(Scrubber):
+    """The boundary's scrubber, noting when it held bytes back between two reads."""
+
+    held: list[bytes] = []
+
+    def feed(self, data: bytes) -> bytes:
+        out = super().feed(data)
+        if self._held:
+            SeenHeld.held.append(self._held)
+        return out
+
+
 async def test_a_key_echoed_by_the_upstream_is_scrubbed_from_what_the_agent_gets(
-    upstream_server, boundary_rig
+    upstream_server, boundary_rig, monkeypatch
 ):
     key = REAL_KEY.encode()
+    monkeypatch.setattr(forward, "Scrubber", SeenHeld)
+    SeenHeld.held = []
     with trio.fail_after(DEADLINE):
         async with (
             upstream_server(echo_in_error, "openai") as err,
@@ -70,7 +85,14 @@ async def test_a_key_echoed_by_the_upstream_is_scrubbed_from_what_the_agent_gets
             rig.client() as http,
         ):
             r1 = await http.post(CHAT, json=chat(max_tokens=20))
+            # Asking for usage itself, the agent gets the upstream's chunks as they come
+            # (the boundary strips nothing), so the key arrives cut across reads.
             r2 = await http.post(
+                "/streamed/v1/chat/completions",
+                json=chat(max_tokens=20, stream=True, stream_options={"include_usage": True}),
+            )
+            # Not asking, the boundary asks for it and relays whole events, usage stripped.
+            r3 = await http.post(
                 "/streamed/v1/chat/completions", json=chat(max_tokens=20, stream=True)
             )
     assert r1.status_code == 401
@@ -80,10 +102,14 @@ async def test_a_key_echoed_by_the_upstream_is_scrubbed_from_what_the_agent_gets
     assert r2.status_code == 200
     assert key not in r2.content
     assert b"KEY" + SCRUB_MARKER in r2.content and r2.content.endswith(b"data: [DONE]\n\n")
+    # The key really was cut across the boundary's reads: a prefix of it was held back.
+    assert any(key.startswith(held) for held in SeenHeld.held), SeenHeld.held
+    assert r3.status_code == 200 and key not in r3.content
+    assert b"KEY" + SCRUB_MARKER in r3.content
     # The scrub is on record: the call's closing event counts the keys taken out.
     error, response = rig.events("model.error"), rig.events("model.response")
     assert [e["key_scrubbed"] for e in error] == [2]  # the body and the header
-    assert [e["key_scrubbed"] for e in response] == [1]
+    assert [e["key_scrubbed"] for e in response] == [1, 1]
     assert key not in rig.raw()
 
 
