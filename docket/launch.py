@@ -15,6 +15,12 @@ The death signal is per process: it takes the agent, not what the agent
 started. So before the exec a small watcher is left behind (`keep_group`):
 when the supervisor dies, it SIGKILLs the agent's process group, and with it
 every process the agent started there.
+
+`python -m docket.launch PID --report-fd N -- CMD ...` also writes the
+watcher's pid (a line) to file descriptor N, then closes it before the exec: the
+supervisor, a child subreaper, gets the watcher back as an orphan like any
+process the agent detaches, and must tell it from those (it is docket's own, not
+the agent's, so it is ended but not recorded as the agent's orphan).
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ def restore_default_signals() -> None:
 SUPERVISOR_SETTLE_MS = 200
 
 
-def keep_group(supervisor: int) -> None:
+def keep_group(supervisor: int, report_fd: int | None = None) -> None:
     """Leave a watcher that SIGKILLs this process's group if the supervisor dies.
 
     It watches two pidfds, the supervisor's and this process's (the agent's, once
@@ -67,8 +73,13 @@ def keep_group(supervisor: int) -> None:
     first = os.fork()
     if first == 0:
         try:
-            if os.fork() == 0:
+            watcher = os.fork()
+            if watcher == 0:
+                if report_fd is not None:
+                    os.close(report_fd)  # the supervisor reads to the end of the line only
                 _watch(group, supervisor_fd, agent_fd)
+            if report_fd is not None:
+                os.write(report_fd, f"{watcher}\n".encode())
         finally:
             os._exit(0)
     os.waitpid(first, 0)
@@ -103,8 +114,14 @@ def _watch(group: int, supervisor_fd: int, agent_fd: int) -> None:
 
 
 def main(argv: list[str]) -> int:
+    report_fd = None
+    if len(argv) > 2 and argv[1] == "--report-fd" and argv[2].isdigit():
+        report_fd, argv = int(argv[2]), argv[:1] + argv[3:]
     if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
-        print("docket launch: usage: python -m docket.launch PID -- CMD ...", file=sys.stderr)
+        print(
+            "docket launch: usage: python -m docket.launch PID [--report-fd N] -- CMD ...",
+            file=sys.stderr,
+        )
         return 2
     supervisor, command = int(argv[0]), argv[2:]
     libc = ctypes.CDLL(None, use_errno=True)
@@ -115,7 +132,9 @@ def main(argv: list[str]) -> int:
         # The supervisor died before the death signal was armed: do not run orphaned.
         print(f"docket launch: supervisor {supervisor} is gone; not starting", file=sys.stderr)
         return EXIT_CANNOT_EXEC
-    keep_group(supervisor)
+    keep_group(supervisor, report_fd)
+    if report_fd is not None:
+        os.close(report_fd)  # not the agent's: it ends here, before the exec
     restore_default_signals()
     try:
         os.execvp(command[0], command)
@@ -124,6 +143,9 @@ def main(argv: list[str]) -> int:
         return EXIT_NOT_FOUND
     except OSError as exc:
         print(f"docket: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        return EXIT_CANNOT_EXEC
+    except ValueError as exc:  # an empty name, a NUL byte: exec cannot take it
+        print(f"docket: cannot run {command[0]!r}: {exc}", file=sys.stderr)
         return EXIT_CANNOT_EXEC
     return EXIT_CANNOT_EXEC  # not reached: exec replaced this process
 

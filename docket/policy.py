@@ -121,6 +121,13 @@ class EgressPolicy:
     allow: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class SecretsPolicy:
+    # More environment variable names the agent never sees, beside every provider's
+    # key_env and the well-known provider key names (docket.guards.keys.WELL_KNOWN_KEY_ENV).
+    drop_env: tuple[str, ...] = ()
+
+
 def default_providers() -> Mapping[str, ProviderPolicy]:
     return MappingProxyType(
         {
@@ -139,6 +146,7 @@ class Policy:
     boundary: BoundaryPolicy = field(default_factory=BoundaryPolicy)
     resilience: ResiliencePolicy = field(default_factory=ResiliencePolicy)
     egress: EgressPolicy = field(default_factory=EgressPolicy)
+    secrets: SecretsPolicy = field(default_factory=SecretsPolicy)
     # Where it came from; not part of the digest (the same rules from two files are the same policy).
     source: str = field(default="defaults", compare=False)
 
@@ -172,6 +180,7 @@ class Policy:
             "boundary": section(self.boundary),
             "resilience": section(self.resilience),
             "egress": section(self.egress),
+            "secrets": section(self.secrets),
         }
 
     def digest(self) -> str:
@@ -214,13 +223,16 @@ def load_policy(path: str | os.PathLike | None) -> Policy:
 def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     """Check and resolve parsed TOML (or any dict of the same shape) into a Policy."""
     c = _Checker(source)
-    c.table(data, "", ("ledger", "caps", "providers", "boundary", "resilience", "egress"))
+    c.table(
+        data, "", ("ledger", "caps", "providers", "boundary", "resilience", "egress", "secrets")
+    )
     ledger = _ledger(c, c.section(data, "ledger"))
     caps = _caps(c, c.section(data, "caps"))
     providers = _providers(c, data.get("providers"))
     boundary = _boundary(c, c.section(data, "boundary"))
     resilience = _resilience(c, c.section(data, "resilience"))
     egress = _egress(c, c.section(data, "egress"))
+    secrets = _secrets(c, c.section(data, "secrets"))
     return Policy(
         ledger=ledger,
         caps=caps,
@@ -228,6 +240,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
         boundary=boundary,
         resilience=resilience,
         egress=egress,
+        secrets=secrets,
         source=source,
     )
 
@@ -372,6 +385,21 @@ def _egress(c: _Checker, t: dict) -> EgressPolicy:
             c.fail(path, f'must be "host" or "host:port" (port 1-65535), got {_show(entry)}')
         out.append(entry.lower())
     return EgressPolicy(allow=tuple(out))
+
+
+def _secrets(c: _Checker, t: dict) -> SecretsPolicy:
+    c.table(t, "secrets", _keys(SecretsPolicy))
+    names = t.get("drop_env", [])
+    if not isinstance(names, list):
+        c.fail(
+            "secrets.drop_env", f"must be a list of environment variable names, got {_show(names)}"
+        )
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            c.fail(
+                f"secrets.drop_env[{i}]", f"must be an environment variable name, got {_show(name)}"
+            )
+    return SecretsPolicy(drop_env=tuple(names))
 
 
 def _valid_egress(entry: str) -> bool:

@@ -53,6 +53,7 @@ from docket.supervisor_child import (
     wait_status,
 )
 from docket.supervisor_control import ChildControl, RunHandleOf
+from docket.supervisor_os import make_non_dumpable, set_subreaper
 from docket.supervisor_values import GRACE_SECONDS, Outcome, RunOptions, StopRequest
 
 # The names callers import from docket.supervisor (docket/cli.py, docket/boundary/,
@@ -123,6 +124,7 @@ class Supervisor(ChildControl):
         self.policy = policy if policy is not None else load_policy(options.policy_path)
         self.clock = self.hooks.clock or Clock()
         self.env = dict(os.environ if env is None else env) | options.extra_env
+        self._check_keys()
         self.faults = self.hooks.write_faults
         self.run_id = new_run_id()
         self.token = "dkt-" + secrets.token_urlsafe(24)
@@ -140,6 +142,31 @@ class Supervisor(ChildControl):
         self._group_killed = False  # a SIGKILL went to the whole group
         self.boundary_url: str | None = None
         self._hooks_scope = trio.CancelScope()  # the `started` hook's; cancelled at the reap
+        self.hardening: dict = {}  # what the kernel was asked at start, and what it said
+
+    def _harden(self) -> None:
+        """Close this process's environ and memory to the agent, and make it the
+        reaper of the agent's orphans (supervisor_os.py); where the kernel cannot,
+        say why (session.start's hardening, and a warning line)."""
+        if self.hardening:
+            return  # done already (docket run does it before the run, to warn at start)
+        for name, ask in (("non_dumpable", make_non_dumpable), ("subreaper", set_subreaper)):
+            why = ask()
+            self.hardening[name] = why is None
+            if why is not None:
+                self.hardening[f"{name}_error"] = why
+
+    def _check_keys(self) -> None:
+        """A key that cannot go into a header is refused now (exit 2), never at the
+        first call; a missing one is noted (session.start's keys_missing, and the
+        warning `docket run` prints)."""
+        from docket.guards.keys import bad_keys, missing_keys
+
+        bad = bad_keys(self.env, self.policy)
+        if bad:
+            named = "; ".join(f"{name} {why}" for name, why in bad)
+            raise InputError(f"provider key {named}: fix the variable (its value is not shown)")
+        self.keys_missing = missing_keys(self.env, self.policy)
 
     # The boundary and guards call this; the supervisor ends the run legibly.
     def request_stop(self, request: StopRequest) -> None:
@@ -169,8 +196,16 @@ class Supervisor(ChildControl):
         # Caught from the first instant, so a Ctrl-C during start-up is handled
         # like any other (the run ends legibly), never as a KeyboardInterrupt
         # raised into the middle of a ledger append.
-        with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
-            return await self._run(signals)
+        self._harden()
+        try:
+            with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
+                return await self._run(signals)
+        finally:
+            self._close_report_fd()  # the launcher's pipe, if a run ended without its sweep
+            if self.hardening.get("subreaper"):
+                # The run is over (its orphans ended): a harness that runs the
+                # supervisor in its own process gets its process back as it was.
+                set_subreaper(False)
 
     async def _run(self, signals) -> Outcome:
         from docket.boundary.app import Boundary
@@ -264,14 +299,20 @@ class Supervisor(ChildControl):
         from docket.pricing import load_price_table
 
         prices = load_price_table()
-        return {
+        facts = {
             "run_id": self.run_id,
             "docket_version": __version__,
             "policy_digest": self.policy.digest(),
             "pricing": {"table_date": prices.date, "provenance": prices.provenance},
             "caps": policy.caps.limits_dict(),
             "argv": redact_argv(self.options.command),
-        } | ({} if self.hooks.chaos is None else {"chaos": dict(self.hooks.chaos)})
+        }
+        if self.keys_missing:
+            facts["keys_missing"] = [m.as_dict() for m in self.keys_missing]
+        facts["hardening"] = dict(self.hardening)
+        if self.hooks.chaos is not None:
+            facts["chaos"] = dict(self.hooks.chaos)
+        return facts
 
     def verdict(self, status: int | None) -> tuple[int, str, str | None]:
         """The run's exit status, why, and the cap that stopped it (if one did)."""
@@ -354,7 +395,9 @@ def run_command(args) -> int:
         raise InputError(
             "run: give the command to supervise after --, e.g. docket run -- python agent.py"
         )
+    _check_command(options.command)
     supervisor = Supervisor(options)
+    _start_warnings(supervisor)
     outcome = trio.run(supervisor.run)
     print(
         f"docket: run {supervisor.run_id} ended ({outcome.reason}), exit {outcome.exit_status}; "
@@ -362,6 +405,36 @@ def run_command(args) -> int:
         file=sys.stderr,
     )
     return outcome.exit_status
+
+
+def _check_command(command: list[str]) -> None:
+    if not command[0]:
+        raise InputError("run: the command to supervise is empty (docket run -- CMD ARGS...)")
+    for i, arg in enumerate(command):
+        if "\0" in arg:
+            where = "the command" if i == 0 else f"argument {i}"
+            raise InputError(f"run: {where} holds a NUL byte, which no program can be given")
+
+
+def _start_warnings(supervisor: Supervisor) -> None:
+    """One line each, before the run: a provider key that is not set, an environ the
+    kernel would not close. Then the keys leave this process's environment, so
+    nothing it starts later can inherit them (what the kernel copied at exec, in
+    /proc/<pid>/environ, is what non-dumpable closes)."""
+    from docket.guards.keys import agent_drops, missing_warning
+
+    if supervisor.keys_missing:
+        print(missing_warning(supervisor.keys_missing), file=sys.stderr)
+    supervisor._harden()
+    for name, consequence in (
+        ("non_dumpable", "the supervisor's memory and environment stay readable by the agent"),
+        ("subreaper", "a process the agent detaches (setsid) may outlive the run"),
+    ):
+        why = supervisor.hardening.get(f"{name}_error")
+        if why is not None:
+            print(f"docket: warning: {consequence} ({why})", file=sys.stderr)
+    for name in agent_drops(supervisor.policy):
+        os.environ.pop(name, None)
 
 
 def _seconds(value: float | None, flag: str, *, positive: bool) -> float | None:

@@ -4,7 +4,9 @@ What the agent is given (`child_env`: the boundary's URLs and a per-run token,
 never a provider key); whether its command can exist (`command_missing`);
 `Child`, which waits for its exit without blocking trio and reaps it; its exit
 in shell terms and in words (`wait_status`, `describe_exit`, `signal_name`);
-and the live members of its process group (`group_members`, read from /proc).
+the live members of its process group (`group_members`, read from /proc); and
+the processes that came back to the supervisor as orphans (`children_of`,
+`cmdline_of`, `reap_pid`).
 How it is spawned, signalled and stopped is docket.supervisor_control's;
 split from docket/supervisor.py, which still exports every name here.
 """
@@ -18,6 +20,7 @@ import subprocess
 import trio
 
 from docket.boundary.proxy import proxy_env
+from docket.guards.keys import agent_drops
 
 EXIT_CANNOT_EXEC = 126
 EXIT_NOT_FOUND = 127
@@ -25,9 +28,11 @@ EXIT_NOT_FOUND = 127
 
 def child_env(base: dict[str, str], boundary_url: str, token: str, policy) -> dict[str, str]:
     """What the agent sees: base URLs pointing at the boundary and a per-run token, never a key."""
-    env = dict(base)
-    for provider in policy.providers.values():
-        env.pop(provider.key_env, None)  # the real key stays with the supervisor
+    # The real keys stay with the supervisor: every configured key_env, the well-known
+    # provider key names (a key for a provider not configured is still a key) and the
+    # policy's secrets.drop_env are dropped (docket.guards.keys).
+    drops = agent_drops(policy)
+    env = {name: value for name, value in base.items() if name not in drops}
     for name, provider in policy.providers.items():
         if provider.kind == "openai":
             env["OPENAI_BASE_URL"] = f"{boundary_url}/{name}/v1"
@@ -86,6 +91,75 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != b"Z":
             members.append(int(entry.name))
     return members
+
+
+def children_of(ppid: int) -> dict[int, tuple[str, int]]:
+    """Our children by pid, each with its state letter and session id, read from /proc.
+
+    With the supervisor a child subreaper (docket.supervisor_os), this includes
+    every process the agent detached whose parent has gone.
+    """
+    children = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # it exited (and was reaped) while we looked
+        # pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if int(fields[1]) == ppid:
+            children[int(entry.name)] = (fields[0].decode(), int(fields[3]))
+    return children
+
+
+def cmdline_of(pid: int) -> list[str]:
+    """A process's argv as /proc shows it ([] for a zombie, or one that is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0")[:-1]]
+
+
+def reap_now(pid: int) -> int | None:
+    """Reap a child that has exited (a zombie): its returncode, or None if it was not
+    ours to reap or has not exited."""
+    try:
+        got, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status) if got else None
+
+
+async def reap_pid(pid: int, timeout: float) -> int | None:
+    """Wait (at most `timeout` s) for a child that is not a Popen's to exit, and reap
+    it: its returncode (-N for signal N), or None if it did not exit in time or
+    was not ours to reap."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None  # gone already: reaped by someone else
+    except (AttributeError, OSError):
+        pidfd = None  # no pidfd (Linux < 5.3): poll it instead
+    with trio.move_on_after(timeout):
+        if pidfd is not None:
+            try:
+                await trio.lowlevel.wait_readable(pidfd)
+            finally:
+                os.close(pidfd)
+        while True:
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return None  # not ours, or reaped meanwhile
+            if got:
+                return os.waitstatus_to_exitcode(status)
+            await trio.sleep(0.01)  # only without pidfd, or a pidfd readable early
+    return None
 
 
 class Child:

@@ -4,10 +4,11 @@
 holds these methods, not an object of its own): it spawns the child from the
 main thread (ADR 0004), runs the `before_spawn` and `started` hooks, reaps the
 child and records its exit, forwards SIGINT/SIGTERM to its process group,
-escalates to SIGKILL after the grace period, stops the child when a stop is
-requested or the wall-clock cap is reached, and kills what the child left in its
-group. It uses the supervisor's state and its `_record` and `request_stop`:
-  options, policy, env, token, hooks, stop_requested, signals_forwarded,
+escalates to SIGKILL after the grace period (at once on a second signal), stops
+the child when a stop is requested or the wall-clock cap is reached, and kills
+what the child left in its group (and, through OrphanSweep, what it detached).
+It uses the supervisor's state and its `_record` and `request_stop`:
+  options, policy, env, token, hooks, hardening, stop_requested, signals_forwarded,
   signals_received, _stop, _child, _started, _escalating, _group_killed, _hooks_scope.
 `RunHandleOf` is the view of a supervisor its hooks get (docket.hooks.RunHandle).
 Split from docket/supervisor.py, which still exports every name here.
@@ -35,14 +36,16 @@ from docket.supervisor_child import (
     signal_name,
     wait_status,
 )
+from docket.supervisor_orphans import OrphanSweep
 from docket.supervisor_values import StopRequest
 
 if TYPE_CHECKING:
     from docket.supervisor import Supervisor
 
 
-class ChildControl:
-    """Spawning, reaping, signalling and stopping the child; mixed into `Supervisor`."""
+class ChildControl(OrphanSweep):
+    """Spawning, reaping, signalling and stopping the child; mixed into `Supervisor`.
+    What the child leaves behind outside its group is OrphanSweep's."""
 
     async def _run_child(self, nursery: trio.Nursery, url: str) -> int | None:
         env = child_env(self.env, url, self.token, self.policy)
@@ -58,7 +61,10 @@ class ChildControl:
                 StopRequest(f"command not found: {command[0]}", exit_status=EXIT_NOT_FOUND)
             )
             return None
-        argv = [sys.executable, "-m", "docket.launch", str(os.getpid()), "--", *command]
+        self._note_children()
+        report = self._open_report_pipe()  # the launcher writes its watcher's pid here
+        launch = [sys.executable, "-m", "docket.launch", str(os.getpid())]
+        argv = [*launch, "--report-fd", str(report), "--", *command]
         try:
             # Spawned here, in the thread that runs the whole supervisor, and not
             # through trio.lowlevel.open_process: that forks from a worker thread,
@@ -72,16 +78,22 @@ class ChildControl:
                 start_new_session=True,
                 stdout=self.options.stdout,
                 stderr=self.options.stderr,
+                pass_fds=(report,),
             )
         except (OSError, ValueError) as exc:
+            self._close_report_fd()
             self.request_stop(
                 StopRequest(f"cannot start the child: {exc}", exit_status=EXIT_CANNOT_EXEC)
             )
             return None
+        finally:
+            os.close(report)  # the launcher holds its own copy
         child = self._child = Child(popen)
         try:
             await self._record("process.spawn", pid=child.pid, argv=redact_argv(command))
             nursery.start_soon(self._stop_on_request, child, nursery)
+            if self.hardening.get("subreaper"):
+                nursery.start_soon(self._reap_while_running, child)
             if self.hooks.started is not None:
                 nursery.start_soon(self._run_started_hook)
             returncode = await child.reap()
@@ -93,6 +105,10 @@ class ChildControl:
             "process.exit", pid=child.pid, status=returncode, reason=describe_exit(returncode)
         )
         await self._kill_stragglers(child)
+        try:
+            await self._end_orphans(child.pid)
+        finally:
+            self._close_report_fd()
         return wait_status(returncode)
 
     async def _run_started_hook(self) -> None:
@@ -159,6 +175,13 @@ class ChildControl:
                 )
                 continue
             why = f"{name} received by the supervisor"
+            if self.signals_forwarded:
+                # A second Ctrl-C (or SIGTERM): whoever sent it will not wait out
+                # --grace, so the group is killed now, and the record says why.
+                why += " again: killed without waiting out the grace period"
+                if await self._signal_group(child, signal.SIGKILL, why):
+                    self.signals_forwarded.append(name)
+                continue
             if await self._signal_group(child, sig, why):
                 self.signals_forwarded.append(name)
                 self._escalate_once(child, nursery, why)

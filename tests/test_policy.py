@@ -21,6 +21,7 @@ from docket.policy import (
     PolicyError,
     ProviderPolicy,
     ResiliencePolicy,
+    SecretsPolicy,
     load_policy,
     policy_from_dict,
     template_text,
@@ -32,6 +33,7 @@ SECTIONS = {
     "boundary": BoundaryPolicy,
     "resilience": ResiliencePolicy,
     "egress": EgressPolicy,
+    "secrets": SecretsPolicy,
 }
 
 
@@ -315,6 +317,7 @@ CHANGES = {
     "resilience.max_concurrent_upstream": 4,
     "resilience.max_queue": 0,
     "egress.allow": ["pypi.org"],
+    "secrets.drop_env": ["MY_GATEWAY_KEY"],
 }
 
 

@@ -36,6 +36,7 @@ from docket.errors import EXIT_EVIDENCE_LOST
 from docket.guards.caps import CapsGuard
 from docket.guards.deadline import BadDeadline, caller_budget
 from docket.guards.redact import MARKER, sanitize_url
+from docket.guards.scrub import relay_keys
 from docket.http.client import UpstreamPool
 from docket.http.server import BodyTooLarge, ClientGone, serve
 from docket.ledger.writer import EvidenceLost, LedgerFull
@@ -143,6 +144,8 @@ class Boundary:
             for s in {token, *(route.api_key for route in self.routes.values())}
             if len(s) >= MIN_SCRUBBED_SECRET
         )
+        # Never relayed to the agent either, whatever an upstream echoes (forward.py).
+        self.relay_keys = relay_keys(route.api_key for route in self.routes.values())
 
     def scrub(self, text: str) -> str:
         """`text` with every secret the boundary holds replaced by the redaction marker."""

@@ -38,6 +38,7 @@ from docket.boundary.closing import CLOSING_FIXED_BYTES as CLOSING_FIXED_BYTES
 from docket.boundary.closing import RESPONSE_BODY_FIELDS, CallRecord, usage_fields
 from docket.boundary.closing import closing_bound as closing_bound
 from docket.boundary.guarded import record_changes
+from docket.guards.scrub import Scrubber
 from docket.http import client as upstream
 from docket.http.server import ClientGone
 from docket.ledger.writer import EvidenceLost
@@ -123,6 +124,8 @@ class ModelCall:
             bytearray()
         )  # what the upstream sent, up to bodies.RECORDED_BODY_BYTES
         self._response_cut = False
+        # The provider keys come out of every byte relayed to the agent (guards/scrub.py).
+        self._scrub = Scrubber(boundary.relay_keys)
 
     # ------------------------------------------------------------------ the exchange
 
@@ -222,7 +225,8 @@ class ModelCall:
         data = await resp.read(limit=MAX_RESPONSE_BYTES)
         self.record.bytes = len(data)
         self._keep(data)
-        headers = relay_headers(resp.headers)
+        headers = self._scrub.headers(relay_headers(resp.headers))
+        relayed = self._scrub.whole(data)
         if 200 <= resp.status < 300:
             self.record.usage = providers.usage_from_body(
                 self.route.kind, self.facts.endpoint, data
@@ -241,7 +245,7 @@ class ModelCall:
             await self._refuse_unrecorded(respond)
             return
         _probe(self.b, "relay.answer")
-        await respond.simple(resp.status, headers, data)
+        await respond.simple(resp.status, headers, relayed)
 
     async def _relay_stream(self, resp, respond, strip: bool) -> None:
         tracker = providers.stream_tracker(self.facts, strip_usage_chunk=strip)
@@ -253,15 +257,20 @@ class ModelCall:
             batches = resp.body_batches()
             first = self._relay_batch(batches.ready(), tracker)
             held += first.held
+            head = self._scrub.headers(relay_headers(resp.headers))
             _probe(self.b, "relay.start")
-            await respond.start(resp.status, relay_headers(resp.headers), body=first.now)
+            await respond.start(resp.status, head, body=self._scrub.feed(first.now))
             async for chunks in batches:
                 batch = self._relay_batch(chunks, tracker)
                 held += batch.held
-                if batch.now:
+                now = self._scrub.feed(batch.now)
+                if now:
                     _probe(self.b, "relay.send")
-                    await respond.send(batch.now)
+                    await respond.send(now)
             held += tracker.flush()
+            # The end: what the scrubber held back goes with it, before the closing
+            # event, so the event counts every key taken out.
+            held = self._scrub.feed(held) + self._scrub.flush()
         except ClientGone:
             self._note_stream(tracker)
             await self._close_error("client_abort", charge="reservation")
@@ -502,6 +511,8 @@ class ModelCall:
         If evidence is lost under fail_fast_evidence, the run stops and the agent does
         not get the end of an answer the ledger does not hold."""
         _probe(self.b, "close.write")
+        if self._scrub.count:
+            fields["key_scrubbed"] = self._scrub.count  # keys taken out of the agent's copy
         self.closed = True  # from here on the event is written once, or not at all
         try:
             await self.b.record_closing(self.slot, type, optional=RESPONSE_BODY_FIELDS, **fields)

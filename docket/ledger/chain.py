@@ -25,7 +25,14 @@ COMMON_FIELDS = ("v", "seq", "ts", "mono_ms", "type", "prev")
 # from the event ceiling (never from the byte ceiling) so that the record of
 # why a run stopped always fits.
 CONTROL_TYPES = frozenset(
-    {"session.start", "session.end", "process.spawn", "process.exit", "signal.forwarded"}
+    {
+        "session.start",
+        "session.end",
+        "process.spawn",
+        "process.exit",
+        "signal.forwarded",
+        "process.orphan",  # what the agent left outside its group, ended at the run's end
+    }
 )
 
 # The vocabulary of DESIGN.md section 3. Extend, never repurpose.

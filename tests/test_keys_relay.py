@@ -1,0 +1,126 @@
+"""Issue 11, part 4: an upstream that echoes the provider key never hands it to the
+agent. The boundary over real sockets; the upstream quotes the key it was really
+sent (read from its own request's headers) in an error body, in a header and in a
+stream whose chunks cut the key in two."""
+
+from __future__ import annotations
+
+import json
+
+import trio
+from conftest import REAL_KEY
+from test_boundary import CHAT, DEADLINE, chat
+
+from docket.boundary import forward
+from docket.guards.scrub import SCRUB_MARKER, Scrubber
+
+
+def key_sent(request) -> bytes:
+    auth = request.header(b"authorization") or b""
+    assert auth.startswith(b"Bearer "), auth
+    return auth[len(b"Bearer ") :]
+
+
+async def echo_in_error(request, respond):
+    await request.read_body()
+    key = key_sent(request)
+    body = json.dumps(
+        {"error": {"message": f"Incorrect API key provided: {key.decode()}", "type": "auth"}}
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"x-echo", b"key=" + key)]
+    await respond.simple(401, headers, body)
+
+
+def stream_frames(key: bytes) -> list[bytes]:
+    """An OpenAI stream whose second event carries the key, cut across three writes."""
+
+    def event(payload: dict) -> bytes:
+        return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+    quoting = event({"choices": [{"index": 0, "delta": {"content": "KEY" + key.decode()}}]})
+    at = quoting.index(key)
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    return [
+        event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}}]}),
+        quoting[: at + 5],
+        quoting[at + 5 : at + 12],
+        quoting[at + 12 :],
+        event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}),
+        b"data: [DONE]\n\n",
+    ]
+
+
+async def echo_in_stream(request, respond):
+    await request.read_body()
+    await respond.start(200, [(b"content-type", b"text/event-stream")])
+    for frame in stream_frames(key_sent(request)):
+        await respond.send(frame)
+        await trio.sleep(0.01)  # separate reads at the boundary, so the key is cut there
+    await respond.end()
+
+
+class SeenHeld(Scrubber):
+    """The boundary's scrubber, noting when it held bytes back between two reads."""
+
+    held: list[bytes] = []
+
+    def feed(self, data: bytes) -> bytes:
+        out = super().feed(data)
+        if self._held:
+            SeenHeld.held.append(self._held)
+        return out
+
+
+async def test_a_key_echoed_by_the_upstream_is_scrubbed_from_what_the_agent_gets(
+    upstream_server, boundary_rig, monkeypatch
+):
+    key = REAL_KEY.encode()
+    monkeypatch.setattr(forward, "Scrubber", SeenHeld)
+    SeenHeld.held = []
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(echo_in_error, "openai") as err,
+            upstream_server(echo_in_stream, "openai") as streamed,
+            boundary_rig({"openai": err, "streamed": streamed}) as rig,
+            rig.client() as http,
+        ):
+            r1 = await http.post(CHAT, json=chat(max_tokens=20))
+            # Asking for usage itself, the agent gets the upstream's chunks as they come
+            # (the boundary strips nothing), so the key arrives cut across reads.
+            r2 = await http.post(
+                "/streamed/v1/chat/completions",
+                json=chat(max_tokens=20, stream=True, stream_options={"include_usage": True}),
+            )
+            # Not asking, the boundary asks for it and relays whole events, usage stripped.
+            r3 = await http.post(
+                "/streamed/v1/chat/completions", json=chat(max_tokens=20, stream=True)
+            )
+    assert r1.status_code == 401
+    assert key not in r1.content and SCRUB_MARKER in r1.content
+    assert json.loads(r1.content)["error"]["type"] == "auth"  # the rest is relayed as it came
+    assert r1.headers["x-echo"] == "key=" + SCRUB_MARKER.decode()
+    assert r2.status_code == 200
+    assert key not in r2.content
+    assert b"KEY" + SCRUB_MARKER in r2.content and r2.content.endswith(b"data: [DONE]\n\n")
+    # The key really was cut across the boundary's reads: a prefix of it was held back.
+    assert any(key.startswith(held) for held in SeenHeld.held), SeenHeld.held
+    assert r3.status_code == 200 and key not in r3.content
+    assert b"KEY" + SCRUB_MARKER in r3.content
+    # The scrub is on record: the call's closing event counts the keys taken out.
+    error, response = rig.events("model.error"), rig.events("model.response")
+    assert [e["key_scrubbed"] for e in error] == [2]  # the body and the header
+    assert [e["key_scrubbed"] for e in response] == [1, 1]
+    assert key not in rig.raw()
+
+
+async def test_answers_without_the_key_are_relayed_byte_for_byte(stub_server, boundary_rig):
+    with trio.fail_after(DEADLINE):
+        async with (
+            stub_server("openai") as stub,
+            boundary_rig({"openai": stub}) as rig,
+            rig.client() as http,
+        ):
+            r = await http.post(CHAT, json=chat(max_tokens=20, stream=True))
+    assert r.status_code == 200 and SCRUB_MARKER not in r.content
+    (close,) = rig.events("model.response")
+    assert "key_scrubbed" not in close
