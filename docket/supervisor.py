@@ -242,7 +242,8 @@ class Supervisor(ChildControl):
 
     def _prepare_folder(self) -> Path:
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            # Owner only (a new folder; parents and an existing folder are left as they are).
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise InputError(
                 f"ledger folder {self.folder}: cannot create ({exc.strerror})"

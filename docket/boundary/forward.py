@@ -475,7 +475,7 @@ class ModelCall:
         if not self._keep_body or self.record.status is None:
             return {}  # no answer came
         return recorded_body(
-            "response", bytes(self._response_body), self.b.secrets, cut=self._response_cut
+            "response", bytes(self._response_body), self.b.redactor, cut=self._response_cut
         )
 
 

@@ -7,6 +7,7 @@ secret is still a way to test guesses against the ledger.
 
 from __future__ import annotations
 
+import base64
 import functools
 import re
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
@@ -134,3 +135,127 @@ def redact_argv(argv: list[str]) -> list[str]:
             continue
         out.append(sanitize_url(arg) if "://" in arg else arg)
     return out
+
+
+# ---------------------------------------------------------------- known secrets, in any form
+
+# A secret shorter than this is not scrubbed from recorded text: replacing every
+# "sk" in a body would destroy the record and protect nothing real.
+MIN_SCRUBBED_SECRET = 8
+
+
+class Redactor:
+    """Takes the secrets the boundary knows (the run token, the provider keys) out of
+    text, in every form they can arrive in: as written, in any letter case (a host
+    name is lower-cased on the way in), with any of their characters percent-encoded
+    or written as a JSON \\u escape (one character at a time, mixed as an attacker
+    likes), and base64-encoded (standard and URL-safe alphabets, at each of the three
+    alignments a secret can take inside a longer encoded run).
+
+    `fields` is the one door every event built from the agent's or the upstream's
+    bytes passes before it reaches the ledger (Boundary.record and its two siblings):
+    whatever a caller forgot to scrub, this does not. Pure, and iterative: an event's
+    values are walked with a stack, never by recursion.
+    """
+
+    def __init__(self, secrets) -> None:
+        self.secrets = tuple(s for s in dict.fromkeys(secrets) if len(s) >= MIN_SCRUBBED_SECRET)
+        branches: list[str] = []
+        for secret in self.secrets:
+            branches.append("".join(_char_pattern(c) for c in secret))
+            branches.extend(re.escape(core) for core in _base64_cores(secret))
+        # Longest first, so an alternation never stops at a shorter form's end.
+        branches.sort(key=len, reverse=True)
+        self._pattern = re.compile("|".join(branches), re.IGNORECASE) if branches else None
+        self._shortest = min((len(s) for s in self.secrets), default=0)
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None
+
+    def text(self, text: str) -> tuple[str, bool]:
+        """`text` with every form of every secret replaced by the marker; and whether any was."""
+        if self._pattern is None or len(text) < self._shortest:
+            return text, False
+        new, count = self._pattern.subn(MARKER, text)
+        return new, count > 0
+
+    def scrub(self, text: str) -> str:
+        return self.text(text)[0]
+
+    def fields(self, fields: dict) -> dict:
+        """An event's fields with every string in them (keys too, at any depth) scrubbed.
+        The same dict when nothing needed it (the common case costs no copy)."""
+        if self._pattern is None or not self._any(fields):
+            return fields
+        # Copied top-down with an explicit stack: each new container is put in its
+        # parent at once and filled when its turn comes, so no recursion is needed.
+        out: dict = {}
+        stack: list[tuple] = [(fields, out)]
+        while stack:
+            source, target = stack.pop()
+            pairs = source.items() if isinstance(source, dict) else enumerate(source)
+            for key, value in pairs:
+                if isinstance(source, dict) and isinstance(key, str):
+                    key = self.scrub(key)
+                if isinstance(value, str):
+                    value = self.scrub(value)
+                elif isinstance(value, dict):
+                    child: dict | list = {}
+                    stack.append((value, child))
+                    value = child
+                elif isinstance(value, list | tuple):
+                    child = [None] * len(value)
+                    stack.append((value, child))
+                    value = child
+                target[key] = value  # a dict's key, or a list's index
+        return out
+
+    def _any(self, root) -> bool:
+        """Whether any string in `root` (keys included) holds a secret; iterative."""
+        stack = [root]
+        search = self._pattern.search
+        shortest = self._shortest
+        while stack:
+            value = stack.pop()
+            if isinstance(value, str):
+                if len(value) >= shortest and search(value):
+                    return True
+            elif isinstance(value, dict):
+                stack.extend(value.keys())
+                stack.extend(value.values())
+            elif isinstance(value, list | tuple):
+                stack.extend(value)
+        return False
+
+
+def _char_pattern(char: str) -> str:
+    """One character of a secret as a regex: itself, percent-encoded (each UTF-8 byte),
+    or a JSON \\u escape. Case is left to re.IGNORECASE (which also covers %2d/%2D)."""
+    forms = [re.escape(char)]
+    forms.append(re.escape("".join(f"%{b:02x}" for b in char.encode("utf-8"))))
+    if ord(char) < 0x10000:
+        forms.append(re.escape(f"\\u{ord(char):04x}"))
+    return "(?:" + "|".join(forms) + ")"
+
+
+def _base64_cores(secret: str) -> set[str]:
+    """The part of the secret's base64 encoding that is the same whatever bytes
+    surround it, for each of the three offsets it can sit at in an encoded run,
+    in both alphabets. A core shorter than the secret's scrub minimum is left out
+    (it would match too much)."""
+    raw = secret.encode("utf-8")
+    cores: set[str] = set()
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode("ascii")
+        # The first ceil(offset*4/3) characters mix in the padding bytes; the last
+        # group may mix in what follows (and its '=' padding is not the secret's).
+        start = -(-offset * 4 // 3)
+        end = ((offset + len(raw)) // 3) * 4
+        core = encoded[start:end]
+        if len(core) >= MIN_SCRUBBED_SECRET:
+            cores.add(core)
+            cores.add(core.translate(_URLSAFE))
+    return cores
+
+
+_URLSAFE = str.maketrans("+/", "-_")
