@@ -39,7 +39,7 @@ import trio
 from docket import __version__
 from docket.clock import Clock, rfc3339
 from docket.errors import EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
-from docket.guards.redact import redact_argv
+from docket.guards.redact import Redactor, redact_argv
 from docket.hooks import RunHooks
 from docket.supervisor_child import (
     EXIT_CANNOT_EXEC,
@@ -126,6 +126,10 @@ class Supervisor(ChildControl):
         self.faults = self.hooks.write_faults
         self.run_id = new_run_id()
         self.token = "dkt-" + secrets.token_urlsafe(24)
+        # The supervisor's own events pass the same door as the boundary's: the run
+        # token and the provider keys never reach the ledger, in any form.
+        keys = (self.env.get(p.key_env, "") for p in self.policy.providers.values())
+        self._redactor = Redactor([self.token, *keys])
         base = Path(options.ledger_dir) if options.ledger_dir else Path("docket-runs") / self.run_id
         self.folder = base
         self.stop_requested: StopRequest | None = None
@@ -291,7 +295,7 @@ class Supervisor(ChildControl):
         from docket.ledger.writer import EvidenceLost, LedgerFull
 
         try:
-            return await self._ledger.append(type, **fields)
+            return await self._ledger.append(type, **self._redactor.fields(fields))
         except EvidenceLost as exc:
             self.request_stop(
                 StopRequest(

@@ -291,7 +291,8 @@ async def handle_proxy(boundary, request, respond, config: ProxyConfig | None = 
     except BaseException as exc:
         conn.ended = _ended_by(exc)
         conn.detail = (
-            f"{type(exc).__name__}: {exc}"[:300] if conn.ended == "internal_error" else None
+            # Not cut here: _record_connect scrubs, then cuts (a cut first could split a secret).
+            f"{type(exc).__name__}: {exc}" if conn.ended == "internal_error" else None
         )
         raise
     finally:

@@ -142,6 +142,11 @@ def redact_argv(argv: list[str]) -> list[str]:
 # A secret shorter than this is not scrubbed from recorded text: replacing every
 # "sk" in a body would destroy the record and protect nothing real.
 MIN_SCRUBBED_SECRET = 8
+# A run of a secret's leading characters this long (or the whole of a shorter secret)
+# is scrubbed too: a text cut to N characters before it reached the redactor may end
+# inside a secret. Shorter than this, a prefix is mostly the provider's public one
+# ("sk-proj-"), and replacing it would blank ordinary text about keys.
+PARTIAL_SECRET_CHARS = 12
 
 
 class Redactor:
@@ -154,20 +159,33 @@ class Redactor:
 
     `fields` is the one door every event built from the agent's or the upstream's
     bytes passes before it reaches the ledger (Boundary.record and its two siblings):
-    whatever a caller forgot to scrub, this does not. Pure, and iterative: an event's
+    whatever a caller forgot to scrub, this does not. A secret's first
+    PARTIAL_SECRET_CHARS characters are enough to match (a field cut before it
+    was scrubbed still loses the part it holds). Pure, and iterative: an event's
     values are walked with a stack, never by recursion.
     """
 
     def __init__(self, secrets) -> None:
         self.secrets = tuple(s for s in dict.fromkeys(secrets) if len(s) >= MIN_SCRUBBED_SECRET)
         branches: list[str] = []
+        lengths: list[int] = []
         for secret in self.secrets:
-            branches.append("".join(_char_pattern(c) for c in secret))
-            branches.extend(re.escape(core) for core in _base64_cores(secret))
+            # The secret's first PARTIAL_SECRET_CHARS characters, then as many more as
+            # follow: the whole secret, or what a cut (a field shortened to N
+            # characters before it was scrubbed) left of it.
+            need = min(len(secret), PARTIAL_SECRET_CHARS)
+            tail = ""
+            for char in reversed(secret[need:]):
+                tail = f"(?:{_char_pattern(char)}{tail})?"
+            branches.append("".join(_char_pattern(c) for c in secret[:need]) + tail)
+            lengths.append(need)
+            for core in _base64_cores(secret):
+                branches.append(re.escape(core))
+                lengths.append(len(core))
         # Longest first, so an alternation never stops at a shorter form's end.
         branches.sort(key=len, reverse=True)
         self._pattern = re.compile("|".join(branches), re.IGNORECASE) if branches else None
-        self._shortest = min((len(s) for s in self.secrets), default=0)
+        self._shortest = min(lengths, default=0)
 
     def __bool__(self) -> bool:
         return self._pattern is not None
