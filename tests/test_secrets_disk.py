@@ -22,6 +22,8 @@ from urllib.parse import quote
 import pytest
 import trio
 from conftest import REAL_KEY, TOKEN
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from docket.boundary import bodies
 from docket.guards.redact import Redactor
@@ -342,3 +344,85 @@ async def test_run_files_are_created_owner_only_whatever_the_umask(stub_server, 
     assert modes and set(modes) >= {"ledger.jsonl", "receipt.json"}
     assert {name: mode for name, mode in modes.items() if mode & 0o077} == {}
     assert stat.S_IMODE(folder.stat().st_mode) & 0o077 == 0
+
+
+# ---------------------------------------------------------------- property-tested, pure
+
+_SECRET_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+_ENCODINGS = ["plain", "upper", "percent", "some-percent", "escaped", "base64", "base64url"]
+
+
+def _encoded(secret: str, how: str, pick: list[bool]) -> str:
+    if how == "upper":
+        return secret.upper()
+    if how == "percent":
+        return "".join(f"%{b:02x}" for b in secret.encode())
+    if how == "some-percent":  # any mixture, as an attacker picks
+        return "".join(f"%{ord(c):02X}" if p else c for c, p in zip(secret, pick, strict=False))
+    if how == "escaped":
+        return "".join(f"\\u{ord(c):04x}" if p else c for c, p in zip(secret, pick, strict=False))
+    if how == "base64":
+        return base64.b64encode(secret.encode()).decode()
+    if how == "base64url":
+        return base64.urlsafe_b64encode(b"x:" + secret.encode()).decode()
+    return secret
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secret=st.text(_SECRET_CHARS, min_size=8, max_size=60),
+    before=st.text(max_size=30),
+    after=st.text(max_size=30),
+    how=st.sampled_from(_ENCODINGS),
+    pick=st.lists(st.booleans(), min_size=60, max_size=60),
+    cut=st.integers(0, 100),
+)
+def test_the_redactor_leaves_no_form_of_a_secret(secret, before, after, how, pick, cut):
+    text = before + _encoded(secret, how, pick) + after
+    redactor = Redactor([secret])
+    scrubbed, hit = redactor.text(text)
+    assert hit
+    for form, needle in forms(secret).items():
+        assert needle.decode() not in scrubbed, form
+    # A cut before the scrub (a field shortened to N characters) keeps no usable part.
+    if how == "plain":
+        partial = (before + secret)[: len(before) + max(cut, 12)]
+        head = secret[: max(cut, 12)]
+        assert head not in redactor.scrub(partial)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.characters(codec="utf-8"), max_size=200))
+def test_the_redactor_leaves_text_without_a_secret_as_it_is(text):
+    secret = "sk-" + "Q7" * 12  # no run of it is in a text drawn without "Q7Q7"
+    if "q7q7" in text.lower():
+        return
+    assert Redactor([secret]).text(text) == (text, False)
+
+
+_json_leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+_json = st.recursive(
+    _json_leaf,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_json, indent=st.sampled_from([None, 1]), ascii_=st.booleans(), cut=st.integers(1, 400)
+)
+def test_json_bodies_are_the_bytes_as_sent_unless_a_secret_is_in_them(value, indent, ascii_, cut):
+    """Any JSON text without a secret comes back byte for byte, whole or cut (a cut
+    drops at most the token it splits); a secret planted in it never comes back."""
+    text = json.dumps(value, indent=indent, ensure_ascii=ascii_)
+    redactor = Redactor(["sk-" + "Q7" * 12])
+    if "q7q7" not in text.lower() and "\\u" not in text:
+        assert bodies.redact_json(text, redactor) == (text, False)
+        prefix, _ = bodies.redact_json(text[:cut], redactor, cut=True)
+        assert text[:cut].startswith(prefix)
+    planted = json.dumps({"a": [value, {"b": "x sk-" + "Q7" * 12}]}, ensure_ascii=ascii_)
+    out, hit = bodies.redact_json(planted, redactor)
+    assert hit and "Q7Q7" not in out and json.loads(out)["a"][1] == {"b": "x [redacted]"}

@@ -169,6 +169,10 @@ class Redactor:
         self.secrets = tuple(s for s in dict.fromkeys(secrets) if len(s) >= MIN_SCRUBBED_SECRET)
         branches: list[str] = []
         lengths: list[int] = []
+        # For the quick test (`_maybe`): what a match must contain when the text
+        # holds no escape ('%' or a backslash).
+        self._heads: list[str] = []
+        self._cores: list[str] = []
         for secret in self.secrets:
             # The secret's first PARTIAL_SECRET_CHARS characters, then as many more as
             # follow: the whole secret, or what a cut (a field shortened to N
@@ -179,12 +183,18 @@ class Redactor:
                 tail = f"(?:{_char_pattern(char)}{tail})?"
             branches.append("".join(_char_pattern(c) for c in secret[:need]) + tail)
             lengths.append(need)
+            self._heads.append(secret[:need].lower())
             for core in _base64_cores(secret):
                 branches.append(re.escape(core))
                 lengths.append(len(core))
+                self._cores.append(core)
         # Longest first, so an alternation never stops at a shorter form's end.
         branches.sort(key=len, reverse=True)
         self._pattern = re.compile("|".join(branches), re.IGNORECASE) if branches else None
+        quick = sorted(
+            {*self._heads, *(core.lower() for core in self._cores)}, key=len, reverse=True
+        )
+        self._quick = re.compile("|".join(map(re.escape, quick)))
         self._shortest = min(lengths, default=0)
 
     def __bool__(self) -> bool:
@@ -192,10 +202,21 @@ class Redactor:
 
     def text(self, text: str) -> tuple[str, bool]:
         """`text` with every form of every secret replaced by the marker; and whether any was."""
-        if self._pattern is None or len(text) < self._shortest:
+        if self._pattern is None or not self._maybe(text):
             return text, False
         new, count = self._pattern.subn(MARKER, text)
         return new, count > 0
+
+    def _maybe(self, text: str) -> bool:
+        """False only when no form of any secret can be in `text`: a few substring
+        searches instead of the full pattern (which costs microseconds on every
+        event). Without an escape character, a match holds a secret's head (in any
+        case) or one of its base64 cores as plain substrings."""
+        if len(text) < self._shortest:
+            return False
+        if "%" in text or "\\" in text:
+            return True
+        return self._quick.search(text.lower()) is not None
 
     def scrub(self, text: str) -> str:
         return self.text(text)[0]
@@ -229,21 +250,24 @@ class Redactor:
         return out
 
     def _any(self, root) -> bool:
-        """Whether any string in `root` (keys included) holds a secret; iterative."""
+        """Whether any string in `root` (keys included) holds a secret; iterative. The
+        strings are tested together first (one quick search for the whole event: no
+        secret's form holds a NUL, so none can match across the joins)."""
+        strings: list[str] = []
         stack = [root]
-        search = self._pattern.search
-        shortest = self._shortest
         while stack:
             value = stack.pop()
             if isinstance(value, str):
-                if len(value) >= shortest and search(value):
-                    return True
+                strings.append(value)
             elif isinstance(value, dict):
                 stack.extend(value.keys())
                 stack.extend(value.values())
             elif isinstance(value, list | tuple):
                 stack.extend(value)
-        return False
+        if not self._maybe("\0".join(strings)):
+            return False
+        search = self._pattern.search
+        return any(self._maybe(text) and search(text) for text in strings)
 
 
 def _char_pattern(char: str) -> str:
