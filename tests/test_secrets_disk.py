@@ -426,3 +426,14 @@ def test_json_bodies_are_the_bytes_as_sent_unless_a_secret_is_in_them(value, ind
     planted = json.dumps({"a": [value, {"b": "x sk-" + "Q7" * 12}]}, ensure_ascii=ascii_)
     out, hit = bodies.redact_json(planted, redactor)
     assert hit and "Q7Q7" not in out and json.loads(out)["a"][1] == {"b": "x [redacted]"}
+
+
+def test_a_chaos_run_folder_is_created_owner_only_whatever_the_umask(tmp_path):
+    from chaos.run import prepare_folder
+
+    old = os.umask(0)
+    try:
+        prepare_folder(tmp_path / "chaos-run")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "chaos-run").stat().st_mode) == 0o700

@@ -290,7 +290,7 @@ def plans(draw):
 
 
 @settings(
-    max_examples=int(os.environ.get("DOCKET_PLANTED_EXAMPLES", "6")),
+    max_examples=int(os.environ.get("DOCKET_PLANTED_EXAMPLES", "25")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
