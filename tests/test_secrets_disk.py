@@ -400,7 +400,13 @@ def test_the_redactor_leaves_text_without_a_secret_as_it_is(text):
     assert Redactor([secret]).text(text) == (text, False)
 
 
-_json_leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+_json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
 _json = st.recursive(
     _json_leaf,
     lambda inner: (

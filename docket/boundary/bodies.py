@@ -230,12 +230,15 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 # An event stream's line: a field ("data", "event", "id", "retry") or a comment.
 _SSE_LINE = re.compile(r"(?:data|event|id|retry)(?::.*)?|:.*|", re.DOTALL)
+_SSE_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
 def _redact_sse(text: str, redactor: Redactor, *, cut: bool) -> tuple[str, bool]:
     """A server-sent-event stream: each data payload must be JSON (or "[DONE]"), each
     other line is scrubbed of known secrets; NotRecorded("not_json") for anything else."""
-    lines = text.splitlines(keepends=True)
+    # Lines end at CR, LF or CRLF only (str.splitlines would also split at U+2028 and
+    # others, which a JSON string may hold as they are).
+    lines = _SSE_LINES.findall(text)
     out: list[str] = []
     changed = False
     for i, line in enumerate(lines):
