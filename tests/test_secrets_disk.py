@@ -348,7 +348,7 @@ async def test_run_files_are_created_owner_only_whatever_the_umask(stub_server, 
 
 # ---------------------------------------------------------------- property-tested, pure
 
-_SECRET_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+_SECRET_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_/+=%."
 _ENCODINGS = ["plain", "upper", "percent", "some-percent", "escaped", "base64", "base64url"]
 
 

@@ -277,7 +277,12 @@ def _char_pattern(char: str) -> str:
     forms.append(re.escape("".join(f"%{b:02x}" for b in char.encode("utf-8"))))
     if ord(char) < 0x10000:
         forms.append(re.escape(f"\\u{ord(char):04x}"))
-    return "(?:" + "|".join(forms) + ")"
+    if char in '"\\/':
+        forms.append(re.escape("\\" + char))  # JSON's short escapes (\/ is legal)
+    # Longest first: the optional tail of a secret's pattern does not backtrack into a
+    # character's alternatives, so an escaped backslash (two characters) must be tried
+    # before a bare one, and "%25" before "%".
+    return "(?:" + "|".join(sorted(forms, key=len, reverse=True)) + ")"
 
 
 def _base64_cores(secret: str) -> set[str]:
