@@ -443,3 +443,25 @@ def test_a_chaos_run_folder_is_created_owner_only_whatever_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "chaos-run").stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["secret_key", "aws_secret_access_key", "secretKey", "privateKey", "passphrase", "x-api-key",
+     "accessKeyId", "client_secret", "Authorization", "refresh_token", "token"],
+)  # fmt: skip
+def test_credential_named_members_are_redacted(name):
+    data = json.dumps({"a": [{name: UNKNOWN, "max_tokens": 5, "prompt_cache_key": "k1"}]}).encode()
+    text = bodies.recorded_body("request", data, Redactor([]))["request_body"]
+    assert json.loads(text)["a"][0] == {
+        name: "[redacted]",
+        "max_tokens": 5,
+        "prompt_cache_key": "k1",
+    }
+
+
+def test_a_secret_parameter_after_a_semicolon_is_redacted():
+    from docket.guards.redact import sanitize_url
+
+    url = f"/v1/chat?a=1;api_key={UNKNOWN}&b=2"
+    assert sanitize_url(url) == "/v1/chat?a=1;api_key=[redacted]&b=2"

@@ -37,11 +37,14 @@ RECORDED_BODY_BYTES = 1 << 20
 # own recursion limit.
 RECORDED_BODY_DEPTH = 64
 
-# JSON keys whose values are credentials (compared lower-case, "-" read as "_").
-# Narrower than the header rule on purpose: "max_tokens" and "prompt_tokens" are counts.
+# JSON keys whose values are credentials (compared lower-case, "-" read as "_", so
+# "secretKey", "aws_secret_access_key", "x-api-key" and "client_secret" all count).
+# Narrower than the header rule on purpose: "max_tokens" and "prompt_tokens" are counts,
+# "prompt_cache_key" and "idempotency_key" are not secrets, "signature" (a thinking
+# block's) is the provider's own opaque text.
 _SECRET_KEY = re.compile(
-    r"(?:^|_)(?:api_?key|apikey|secret|password|passwd|authorization|cookie|credentials?"
-    r"|private_key)$|^(?:access|refresh|id|auth|bearer|session|api)_token$|^token$"
+    r"secret|passw|passphrase|private_?key|access_?key|api_?key|authorization|cookie"
+    r"|credential|^(?:access|refresh|id|auth|bearer|session|api)_token$|^(?:token|auth|bearer)$"
 )
 _MARKER_JSON = json.dumps(MARKER)
 

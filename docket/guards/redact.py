@@ -100,12 +100,16 @@ def sanitize_url(url: str) -> str:
 def _sanitize_query(query: str) -> str:
     if not query or "=" not in query:
         return query
-    pieces = query.split("&")
-    for i, piece in enumerate(pieces):
-        name, eq, value = piece.partition("=")
+    # "&" or the older ";" between parameters (some servers still split on it).
+    pieces = _PARAM_SEPARATOR.split(query)
+    for i in range(0, len(pieces), 2):
+        name, eq, value = pieces[i].partition("=")
         if eq and value and _SECRET_PARAM.search(unquote_plus(name).lower()):
             pieces[i] = f"{name}={MARKER}"
-    return "&".join(pieces)
+    return "".join(pieces)
+
+
+_PARAM_SEPARATOR = re.compile("([&;])")
 
 
 # A command-line flag whose value is a credential: --api-key X, --token=X, -p X is not
