@@ -124,8 +124,19 @@ def nest(value: str, depth: int, key: str) -> str:
 def model_call(draw, key: str, unknown: str) -> bytes:
     how = draw(st.sampled_from(["plain", "escaped", "one-escaped", "percent", "base64", "upper"]))
     depth = draw(st.integers(0, 70))  # past RECORDED_BODY_DEPTH sometimes
-    padding = "x" * draw(st.sampled_from([0, 10, RECORDED_CAP, 3 * RECORDED_CAP]))
-    credential = draw(st.sampled_from(["password", "api_key", "x-api-key", "access_token"]))
+    padding = "x" * draw(st.integers(0, 2 * RECORDED_CAP))  # the cut lands anywhere, in the key too
+    credential = draw(
+        st.sampled_from(
+            [
+                "password",
+                "api_key",
+                "x-api-key",
+                "access_token",
+                "secretKey",
+                "aws_secret_access_key",
+            ]
+        )
+    )
     planted = nest(f'"{padding} {encode(key, how)} {padding}"', depth, "k")
     hidden = nest(f'{{"{credential}": "{unknown}"}}', draw(st.integers(0, 20)), "m")
     stream = draw(st.booleans())
@@ -144,6 +155,7 @@ def model_call(draw, key: str, unknown: str) -> bytes:
         st.sampled_from(
             [
                 f"?api_key={unknown}",
+                f"?a=1;api_key={unknown}",
                 f"?{key}=1",
                 f"?q={quote(key)}&token={unknown}",
                 f"?{quote(key, safe='').upper()}",
