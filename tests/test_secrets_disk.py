@@ -465,3 +465,27 @@ def test_a_secret_parameter_after_a_semicolon_is_redacted():
 
     url = f"/v1/chat?a=1;api_key={UNKNOWN}&b=2"
     assert sanitize_url(url) == "/v1/chat?a=1;api_key=[redacted]&b=2"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    data=st.binary(max_size=300)
+    | st.text(alphabet='{}[]:,"\\u0123456789abcdeftrnl-+. \n\tdata:[DONE]', max_size=300).map(
+        str.encode
+    ),
+    cut=st.booleans(),
+)
+def test_recording_any_bytes_never_raises_and_keeps_only_checked_text(data, cut):
+    """Whatever the bytes: fields, never an exception (an exception here would be a
+    call without its closing event); text only if it parsed, else hash and length."""
+    fields = bodies.recorded_body("response", data, Redactor([UNKNOWN]), cut=cut)
+    if "response_body" in fields:
+        assert fields["response_body"].encode() in data or fields.get("response_body_redacted")
+    else:
+        assert fields["response_body_bytes"] == len(data)
+        assert fields["response_body_not_recorded"] in (
+            "not_utf8",
+            "not_json",
+            "malformed",
+            "too_deep",
+        )

@@ -125,7 +125,7 @@ def redact_json(text: str, redactor: Redactor, *, cut: bool = False) -> tuple[st
     while pos < end:
         m = match(text, pos)
         if m is None:
-            if cut:
+            if cut and _split_token(text, pos):
                 break  # the cut split this token: drop it
             raise NotRecorded("malformed")
         kind, token = m.lastgroup, m.group()
@@ -209,6 +209,27 @@ def redact_json(text: str, redactor: Redactor, *, cut: bool = False) -> tuple[st
     if not changed and pos == end:
         return text, False
     return "".join(out), changed
+
+
+# What a string token cut short looks like: valid so far, up to the end of the text.
+_PARTIAL_STRING = re.compile(
+    r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*(?:\\(?:u[0-9a-fA-F]{0,3})?)?\Z'
+)
+
+
+def _split_token(text: str, pos: int) -> bool:
+    """Whether what is left at `pos` is the start of a token the cut ended (else the
+    text is malformed before the cut, and is not recorded)."""
+    rest = text[pos:]
+    if rest[:1] == '"':
+        return _PARTIAL_STRING.match(rest) is not None
+    # A literal's start, or a number's tail ("1." or "1e" after the token "1").
+    return any(word.startswith(rest) for word in ("true", "false", "null")) or (
+        _NUMBER_TAIL.match(rest) is not None
+    )
+
+
+_NUMBER_TAIL = re.compile(r"[-+0-9.eE]+\Z")
 
 
 def _decoded(token: str) -> str:
