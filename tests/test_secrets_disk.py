@@ -290,6 +290,9 @@ def test_recording_is_not_recursive_at_any_depth():
         data = b"[" * depth + b"]" * depth
         fields = bodies.recorded_body("response", data, redactor)
         assert fields["response_body_not_recorded"] == "too_deep"
+        # The token loop too (the quick path above decided it by counting brackets).
+        with pytest.raises(bodies.NotRecorded, match="too_deep"):
+            bodies._redact_tokens(data.decode(), redactor)
     at_bound = b"[" * bodies.RECORDED_BODY_DEPTH + b"]" * bodies.RECORDED_BODY_DEPTH
     assert bodies.recorded_body("response", at_bound, redactor) == {
         "response_body": at_bound.decode()
@@ -489,3 +492,19 @@ def test_recording_any_bytes_never_raises_and_keeps_only_checked_text(data, cut)
             "malformed",
             "too_deep",
         )
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json, key=st.sampled_from(["a", "passphrase", "api_key", "tokens", "x"]))
+def test_the_quick_path_decides_as_the_token_loop_does(value, key):
+    """redact_json's C-speed path (nothing to take) never disagrees with the loop."""
+    text = json.dumps({key: value, "n": [value]})
+    redactor = Redactor(["sk-" + "Q7" * 12])
+
+    def outcome(fn):
+        try:
+            return fn(text, redactor)
+        except bodies.NotRecorded as why:
+            return why.reason
+
+    assert outcome(bodies.redact_json) == outcome(bodies._redact_tokens)

@@ -195,6 +195,9 @@ class Redactor:
         # Longest first, so an alternation never stops at a shorter form's end.
         branches.sort(key=len, reverse=True)
         self._pattern = re.compile("|".join(branches), re.IGNORECASE) if branches else None
+        # A backslash alone (a JSON "\\n") matters only to a secret with a character
+        # JSON escapes in short form.
+        self._short_escapes = any(c in secret for secret in self.secrets for c in '"\\/')
         quick = sorted(
             {*self._heads, *(core.lower() for core in self._cores)}, key=len, reverse=True
         )
@@ -218,9 +221,13 @@ class Redactor:
         case) or one of its base64 cores as plain substrings."""
         if len(text) < self._shortest:
             return False
-        if "%" in text or "\\" in text:
+        if "%" in text or "\\u" in text or (self._short_escapes and "\\" in text):
             return True
         return self._quick.search(text.lower()) is not None
+
+    def maybe(self, text: str) -> bool:
+        """Whether `text` may hold a form of a secret (False: it certainly does not)."""
+        return self._pattern is not None and self._maybe(text)
 
     def scrub(self, text: str) -> str:
         return self.text(text)[0]
