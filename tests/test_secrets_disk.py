@@ -410,11 +410,13 @@ _json_leaf = (
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text()
 )
+# Keys that do not name a credential (those are redacted by name, not by content).
+_plain_keys = st.text(max_size=8).filter(
+    lambda k: not bodies._SECRET_KEY.search(k.lower().replace("-", "_"))
+)
 _json = st.recursive(
     _json_leaf,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_plain_keys, inner, max_size=4),
     max_leaves=30,
 )
 

@@ -34,7 +34,6 @@ from docket.boundary.proxy import handle_proxy, is_proxy_request
 from docket.errors import EXIT_EVIDENCE_LOST
 from docket.guards.caps import CapsGuard
 from docket.guards.deadline import BadDeadline, caller_budget
-from docket.guards.redact import MIN_SCRUBBED_SECRET as MIN_SCRUBBED_SECRET
 from docket.guards.redact import Redactor, sanitize_url
 from docket.http.client import UpstreamPool
 from docket.http.server import BodyTooLarge, serve
@@ -121,7 +120,6 @@ class Boundary:
         # Never written into the ledger, whatever text or encoding they turn up in:
         # every event the boundary records passes self.redactor (see record).
         self.redactor = Redactor([token, *(route.api_key for route in self.routes.values())])
-        self.secrets = self.redactor.secrets
 
     def scrub(self, text: str) -> str:
         """`text` with every secret the boundary holds, in any form, replaced by the marker."""

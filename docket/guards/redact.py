@@ -204,9 +204,6 @@ class Redactor:
         self._quick = re.compile("|".join(map(re.escape, quick)))
         self._shortest = min(lengths, default=0)
 
-    def __bool__(self) -> bool:
-        return self._pattern is not None
-
     def text(self, text: str) -> tuple[str, bool]:
         """`text` with every form of every secret replaced by the marker; and whether any was."""
         if self._pattern is None or not self._maybe(text):
