@@ -310,6 +310,7 @@ class Supervisor(ChildControl):
     async def _record_control(self, type: str, fields: dict, unwritten: dict) -> int | None:
         """Record session.start/end; if the line is lost, keep it for the receipt's account."""
         ts, mono_ms = rfc3339(self.clock.wall()), self._mono_ms()
+        fields = self._redactor.fields(fields)  # the receipt may carry them unwritten
         seq = await self._record(type, **fields)
         if seq is None:
             # What the line would have said, so the receipt can state (unbacked) claims.

@@ -22,6 +22,7 @@ from urllib.parse import quote
 import pytest
 import trio
 from conftest import REAL_KEY, TOKEN
+from helpers import read_events
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -510,3 +511,35 @@ def test_the_quick_path_decides_as_the_token_loop_does(value, key):
             return why.reason
 
     assert outcome(bodies.redact_json) == outcome(bodies._redact_tokens)
+
+
+async def test_the_key_on_the_command_line_stays_out_of_ledger_and_receipt(
+    stub_server, tmp_path, monkeypatch
+):
+    """The supervisor's own events (process.spawn's argv) pass the redactor; and when
+    session.start cannot be written (EIO), what the receipt keeps of it passed it too."""
+    import errno
+
+    from docket.ledger.faults import FailOrdinals
+
+    monkeypatch.setenv("STUB_KEY", REAL_KEY)
+    with trio.fail_after(DEADLINE):
+        async with stub_server("openai") as oa:
+            policy = tmp_path / "docket.toml"
+            policy.write_text(
+                f'[providers.openai]\nkind = "openai"\nbase_url = "{oa.url}"\n'
+                'key_env = "STUB_KEY"\n'
+            )
+            folder = tmp_path / "run"
+            options = RunOptions(
+                command=[sys.executable, "-c", "pass", REAL_KEY],  # the key on the command line
+                policy_path=str(policy),
+                ledger_dir=str(folder),
+            )
+            faults = FailOrdinals(errno.EIO, start=0, stop=1)
+            outcome = await Supervisor(options, faults=faults).run()
+    assert outcome.receipt.exists()
+    (spawn,) = [e for e in read_events(folder / "ledger.jsonl") if e["type"] == "process.spawn"]
+    assert spawn["argv"][-1] == "[redacted]"
+    for path in folder.iterdir():
+        assert_absent(path.read_bytes(), {"key": REAL_KEY}, path.name)
