@@ -101,7 +101,9 @@ def check_folder(folder: Path) -> None:
 def prepare_folder(folder: Path) -> None:
     check_folder(folder)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        # Owner only: the docket run's ledger, the stubs' logs and the scraped metrics
+        # inside are then closed to other users whatever mode each file gets.
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"run folder {folder}: cannot create ({exc.strerror})") from None
     (folder / "agents").mkdir(exist_ok=True)

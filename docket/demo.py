@@ -188,7 +188,7 @@ def demo_command(directory: str | None) -> int:
 
     console = Console(highlight=False, soft_wrap=True)
     folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="docket-demo-"))
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner only, like a run's folder
     stub, url = start_stub(folder)
     try:
         console.print(f"[bold]1. a stub provider[/] (OpenAI-shaped) at {url}")

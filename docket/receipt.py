@@ -271,7 +271,7 @@ def write_receipt(path: str | os.PathLike, receipt: dict) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o644)
+            os.fchmod(f.fileno(), 0o600)  # owner only, like the ledger it seals
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -39,7 +39,7 @@ import trio
 from docket import __version__
 from docket.clock import Clock, rfc3339
 from docket.errors import EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
-from docket.guards.redact import redact_argv
+from docket.guards.redact import Redactor, redact_argv
 from docket.hooks import RunHooks
 from docket.supervisor_child import (
     EXIT_CANNOT_EXEC,
@@ -128,6 +128,10 @@ class Supervisor(ChildControl):
         self.faults = self.hooks.write_faults
         self.run_id = new_run_id()
         self.token = "dkt-" + secrets.token_urlsafe(24)
+        # The supervisor's own events pass the same door as the boundary's: the run
+        # token and the provider keys never reach the ledger, in any form.
+        keys = (self.env.get(p.key_env, "") for p in self.policy.providers.values())
+        self._redactor = Redactor([self.token, *keys])
         base = Path(options.ledger_dir) if options.ledger_dir else Path("docket-runs") / self.run_id
         self.folder = base
         self.stop_requested: StopRequest | None = None
@@ -278,7 +282,8 @@ class Supervisor(ChildControl):
 
     def _prepare_folder(self) -> Path:
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            # Owner only (a new folder; parents and an existing folder are left as they are).
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise InputError(
                 f"ledger folder {self.folder}: cannot create ({exc.strerror})"
@@ -332,7 +337,7 @@ class Supervisor(ChildControl):
         from docket.ledger.writer import EvidenceLost, LedgerFull
 
         try:
-            return await self._ledger.append(type, **fields)
+            return await self._ledger.append(type, **self._redactor.fields(fields))
         except EvidenceLost as exc:
             self.request_stop(
                 StopRequest(
@@ -347,6 +352,7 @@ class Supervisor(ChildControl):
     async def _record_control(self, type: str, fields: dict, unwritten: dict) -> int | None:
         """Record session.start/end; if the line is lost, keep it for the receipt's account."""
         ts, mono_ms = rfc3339(self.clock.wall()), self._mono_ms()
+        fields = self._redactor.fields(fields)  # the receipt may carry them unwritten
         seq = await self._record(type, **fields)
         if seq is None:
             # What the line would have said, so the receipt can state (unbacked) claims.

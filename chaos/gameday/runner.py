@@ -266,7 +266,7 @@ async def run_one(
     """One run of a phase, in `folder`, with its aftermath and derived facts; never raises
     for a run that fails (that is an outcome without evidence, with the reason)."""
     started = time.monotonic()
-    folder.mkdir()
+    folder.mkdir(mode=0o700)  # owner only, like a docket run's folder
     try:
         outcome = await RUNNERS[phase.mode](spec, seed, folder, toxiproxy)
         await add_aftermath(outcome.evidence)

@@ -137,13 +137,22 @@ def _redact(name: bytes, value: bytes) -> str:
     return fingerprint(value)
 
 
+def _owner_only(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
 class RequestLog:
     """Every request received, in arrival order: a bounded deque, and a JSONL file
     (one line per request, written when it arrives) if a path is given."""
 
     def __init__(self, capacity: int = 10_000, path: str | os.PathLike | None = None) -> None:
         self._entries: deque[dict] = deque(maxlen=capacity)
-        self._file = open(path, "a", encoding="utf-8") if path is not None else None  # noqa: SIM115 - lives as long as the log
+        self._file = (
+            # Owner only, like the run's ledger: the log holds the requests' bodies.
+            open(path, "a", encoding="utf-8", opener=_owner_only)  # noqa: SIM115 - lives as long as the log
+            if path is not None
+            else None
+        )
 
     def record(self, entry: dict) -> None:
         self.keep(entry)

@@ -35,16 +35,13 @@ from docket.boundary.proxy import handle_proxy, is_proxy_request
 from docket.errors import EXIT_EVIDENCE_LOST
 from docket.guards.caps import CapsGuard
 from docket.guards.deadline import BadDeadline, caller_budget
-from docket.guards.redact import MARKER, sanitize_url
+from docket.guards.redact import Redactor, sanitize_url
 from docket.guards.scrub import relay_keys
 from docket.http.client import UpstreamPool
 from docket.http.server import BodyTooLarge, ClientGone, serve
 from docket.ledger.writer import EvidenceLost, LedgerFull
 
 MAX_REQUEST_BYTES = 32 << 20
-# A secret shorter than this is not scrubbed from recorded text: replacing every
-# "sk" in a body would destroy the record and protect nothing real.
-MIN_SCRUBBED_SECRET = 8
 # What a path's first segment must look like to be named in a route refusal's
 # record; anything else (a URL's userinfo, a key pasted into a base URL) is not copied.
 _ROUTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
@@ -138,21 +135,15 @@ class Boundary:
         self.call_probe = None
         self._call_ids = itertools.count(1)
         self._call_prefix = secrets.token_hex(3)
-        # Never written into the ledger, whatever text they turn up in.
-        self.secrets = tuple(
-            s
-            for s in {token, *(route.api_key for route in self.routes.values())}
-            if len(s) >= MIN_SCRUBBED_SECRET
-        )
+        # Never written into the ledger, whatever text or encoding they turn up in:
+        # every event the boundary records passes self.redactor (see record).
+        self.redactor = Redactor([token, *(route.api_key for route in self.routes.values())])
         # Never relayed to the agent either, whatever an upstream echoes (forward.py).
         self.relay_keys = relay_keys(route.api_key for route in self.routes.values())
 
     def scrub(self, text: str) -> str:
-        """`text` with every secret the boundary holds replaced by the redaction marker."""
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, MARKER)
-        return text
+        """`text` with every secret the boundary holds, in any form, replaced by the marker."""
+        return self.redactor.scrub(text)
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the base URL (http://127.0.0.1:PORT)."""
@@ -176,9 +167,13 @@ class Boundary:
     # ------------------------------------------------------------------ recording
 
     async def record(self, type: str, **fields) -> int | None:
-        """Append an event. Losing evidence under fail_fast_evidence stops the run."""
+        """Append an event. Losing evidence under fail_fast_evidence stops the run.
+
+        This and its two siblings are the boundary's only way to the ledger, and each
+        passes the fields through self.redactor first: no known secret, in any form,
+        reaches an event, whichever caller built it from whichever bytes."""
         try:
-            return await self.ledger.append(type, **fields)
+            return await self.ledger.append(type, **self.redactor.fields(fields))
         except EvidenceLost:
             self._evidence_lost()
             raise
@@ -189,7 +184,7 @@ class Boundary:
         is on its way to disk, a stopping run must not leave it without its slot."""
         try:
             return await self.ledger.append_opening(
-                type, closing_bytes=closing_bytes, shield=True, **fields
+                type, closing_bytes=closing_bytes, shield=True, **self.redactor.fields(fields)
             )
         except EvidenceLost:
             self._evidence_lost()
@@ -200,7 +195,7 @@ class Boundary:
         cancellable, like record_opening: a closing event, once started, is finished."""
         try:
             return await self.ledger.append_closing(
-                slot, type, optional=optional, shield=True, **fields
+                slot, type, optional=optional, shield=True, **self.redactor.fields(fields)
             )
         except EvidenceLost:
             self._evidence_lost()
@@ -475,7 +470,9 @@ class Boundary:
         kind = route.kind
         call_id = f"{self._call_prefix}-{next(self._call_ids)}"
         body_fields = (
-            recorded_body("request", body, self.secrets) if self.policy.ledger.record_bodies else {}
+            recorded_body("request", body, self.redactor)
+            if self.policy.ledger.record_bodies
+            else {}
         )
         # Made before the model.request is written, so that nothing can fail between
         # that write and the call's own closing machinery.

@@ -30,9 +30,11 @@ from docket.boundary import providers
 CLOSING_FIXED_BYTES = 8 << 10
 RESPONSE_BODY_FIELDS = (
     "response_body",
-    "response_body_base64",
     "response_body_truncated",
     "response_body_redacted",
+    "response_body_not_recorded",
+    "response_body_sha256",
+    "response_body_bytes",
 )
 
 

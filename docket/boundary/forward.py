@@ -238,7 +238,7 @@ class ModelCall:
                 self.record.extra["upstream_error"] = self._error_fields(error)
             retry_after = resp.header(b"retry-after")
             if retry_after is not None:
-                self.record.extra["retry_after"] = retry_after.decode("latin-1")[:64]
+                self.record.extra["retry_after"] = self.b.scrub(retry_after.decode("latin-1"))[:64]
             # A provider bills nothing for an error answer it gave before any output.
             await self._close_error("upstream_status", charge="zero")
         if self.unrecorded is not None:
@@ -323,7 +323,7 @@ class ModelCall:
         if tracker.error is not None:
             self.record.extra["upstream_error"] = self._error_fields(tracker.error)
         if tracker.problem is not None:
-            self.record.extra["stream_problem"] = tracker.problem[:200]
+            self.record.extra["stream_problem"] = self.b.scrub(tracker.problem)[:200]
 
     async def _transport_failed(self, exc: upstream.UpstreamError, respond) -> None:
         reason = error_reason(exc)
@@ -378,7 +378,8 @@ class ModelCall:
         return out
 
     def _error_fields(self, error: providers.ProviderError) -> dict:
-        kind = error.type if error.type is None else error.type[:_CUT_ERROR_TEXT]
+        # Scrubbed, then cut: a cut first could leave part of a secret the scrub misses.
+        kind = error.type if error.type is None else self.b.scrub(error.type)[:_CUT_ERROR_TEXT]
         return {"type": kind, "message": self.b.scrub(error.message)[:_CUT_ERROR_TEXT]}
 
     async def _close_ok(self) -> None:
@@ -536,7 +537,7 @@ class ModelCall:
         if not self._keep_body or self.record.status is None:
             return {}  # no answer came
         return recorded_body(
-            "response", bytes(self._response_body), self.b.secrets, cut=self._response_cut
+            "response", bytes(self._response_body), self.b.redactor, cut=self._response_cut
         )
 
 

@@ -13,7 +13,9 @@ the rule canonicalised it, never to the text the client sent.
 What is recorded:
 - A refusal is a 403 (407 without the token, 400 for a target that is not one)
   with a JSON body naming the rule, and a `net.denied` event: host, port,
-  method, rule, reason.
+  method, rule, reason. A target that does not parse is recorded as its
+  `target_sha256` and `target_bytes` only (host "(unparseable)", port 0), never
+  as text: what a client put in it cannot be told from a secret.
 - An allowed request is one `net.connect` event, written when it ends: host,
   port, method, mode ("tunnel" | "forward"), the rule that allowed it, status,
   bytes_up and bytes_down (tunnel: every byte each way; forward: the request
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
@@ -60,6 +63,7 @@ PROXY_USER = "docket"  # the user name in the proxy URL; only the password (the 
 RECEIVE_SIZE = 65536
 MAX_RECORDED_URL = 2048
 RECORD_ROOM = MAX_RECORDED_URL + 1024  # a net.connect body at most, checked before connecting
+UNPARSEABLE_HOST = "(unparseable)"  # net.denied's host for a target that does not parse
 
 # Headers that describe one hop, never passed through a proxy (RFC 9110 7.6.1),
 # plus the client's Host (set from the checked target) and its proxy credential.
@@ -125,9 +129,13 @@ def _absolute(target: bytes) -> bool:
 
 def parse_target(method: str, target: bytes) -> ProxyTarget:
     """A CONNECT's authority form (host:port, [v6]:port) or an absolute-form
-    http(s) URL; ValueError saying why `target` is neither."""
+    http(s) URL; ValueError saying why `target` is neither. The message never
+    quotes the target: it goes into the record, and a target that does not parse
+    may carry anything (a password in its userinfo, say)."""
     text = target.decode("latin-1")
     if method == "CONNECT":
+        if "@" in text:
+            raise ValueError("a CONNECT target is host:port, with no userinfo")
         if text.startswith("["):
             host, sep, port = text[1:].partition("]:")
         else:
@@ -135,15 +143,15 @@ def parse_target(method: str, target: bytes) -> ProxyTarget:
             if ":" in host:
                 raise ValueError("an IPv6 address in a CONNECT target needs [brackets]")
         if not sep or not host:
-            raise ValueError(f"a CONNECT target is host:port, got {text[:100]!r}")
+            raise ValueError("a CONNECT target is host:port")
         return ProxyTarget(method, host, _port(port))
     if not _absolute(target):
         raise ValueError("a proxy request's target is an absolute http(s) URL")
     try:
         parts = urlsplit(text)
         port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"not a URL: {exc}") from None
+    except ValueError:
+        raise ValueError("not a URL (its host or port does not parse)") from None
     if not parts.hostname:
         raise ValueError("the URL names no host")
     scheme = parts.scheme.lower()
@@ -154,7 +162,7 @@ def parse_target(method: str, target: bytes) -> ProxyTarget:
 
 def _port(text: str) -> int:
     if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
-        raise ValueError(f"the port must be 1-65535, got {text[:20]!r}")
+        raise ValueError("the port must be 1-65535")
     return int(text)
 
 
@@ -236,9 +244,14 @@ async def handle_proxy(boundary, request, respond, config: ProxyConfig | None = 
     try:
         target = parse_target(request.method, request.target)
     except ValueError as exc:
-        shown = boundary.scrub(request.target.decode("latin-1"))[:100]
-        denied = Denied(shown, 0, "proxy.target", str(exc))
-        await _deny(boundary, request, respond, denied, 400, url="")
+        # Recorded as its hash and length only: unparsed, nothing in it can be told
+        # from a secret (the userinfo of a URL whose port is bad, say).
+        denied = Denied(UNPARSEABLE_HOST, 0, "proxy.target", str(exc))
+        unparsed = {
+            "target_sha256": hashlib.sha256(request.target).hexdigest(),
+            "target_bytes": len(request.target),
+        }
+        await _deny(boundary, request, respond, denied, 400, url="", extra=unparsed)
         return
     url = _recorded_url(boundary, target)
     if not token_matches(proxy_token(request.headers), boundary.token):
@@ -278,7 +291,8 @@ async def handle_proxy(boundary, request, respond, config: ProxyConfig | None = 
     except BaseException as exc:
         conn.ended = _ended_by(exc)
         conn.detail = (
-            f"{type(exc).__name__}: {exc}"[:300] if conn.ended == "internal_error" else None
+            # Not cut here: _record_connect scrubs, then cuts (a cut first could split a secret).
+            f"{type(exc).__name__}: {exc}" if conn.ended == "internal_error" else None
         )
         raise
     finally:
@@ -301,7 +315,9 @@ def _recorded_url(boundary, target: ProxyTarget) -> str:
     return boundary.scrub(sanitize_url(target.url))[:MAX_RECORDED_URL] if target.url else ""
 
 
-async def _deny(boundary, request, respond, denied: Denied, status: int, *, url: str) -> None:
+async def _deny(
+    boundary, request, respond, denied: Denied, status: int, *, url: str, extra=None
+) -> None:
     fields = {
         "host": boundary.scrub(denied.host),
         "port": denied.port,
@@ -311,6 +327,7 @@ async def _deny(boundary, request, respond, denied: Denied, status: int, *, url:
     }
     if url:
         fields["url"] = url
+    fields.update(extra or {})
     message = fields["reason"]
     try:
         await boundary.record("net.denied", **fields)

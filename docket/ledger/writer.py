@@ -573,7 +573,8 @@ async def open_ledger(
 
 def _open_for_append(path: Path) -> int:
     try:
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # Owner only whatever the umask: prompts and answers may be in it (record_bodies).
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except IsADirectoryError:
         raise InputError(f"ledger {path}: is a directory, not a file") from None
     except OSError as exc:
