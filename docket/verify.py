@@ -29,7 +29,7 @@ from docket.ledger.chain import (
 from docket.ledger.reader import LEDGER_MAGIC, Lines, LineTooLong
 from docket.ledger.strict_json import AmbiguousJSON, decode_json
 from docket.receipt import FORMAT, RECEIPT_SHAPE, join_path, plain_number, shape_problem
-from docket.tally import EVIDENCE_FIELDS, UNBACKED, Tally, TallyError
+from docket.tally import EVIDENCE_EXTRA, EVIDENCE_FIELDS, UNBACKED, Tally, TallyError
 
 __all__ = [
     "BYTES_MISMATCH",
@@ -287,9 +287,26 @@ def evidence_problem(claimed: dict, tally: Tally, events: int) -> tuple[str, str
         return f"{path}.first_failing_seq", "the receipt says null with ledger_complete false"
     if first is not None and first > events:
         return f"{path}.first_failing_seq", f"{first} is beyond the ledger's {events} events"
+    unrecorded = claimed.get("unrecorded_calls", 0)
+    if complete and unrecorded:
+        return (
+            f"{path}.unrecorded_calls",
+            f"the receipt says {unrecorded} with ledger_complete true",
+        )
+    if unrecorded > unwritten:
+        # Each such call lost at least its model.request.
+        return (
+            f"{path}.unrecorded_calls",
+            f"the receipt says {unrecorded}, above its {unwritten} unwritten events",
+        )
     if tally.end is not None:
-        for key in EVIDENCE_FIELDS:
-            ours, theirs = claimed[key], tally.end["evidence"][key]
+        said = tally.end["evidence"]
+        for key in (*EVIDENCE_FIELDS, *EVIDENCE_EXTRA):
+            if key not in said and key in EVIDENCE_EXTRA:
+                continue  # a session.end from before the field: nothing to hold it to
+            if key not in claimed:
+                return f"{path}.{key}", f"the receipt omits it; session.end says {_show(said[key])}"
+            ours, theirs = claimed[key], said[key]
             if ours != theirs:
                 return (
                     f"{path}.{key}",

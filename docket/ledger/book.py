@@ -43,6 +43,7 @@ from docket.ledger.limits import CONTROL_RESERVE_BYTES as CONTROL_RESERVE_BYTES
 from docket.ledger.limits import (
     EXEMPT_FROM_EVENT_CEILING,
     GAP_TYPE,
+    LOW_DISK_TYPE,
     EvidenceLost,
     EvidenceStats,
     LedgerFull,
@@ -108,6 +109,16 @@ class LedgerBook:
         self.gap: _Gap | None = None  # losses not yet recorded in the file
         self.broken: str | None = None  # why nothing more will be written
         self.evidence_lost: str | None = None  # set once fail_fast_evidence trips
+        self.unrecorded_calls = 0  # closings admitted for openings that were lost
+        # The disk reserve (limits.DISK_RESERVE_BYTES): blocks allocated up to
+        # `allocated`; `short` says why the last attempt to keep it topped up
+        # failed (the volume is full or failing): until one succeeds, batches are
+        # composed of one kind, and only the essential kind may use the reserve.
+        self.disk_reserve = limits.disk_reserve
+        self.allocated = size
+        self.short: str | None = None
+        self.low_disk_below = False
+        self.low_disk: dict | None = None  # an evidence.low_disk record owed
         self._overhead_by_type: dict[str, int] = {}
 
     # -- admission
@@ -220,7 +231,7 @@ class LedgerBook:
         self.events += 2
         self.slots += 1
         self.held += hold
-        return item, ClosingSlot(self, hold)
+        return item, ClosingSlot(self, hold, item)
 
     def admit_closing(
         self,
@@ -275,7 +286,16 @@ class LedgerBook:
         slot.held = False
         self.slots -= 1
         self.held -= slot.bytes
-        return self._queue(type, ts, mono_ms, body, size)  # its event was counted at the opening
+        item = self._queue(type, ts, mono_ms, body, size)  # its event was counted at the opening
+        opening = slot.opening
+        if opening is not None and opening.settled and opening.seq is None:
+            # The call went on without its request on disk (fail-open): its closing
+            # event is evidence, but not the end of the record the reserve is for.
+            item.essential = False
+            self.unrecorded_calls += 1
+        else:
+            item.essential = True
+        return item
 
     def release(self, slot: ClosingSlot) -> bool:
         """Give back a slot no closing event will take; False if it was already settled."""
@@ -329,21 +349,34 @@ class LedgerBook:
             if gap_line is None:
                 return self.next_step(faults)  # no room for the record: now broken
             lines.append(gap_line)
+        low_disk = self._low_disk_line(lines, first.ts, first.mono_ms)
+        if low_disk is not None:
+            lines.append(low_disk)
         if torn is None:
-            return self._compose(lines, faults)
+            return self._compose(lines, faults, has_low_disk=low_disk is not None)
         whole = self._compose(lines, None, limit=len(lines) + 1)
         last = whole.lines[-1]
         keep = max(0, min(torn.keep, len(last)))  # never its newline: the line stays torn
         return Torn(whole.items, whole.data[: len(whole.data) - len(last) - 1 + keep], torn.crash)
 
     def gap_step(self, ts: str, mono_ms: int, faults: WriteFaults | None) -> Batch | None:
-        """At close, with nothing else to write: a batch holding only the owed gap record.
+        """With nothing else to write (at close, or when an evidence.low_disk is
+        owed): a batch holding only the owed records (evidence.gap, evidence.low_disk).
 
         The fault hook is asked about it as the next ordinal, so a disk that is
         failing for good fails this write too.
         """
-        if self.gap is None or self.broken is not None or self.queue:
+        if self.gap is None and self.low_disk is None:
             return None
+        if self.broken is not None or self.queue:
+            return None
+        mono_ms = max(mono_ms, self.last_mono_ms)
+        if self.gap is None:  # only an evidence.low_disk
+            line = self._low_disk_line([], ts, mono_ms)
+            if line is None:
+                return None
+            batch = self._compose([line], None, has_low_disk=True)
+            return batch
         if faults is not None:
             injected = faults.before_write(self.next_ordinal, GAP_TYPE)
             if isinstance(injected, TornWrite):  # a tear at close: the gap is simply not written
@@ -351,8 +384,12 @@ class LedgerBook:
             if injected is not None:
                 self.lose([], describe_os_error(injected), attempted=True)
                 return None
-        gap_line = self._gap_line(ts, max(mono_ms, self.last_mono_ms))
-        return None if gap_line is None else self._compose([gap_line], None)
+        gap_line = self._gap_line(ts, mono_ms)
+        if gap_line is None:
+            return None
+        low_disk = self._low_disk_line([gap_line], ts, mono_ms)
+        lines = [gap_line] + ([] if low_disk is None else [low_disk])
+        return self._compose(lines, None, has_low_disk=low_disk is not None)
 
     def _fault(self, item: PendingEvent, faults: WriteFaults) -> OSError | TornWrite | None:
         if item.fault is _UNASKED:
@@ -379,17 +416,45 @@ class LedgerBook:
             return None
         return line
 
+    def _low_disk_line(self, before: list[bytes], ts: str, mono_ms: int) -> bytes | None:
+        """The owed evidence.low_disk record, chained after `before` (or the head)."""
+        if self.low_disk is None:
+            return None
+        line = encode_line(
+            seq=self.count + len(before),
+            ts=ts,
+            mono_ms=mono_ms,
+            type=LOW_DISK_TYPE,
+            prev=line_hash(before[-1]) if before else self.head,
+            body=encode_body(self.low_disk),
+        )
+        used = self.size + self.reserved + self.held + sum(len(x) + 1 for x in before)
+        if len(line) + 1 > self._room_control - used:
+            self.low_disk = None  # no room under the ceiling: readiness still says so
+            return None
+        return line
+
     def _compose(
-        self, lines: list[bytes], faults: WriteFaults | None, limit: int | None = None
+        self,
+        lines: list[bytes],
+        faults: WriteFaults | None,
+        limit: int | None = None,
+        *,
+        has_low_disk: bool = False,
     ) -> Batch:
         limit = MAX_BATCH_LINES if limit is None else limit
         seq = self.count + len(lines)
-        prev = line_hash(lines[0]) if lines else self.head
+        prev = line_hash(lines[-1]) if lines else self.head
         nbytes = sum(len(line) + 1 for line in lines)
         items: list[PendingEvent] = []
         queue_ = self.queue
+        # With the disk reserve short, a batch holds one kind: the essential kind
+        # may be written into the reserve, the other only once the volume has room.
+        kind = queue_[0].essential if (queue_ and self.short is not None) else None
         while queue_ and len(lines) < limit and nbytes < MAX_BATCH_BYTES:
             item = queue_[0]
+            if kind is not None and item.essential is not kind:
+                break
             if faults is not None and self._fault(item, faults) is not None:
                 break  # written next time round, as a loss of its own
             queue_.popleft()
@@ -404,7 +469,73 @@ class LedgerBook:
             nbytes += len(line) + 1
         has_gap = self.gap is not None
         mono_after = items[-1].mono_ms if items else json.loads(lines[-1])["mono_ms"]
-        return Batch(items, lines, b"\n".join(lines) + b"\n", prev, mono_after, has_gap)
+        data = b"\n".join(lines) + b"\n"
+        batch = Batch(items, lines, data, prev, mono_after, has_gap, has_low_disk=has_low_disk)
+        self._plan_reserve(batch)
+        return batch
+
+    def _plan_reserve(self, batch: Batch) -> None:
+        """Whether the worker allocates blocks before writing `batch`, and up to where.
+
+        The goal: the disk reserve (plus what closing slots hold) stays allocated
+        past the end the batch leaves, so the end of the record fits whatever
+        fills the volume meanwhile. Allocation happens in steps of a quarter of
+        the reserve, so most batches need no syscall for it.
+        """
+        reserve = self.disk_reserve
+        if not reserve:
+            return
+        cap = self.limits.max_ledger_bytes
+        end = self.size + len(batch.data)
+        wanted = min(end + reserve + self.held, cap)
+        if self.short is None and wanted <= self.allocated:
+            return
+        batch.extend_to = max(min(wanted + reserve // 4, cap), end)
+        # An ordinary event may not take the reserve's blocks: a batch holding one is
+        # written only if the allocation succeeds. (Not a batch that is all the
+        # run's own record, nor a gap or low-disk record alone.)
+        batch.must_extend = any(not item.essential for item in batch.items)
+
+    def disk_verdict(
+        self,
+        batch: Batch,
+        *,
+        extend_error: str | None,
+        unsupported: bool,
+        cut: bool,
+        free_bytes: int | None,
+    ) -> None:
+        """What writing `batch` said about the volume (sync.WriteResult's facts).
+
+        Call before commit or lose. `extend_error`: why the allocation failed;
+        `unsupported`: the filesystem has no fallocate, so there is no reserve;
+        `cut`: a failed write was cut back, which frees the blocks past the end;
+        `free_bytes`: the volume's free space after a durable write.
+        """
+        if unsupported:
+            self.disk_reserve = 0
+            self.short = None
+        elif batch.extend_to is not None:
+            if extend_error is None:
+                self.allocated = max(self.allocated, batch.extend_to)
+                self.short = None
+            else:
+                self.short = extend_error
+        if cut:
+            self.allocated = self.size
+        if free_bytes is not None:
+            self.note_free(free_bytes)
+
+    def note_free(self, free_bytes: int) -> None:
+        """The volume has `free_bytes` free: owe an evidence.low_disk record on each
+        crossing of min_free_bytes (going below it, and coming back)."""
+        floor = self.limits.min_free_bytes
+        if not floor:
+            return
+        below = free_bytes < floor
+        if below is not self.low_disk_below:
+            self.low_disk_below = below
+            self.low_disk = {"free_bytes": free_bytes, "min_free_bytes": floor, "below": below}
 
     # -- verdicts
 
@@ -420,6 +551,8 @@ class LedgerBook:
         self.pending -= len(batch.items)
         if batch.has_gap:
             self.gap = None
+        if batch.has_low_disk:
+            self.low_disk = None
 
     def lose(
         self, items: list[PendingEvent], error: str, *, attempted: bool, broken: str | None = None
@@ -457,6 +590,7 @@ class LedgerBook:
             write_failures=self.write_failures,
             unwritten_by_type=dict(self.unwritten_by_type),
             last_error=self.last_error,
+            unrecorded_calls=self.unrecorded_calls,
         )
 
 

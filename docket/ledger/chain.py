@@ -46,6 +46,7 @@ EVENT_TYPES = CONTROL_TYPES | frozenset(
         "fault.injected",
         "agent.backoff",
         "evidence.gap",
+        "evidence.low_disk",
         "cache.hit",
     }
 )

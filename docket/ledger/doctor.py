@@ -20,6 +20,16 @@ already exists with the same bytes is left alone, so a second run is a no-op; on
 that exists with different bytes is never overwritten: the run refuses (exit 1)
 and names it. Only a torn tail is quarantined, and never while a writer holds
 the ledger.
+
+Whatever the chain's state, doctor also says what it can know of the evidence:
+from the file, the evidence.gap records (events lost while it was written),
+evidence.low_disk records, and whether the run's session.end is there and calls
+its record complete; from the receipt beside it (receipt.json naming this file),
+the writer's own ops.evidence. A ledger whose chain is clean but whose run lost
+evidence is never called "clean" in the summary, and doctor exits 1: the JSON
+`verdict` stays the chain's, with `evidence.complete` (true, false, or null
+when nothing says: a run killed before its end, or one whose end was lost
+with its receipt) beside it.
 """
 
 from __future__ import annotations
@@ -90,6 +100,49 @@ class Scan:
     lines: int  # complete lines in the file
     problem: ChainError | None  # the first thing that does not hold
     tail: Tail | None
+    evidence: dict | None = None  # what the verified events say of the record's completeness
+
+
+class _EvidenceFacts:
+    """What the verified events say about lost evidence (fed one event at a time)."""
+
+    def __init__(self) -> None:
+        self.gaps = 0
+        self.lost = 0
+        self.low_disk = 0
+        self.end_complete: bool | None = None  # session.end's word, if the ledger has one
+        self.last_type: str | None = None
+
+    def add(self, event: dict) -> None:
+        kind = event.get("type")
+        self.last_type = kind
+        if kind == "evidence.gap":
+            self.gaps += 1
+            lost = event.get("lost")
+            self.lost += lost if type(lost) is int else 0
+        elif kind == "evidence.low_disk" and event.get("below") is True:
+            self.low_disk += 1
+        elif kind == "session.end":
+            evidence = event.get("evidence")
+            said = evidence.get("ledger_complete") if isinstance(evidence, dict) else None
+            self.end_complete = said if type(said) is bool else None
+
+    def as_dict(self) -> dict:
+        ended = self.last_type == "session.end"
+        if self.gaps or self.end_complete is False:
+            complete = False
+        elif ended and self.end_complete is True:
+            complete = True
+        else:
+            complete = None  # no session.end last: killed, or its end was not written
+        return {
+            "complete": complete,
+            "gaps": self.gaps,
+            "lost": self.lost,
+            "low_disk": self.low_disk,
+            "session_end": ended,
+            "receipt": None,
+        }
 
 
 @dataclass(frozen=True)
@@ -107,14 +160,20 @@ class Diagnosis:
     tail: Tail | None
     locked: bool  # a live writer holds the ledger's lock
     locked_by: int | None  # its pid, when it has written one
+    evidence: dict | None = None  # _EvidenceFacts.as_dict(), with the receipt's word
 
     @property
     def verdict(self) -> str:
         return "locked" if self.locked else self.state
 
     @property
+    def evidence_lost(self) -> bool:
+        return self.evidence is not None and self.evidence["complete"] is False
+
+    @property
     def exit_code(self) -> int:
-        return EXIT_OK if self.verdict == CLEAN else EXIT_CHECK_FAILED
+        ok = self.verdict == CLEAN and not self.evidence_lost
+        return EXIT_OK if ok else EXIT_CHECK_FAILED
 
     def to_json(self) -> dict:
         problem = self.problem
@@ -144,6 +203,7 @@ class Diagnosis:
             },
             "locked": self.locked,
             "locked_by": self.locked_by,
+            "evidence": self.evidence,
             "exit_code": self.exit_code,
         }
 
@@ -151,6 +211,7 @@ class Diagnosis:
 def scan_lines(lines: Iterable[Line]) -> Scan:
     """Classify a ledger from its lines (reader.iter_lines' contract); no I/O of its own."""
     verifier = ChainVerifier()
+    facts = _EvidenceFacts()
     problem: ChainError | None = None
     tail: Tail | None = None
     complete = 0
@@ -163,7 +224,7 @@ def scan_lines(lines: Iterable[Line]) -> Scan:
             complete += 1
             if problem is None:
                 try:
-                    verifier.feed(line.data)
+                    facts.add(verifier.feed(line.data))
                 except ChainError as exc:
                     # Keep reading: the line count and the tail are still worth reporting.
                     problem = exc
@@ -177,7 +238,25 @@ def scan_lines(lines: Iterable[Line]) -> Scan:
         lines=complete,
         problem=problem,
         tail=tail,
+        evidence=facts.as_dict(),
     )
+
+
+def _receipt_evidence(ledger: Path) -> dict | None:
+    """ops.evidence of the receipt beside `ledger` (receipt.json naming it), if there is one.
+
+    Only a hint for the summary: `docket verify` is what checks a receipt."""
+    beside = ledger.parent / "receipt.json"
+    try:
+        receipt = json.loads(beside.read_text(encoding="utf-8"))
+        if receipt["ledger"]["file"] != ledger.name:
+            return None
+        evidence = receipt["ops"]["evidence"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return {"unreadable": f"{beside}: {type(exc).__name__}: {exc}"}
+    return evidence if isinstance(evidence, dict) else None
 
 
 def _judge_tail(verifier: ChainVerifier, line: Line) -> tuple[Tail, ChainError]:
@@ -254,6 +333,12 @@ def classify(path: str | os.PathLike) -> Diagnosis:
         raise InputError(
             f"ledger {p}: not a docket ledger: its first line is not a ledger line ({problem.detail})"
         )
+    evidence = dict(scan.evidence) if scan.evidence is not None else None
+    if evidence is not None:
+        said = _receipt_evidence(p)
+        evidence["receipt"] = said
+        if said is not None and said.get("ledger_complete") is False:
+            evidence["complete"] = False
     return Diagnosis(
         path=str(p),
         size=size,
@@ -266,6 +351,7 @@ def classify(path: str | os.PathLike) -> Diagnosis:
         tail=scan.tail,
         locked=pid is not None,
         locked_by=pid if pid is not None and pid > 0 else None,
+        evidence=evidence,
     )
 
 
@@ -444,9 +530,12 @@ def _where(problem: ChainError | None) -> str:
 
 def describe(diag: Diagnosis, *, hint: bool = True) -> list[str]:
     """The human summary: verdict, events, head, and where the problem is."""
+    label = LABELS[diag.state]
+    if diag.state == CLEAN and diag.evidence_lost:
+        label = "whole chain, evidence incomplete"  # never "clean": the run lost evidence
     out = [
         f"ledger   {diag.path} ({diag.size} bytes)",
-        f"verdict  {'locked, ' if diag.locked else ''}{LABELS[diag.state]}",
+        f"verdict  {'locked, ' if diag.locked else ''}{label}",
     ]
     head = diag.head if diag.events else f"{GENESIS} (no events)"
     out.append(f"events   {diag.events} verified (bytes 0..{diag.verified_bytes}), head {head}")
@@ -478,12 +567,41 @@ def describe(diag: Diagnosis, *, hint: bool = True) -> list[str]:
         )
     else:
         out.append("lock     none")
+    out.extend(_evidence_lines(diag.evidence))
     if hint and diag.state == TORN_TAIL and not diag.locked and diag.events:
         out.append(
             f"repair   docket doctor {diag.path} --quarantine-torn-tail "
             f"(keeps the {diag.events} events; never changes the original)"
         )
     return out
+
+
+def _evidence_lines(evidence: dict | None) -> list[str]:
+    if evidence is None:
+        return []
+    said = []
+    if evidence["gaps"]:
+        said.append(f"{evidence['lost']} events lost in {evidence['gaps']} evidence.gap records")
+    if evidence["low_disk"]:
+        said.append(f"{evidence['low_disk']} evidence.low_disk warnings")
+    receipt = evidence["receipt"]
+    if receipt is not None and "unreadable" in receipt:
+        said.append(f"receipt unreadable ({receipt['unreadable']})")
+    elif receipt is not None and receipt.get("ledger_complete") is False:
+        calls = receipt.get("unrecorded_calls")
+        said.append(
+            f"the receipt discloses {receipt.get('unwritten_events')} unwritten events"
+            + (f" and {calls} calls that went upstream unrecorded" if calls else "")
+        )
+    if not evidence["session_end"]:
+        said.append("no session.end last: the run was killed, or its end could not be written")
+    if evidence["complete"] is True:
+        head = "complete (session.end says so)"
+    elif evidence["complete"] is False:
+        head = "INCOMPLETE"
+    else:
+        head = "unknown"
+    return [f"evidence {head}" + (": " + "; ".join(said) if said else "")]
 
 
 def doctor_command(ledger: str, *, quarantine: bool, as_json: bool = False) -> int:

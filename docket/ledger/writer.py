@@ -48,6 +48,7 @@ CONTROL_RESERVE_BYTES in limits.py.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -77,9 +78,10 @@ from docket.ledger.book import (
 )
 from docket.ledger.chain import EVENT_TYPES, GENESIS, ChainError, ChainVerifier, encode_body
 from docket.ledger.faults import WriteFaults
+from docket.ledger.limits import LOW_DISK_TYPE
 from docket.ledger.lock import LedgerLock
 from docket.ledger.reader import Lines, LineTooLong
-from docket.ledger.sync import Doorbell, SyncWorker
+from docket.ledger.sync import Doorbell, SyncWorker, allocate
 
 __all__ = [
     "GAP_TYPE",
@@ -155,6 +157,7 @@ class Ledger:
         self._closing = False
         self._crashed: str | None = None
         self.fsyncs = 0  # fdatasync calls that made a batch durable
+        self.reserve_kept: str | None = None  # spare blocks the close could not free, and why
         # Called with the seconds each durable batch's write and fdatasync took (metrics).
         self.on_sync: Callable[[float], object] | None = None
 
@@ -176,6 +179,12 @@ class Ledger:
     @property
     def stats(self) -> EvidenceStats:
         return self._book.stats()
+
+    @property
+    def reserve_problem(self) -> str | None:
+        """Why the disk reserve past the ledger's end could not be kept (the volume is
+        full or failing), or None while it holds."""
+        return self._book.short
 
     def _stamp(self) -> tuple[str, int]:
         clock = self._clock
@@ -300,7 +309,7 @@ class Ledger:
             raise RuntimeError(f"ledger {self.path} stopped after {self._crashed}")
         if self._closing:
             raise RuntimeError(f"ledger {self.path} is closed")
-        if type not in EVENT_TYPES or type == GAP_TYPE:
+        if type not in EVENT_TYPES or type in (GAP_TYPE, LOW_DISK_TYPE):
             raise ValueError(f"{type!r} is not an event type an appender may write")
 
     async def _durable(self, item: PendingEvent, shield: bool = False) -> int | None:
@@ -349,11 +358,34 @@ class Ledger:
             if isinstance(step, Loss):
                 book.lose(step.items, step.error, attempted=step.attempted)
                 self._release(step.items)
-            elif step is not None:  # a Batch, or a Torn write (its bytes go out the same way)
+            elif isinstance(step, Batch):
+                self._submit(step, doorbell)
+                self._in_flight, self._in_flight_bell = step, doorbell
+                return True
+            elif step is not None:  # a Torn write: its bytes go out the same way, unchecked
                 self._worker.submit(step.data, book.size, doorbell)
                 self._in_flight, self._in_flight_bell = step, doorbell
                 return True
+        if self._in_flight is None and book.low_disk is not None and not self._closing:
+            # The volume crossed min_free_bytes: say so now, while there is room,
+            # not at the next event (which may come after the disk is full).
+            ts, mono_ms = self._stamp()
+            owed = book.gap_step(ts, mono_ms, None)
+            if owed is not None:
+                self._submit(owed, doorbell)
+                self._in_flight, self._in_flight_bell = owed, doorbell
+                return True
         return False
+
+    def _submit(self, batch: Batch, doorbell: Doorbell) -> None:
+        self._worker.submit(
+            batch.data,
+            self._book.size,
+            doorbell,
+            batch.extend_to,
+            batch.must_extend,
+            report_free=self._book.limits.min_free_bytes > 0,
+        )
 
     async def _lead(self) -> None:
         """Wait for the verdict on the batch this task submitted, and settle it."""
@@ -362,7 +394,7 @@ class Ledger:
         finally:
             self._leader_done.unpark_all()
         self._awaited += 1  # this task is due back too
-        if self._book.queue and not self._nudged:
+        if (self._book.queue or self._book.low_disk is not None) and not self._nudged:
             # Events queued meanwhile: if the appenders just woken do not come
             # back to submit them, the flusher will.
             self._nudged = True
@@ -433,6 +465,14 @@ class Ledger:
             self._crash(exc, batch.items)
             raise
         book = self._book
+        if isinstance(batch, Batch):
+            book.disk_verdict(
+                batch,
+                extend_error=result.extend_error,
+                unsupported=result.unsupported,
+                cut=result.cut,
+                free_bytes=result.free_bytes,
+            )
         if result.error is not None:
             error = describe_os_error(result.error)
             book.lose(batch.items, error, attempted=True, broken=result.broken)
@@ -497,9 +537,19 @@ class Ledger:
         ts, mono_ms = self._stamp()
         gap_only = self._book.gap_step(ts, mono_ms, self._faults)
         if gap_only is not None:
-            self._worker.submit(gap_only.data, self._book.size, self._flush_bell)
+            self._submit(gap_only, self._flush_bell)
             self._in_flight, self._in_flight_bell = gap_only, self._flush_bell
             await self._verdict()
+
+    def _give_back_reserve(self, fd: int) -> None:
+        """At close: free the blocks allocated past the file's end (the disk reserve)."""
+        book = self._book
+        try:
+            size = os.fstat(fd).st_size
+            allocate(fd, size, book.allocated - size, punch=True)
+        except OSError as exc:
+            # The file is whole; only its spare blocks stay allocated until it is removed.
+            self.reserve_kept = f"{book.allocated - book.size} bytes ({describe_os_error(exc)})"
 
     def _close(self) -> None:
         """Stop the worker (nothing is in flight by now, so at once) and the doorbells."""
@@ -543,6 +593,9 @@ async def open_ledger(
         try:
             position = await trio.to_thread.run_sync(_resume_position, path, fd)
             book = LedgerBook(limits, **position)
+            book.allocated, book.short, book.disk_reserve = await trio.to_thread.run_sync(
+                _first_reserve, fd, book.size, book.disk_reserve, limits.max_ledger_bytes
+            )
             ledger = Ledger(path, book, fd, clock or Clock(), observers, faults)
             try:
                 body_error: Exception | None = None
@@ -561,6 +614,8 @@ async def open_ledger(
                 finally:
                     with trio.CancelScope(shield=True):
                         await ledger._finish()
+                        if book.disk_reserve or book.allocated > book.size:
+                            await trio.to_thread.run_sync(ledger._give_back_reserve, fd)
                 if body_error is not None:
                     raise body_error
             finally:
@@ -613,6 +668,21 @@ def _resume_position(path: Path, fd: int) -> dict:
         "last_mono_ms": verifier.last_mono_ms,
         "events": events,
     }
+
+
+def _first_reserve(fd: int, size: int, reserve: int, cap: int) -> tuple[int, str | None, int]:
+    """Allocate the disk reserve past the end at open: (allocated up to, why not, the
+    reserve from now on)."""
+    if not reserve:
+        return size, None, 0
+    end = max(min(size + reserve + reserve // 4, cap), size)
+    try:
+        allocate(fd, size, end - size)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS):
+            return size, None, 0  # a filesystem with no fallocate: no reserve there
+        return size, describe_os_error(exc), reserve
+    return end, None, reserve
 
 
 def _fsync_directory(folder: Path) -> None:
