@@ -71,14 +71,29 @@ AGENT = textwrap.dedent(
                     f.write(b"\0" * 512)
             except OSError as e:
                 broke = errno.errorcode[e.errno]
+    elif action == "fillto":  # leave about N bytes free
+        path, left = target.rsplit(":", 1)
+        with open(path, "wb", buffering=0) as f:
+            while True:
+                vfs = os.statvfs(os.path.dirname(path))
+                spare = vfs.f_bavail * vfs.f_frsize - int(left)
+                if spare <= 0:
+                    break
+                f.write(b"\0" * min(spare, 1 << 20))
+        broke = "low"
     elif action == "readonly":
         with open(target, "w") as f:
             f.write("docket test: the agent made this volume read-only")
         broke = "EROFS"
+    try:
+        with urllib.request.urlopen(os.environ["DOCKET_BOUNDARY_URL"] + "/docket/readyz") as r:
+            ready = {"status": r.status, **json.load(r)}
+    except urllib.error.HTTPError as e:
+        ready = {"status": e.code, **json.load(e)}
     for n in range(int(after)):
         call(int(before) + n)
     with open(result, "w") as f:
-        json.dump({"statuses": statuses, "broke": broke}, f)
+        json.dump({"statuses": statuses, "broke": broke, "readyz": ready}, f)
     """
 )
 
@@ -308,16 +323,19 @@ async def test_a_64k_tmpfs_with_no_floor_still_ends_legibly(tmp_path, capsys):
 # ---------------------------------------------------------------- a volume that turns read-only
 
 
-async def test_a_volume_that_turns_read_only_puts_the_receipt_in_the_fallback(tmp_path, capsys):
+@pytest.mark.parametrize("with_fallback_dir", [True, False])
+async def test_a_volume_that_turns_read_only_puts_the_receipt_in_the_fallback(
+    tmp_path, capsys, with_fallback_dir
+):
     fallback = tmp_path / "fallback"
     fallback.mkdir()
+    ledger = "min_free_bytes = 0\n" + (
+        f'fallback_dir = "{fallback}"\n' if with_fallback_dir else ""
+    )
     with ext4_volume(tmp_path) as (vol, trigger), trio.fail_after(TIMEOUT):
         run = vol / "run"
         done, log, agent = await supervised(
-            tmp_path,
-            run,
-            f'min_free_bytes = 0\nfallback_dir = "{fallback}"\n',
-            ["3", "readonly", str(trigger), "4"],
+            tmp_path, run, ledger, ["3", "readonly", str(trigger), "4"]
         )
         stderr = done.stderr.decode()
         assert "internal error" not in stderr and "Traceback" not in stderr, stderr
@@ -329,6 +347,12 @@ async def test_a_volume_that_turns_read_only_puts_the_receipt_in_the_fallback(tm
         assert "receipt" in lines[-1] and "EROFS" in lines[-1], lines[-1]
         # The receipt, as one JSON line on stderr, and in the policy's fallback folder.
         printed = json.loads(lines[-2])
+        if not with_fallback_dir:
+            assert "it is the JSON line above" in lines[-1], lines[-1]
+            assert printed["ops"]["evidence"]["ledger_complete"] is False
+            assert printed["ops"]["evidence"]["last_error"].startswith("EROFS")
+            assert not list(fallback.iterdir())
+            return
         (saved,) = fallback.glob("*.receipt.json")
         receipt = json.loads(saved.read_text())
         assert printed["run_id"] == receipt["run_id"]
@@ -344,3 +368,41 @@ async def test_a_volume_that_turns_read_only_puts_the_receipt_in_the_fallback(tm
         assert status == 0 and "ledger incomplete (disclosed)" in said, said
         status, diag = doctor_says(run / "ledger.jsonl", capsys)
         assert diag["evidence"]["complete"] is not True, diag
+
+
+# ---------------------------------------------------------------- below min_free_bytes, before any loss
+
+
+async def test_below_min_free_bytes_an_event_and_readiness_turn_red_before_any_loss(
+    tmp_path, capsys
+):
+    with tmpfs(tmp_path / "vol", "20m") as vol, trio.fail_after(TIMEOUT):
+        run = vol / "run"
+        left = 6 << 20
+        done, log, agent = await supervised(
+            tmp_path,
+            run,
+            'min_free_bytes = "12MiB"\n',
+            ["3", "fillto", f"{vol / 'filler'}:{left}", "3"],
+        )
+        stderr = done.stderr.decode()
+        assert done.returncode == 0, stderr
+        assert agent["statuses"] == [200] * 6 and len(log) == 6
+        # Readiness is red while the volume is short, naming it; nothing is lost yet.
+        assert agent["readyz"]["status"] == 503, agent
+        assert any(p.startswith("ledger volume: ") for p in agent["readyz"]["problems"])
+        events = read_events(run / "ledger.jsonl", whole_file=True)
+        (low,) = [e for e in events if e["type"] == "evidence.low_disk"]
+        assert low["below"] is True and low["min_free_bytes"] == 12 << 20
+        assert low["free_bytes"] < 12 << 20
+        # Recorded as soon as a write saw the volume short: before the calls after the fill.
+        requests = [e["seq"] for e in events if e["type"] == "model.request"]
+        assert requests[2] < low["seq"] < requests[4], (requests, low["seq"])
+        assert not [e for e in events if e["type"] == "evidence.gap"]
+        receipt = json.loads((run / "receipt.json").read_text())
+        assert receipt["ops"]["evidence"]["ledger_complete"] is True
+        status, said = verify_says(run / "receipt.json", capsys)
+        assert status == 0 and "ledger complete" in said, said
+        status, diag = doctor_says(run / "ledger.jsonl", capsys)
+        assert status == 0 and diag["evidence"]["complete"] is True, diag
+        assert diag["evidence"]["low_disk"] == 1

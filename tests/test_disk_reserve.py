@@ -1,0 +1,185 @@
+"""The ledger's disk reserve: the end of the record fits on a volume that fills.
+
+The book's decisions are driven with facts (a simulated volume that fills at
+a random moment), under hypothesis; then the real thing on a tmpfs: the blocks
+are really taken at open and really given back at close.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_disk_full import tmpfs
+
+from docket.ledger.book import Batch, LedgerBook, LedgerLimits, Loss
+from docket.ledger.chain import encode_body
+
+RESERVE = 4096
+TS = "2026-01-01T00:00:00.000Z"
+FULL = "ENOSPC: No space left on device"
+
+
+class Volume:
+    """A volume with `room` bytes the ledger may still take beyond what it has allocated."""
+
+    def __init__(self, book: LedgerBook, room: int) -> None:
+        self.book = book
+        self.room = room
+        self.written_kinds: list[set[bool]] = []
+
+    def drain(self) -> None:
+        book = self.book
+        while (step := book.next_step(None)) is not None:
+            if isinstance(step, Loss):
+                book.lose(step.items, step.error, attempted=step.attempted)
+                continue
+            self.write(step)
+
+    def write(self, batch: Batch) -> None:
+        book = self.book
+        end = book.size + len(batch.data)
+        extend_error = None
+        if batch.extend_to is not None and batch.extend_to > book.allocated:
+            need = batch.extend_to - book.allocated
+            if need <= self.room:
+                self.room -= need
+            else:
+                extend_error = FULL
+        if extend_error is not None and batch.must_extend:
+            book.disk_verdict(
+                batch, extend_error=extend_error, unsupported=False, cut=False, free_bytes=None
+            )
+            book.lose(batch.items, FULL, attempted=True)
+            return
+        allocated = batch.extend_to if extend_error is None and batch.extend_to else book.allocated
+        if end > allocated and end - allocated > self.room:  # the write itself runs out
+            book.disk_verdict(
+                batch, extend_error=extend_error, unsupported=False, cut=True, free_bytes=None
+            )
+            book.lose(batch.items, FULL, attempted=True)
+            return
+        if end > allocated:
+            self.room -= end - allocated
+        book.disk_verdict(
+            batch, extend_error=extend_error, unsupported=False, cut=False, free_bytes=None
+        )
+        self.written_kinds.append({item.essential for item in batch.items})
+        book.commit(batch)
+
+
+ops = st.lists(st.sampled_from(["call", "call", "event", "control"]), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops, fills_at=st.integers(0, 60), room_left=st.integers(0, 3000))
+def test_the_end_of_the_record_fits_whenever_the_volume_fills(ops, fills_at, room_left):
+    book = LedgerBook(LedgerLimits(disk_reserve_bytes=RESERVE))
+    book.allocated = RESERVE + RESERVE // 4  # as open_ledger's first reservation leaves it
+    volume = Volume(book, room=1 << 40)
+    body = encode_body({"call_id": "c" * 40, "pad": "x" * 200})
+    for n, op in enumerate(ops):
+        if n == fills_at:
+            volume.room = room_left  # another process takes the rest of the volume
+        mono = n
+        if op == "call":
+            opening, slot = book.admit_opening("model.request", TS, mono, body, 300)
+            volume.drain()
+            book.admit_closing(slot, "model.response", TS, mono, body)
+            assert slot.opening is opening
+        elif op == "event":
+            book.admit("policy.denied", TS, mono, body)
+        else:
+            book.admit("signal.forwarded", TS, mono, encode_body({"signal": "SIGTERM"}))
+        volume.drain()
+    if len(ops) <= fills_at:
+        volume.room = room_left
+    end = [book.admit(t, TS, 10_000, body) for t in ("process.exit", "session.end")]
+    volume.drain()
+    gap_only = book.gap_step(TS, 10_000, None)
+    if gap_only is not None:
+        volume.write(gap_only)
+    # The run's own end is on disk, whatever filled the volume, and so is the gap record.
+    assert all(item.seq is not None for item in end)
+    assert book.gap is None
+    # While the reserve was short, no batch mixed the two kinds.
+    assert all(len(kinds) == 1 for kinds in volume.written_kinds[-len(ops) - 2 :] if book.short)
+    stats = book.stats()
+    assert stats.ledger_complete == (stats.unwritten_events == 0)
+    assert stats.unrecorded_calls <= stats.unwritten_events
+
+
+def test_low_disk_is_owed_once_per_crossing():
+    book = LedgerBook(LedgerLimits(min_free_bytes=1000))
+    owed = []
+    for free in (5000, 900, 800, 700, 1200, 1300, 10):
+        book.note_free(free)
+        owed.append(book.low_disk)
+        book.low_disk = None  # as if written
+    assert owed == [
+        None,
+        {"free_bytes": 900, "min_free_bytes": 1000, "below": True},
+        None,
+        None,
+        {"free_bytes": 1200, "min_free_bytes": 1000, "below": False},
+        None,
+        {"free_bytes": 10, "min_free_bytes": 1000, "below": True},
+    ]
+    never = LedgerBook(LedgerLimits(min_free_bytes=0))
+    never.note_free(0)
+    assert never.low_disk is None
+
+
+async def test_the_reserve_takes_real_blocks_and_gives_them_back(tmp_path):
+    from docket.ledger.writer import open_ledger
+
+    with tmpfs(tmp_path / "vol", "1m") as vol:
+
+        def free() -> int:
+            vfs = os.statvfs(vol)
+            return vfs.f_bavail * vfs.f_frsize
+
+        before = free()
+        path = vol / "ledger.jsonl"
+        with trio.fail_after(20):
+            async with open_ledger(path, limits=LedgerLimits(disk_reserve_bytes=64 << 10)) as led:
+                await led.append("session.start", run_id="reserve")
+                during = free()
+                held = os.stat(path).st_blocks * 512
+                await led.append("session.end", reason="done")
+        after = free()
+        size = os.stat(path).st_size
+        assert held >= (64 << 10) > size  # allocated past the end, the size unchanged
+        assert before - during >= 64 << 10  # and the volume's free space says so
+        assert os.stat(path).st_blocks * 512 < 8192  # given back at close
+        assert before - after <= 8192  # the ledger and its lock file, a page each
+
+
+def test_an_ordinary_batch_is_not_written_when_the_reserve_cannot_grow(tmp_path):
+    """sync.write_durably itself: with must_extend, a failed allocation writes nothing."""
+    from docket.ledger import sync
+
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    real = sync._fallocate
+
+    def refuse(*args):
+        import ctypes
+
+        ctypes.set_errno(errno.ENOSPC)
+        return -1
+
+    try:
+        sync._fallocate = refuse
+        result = sync.write_durably(fd, b"line\n", 0, 4096, True)
+        assert result.error is not None and result.error.errno == errno.ENOSPC
+        assert os.fstat(fd).st_size == 0
+        result = sync.write_durably(fd, b"line\n", 0, 4096, False)
+        assert result.error is None and result.extend_error.startswith("ENOSPC")
+        assert path.read_bytes() == b"line\n"
+    finally:
+        sync._fallocate = real
+        os.close(fd)
