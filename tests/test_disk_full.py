@@ -14,6 +14,7 @@ back from their bytes.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -29,6 +30,8 @@ from helpers import read_events
 
 from chaos.stub import Stub, StubConfig
 from docket.cli import main as docket_main
+from docket.ledger.faults import FailOrdinals
+from docket.supervisor import RunOptions, Supervisor, last_line
 
 TIMEOUT = 90  # one supervised run on a shared 2-core machine
 REAL_KEY = "sk-disk-full-provider-key-0123456789"
@@ -197,7 +200,7 @@ async def supervised(tmp_path: Path, folder: Path, ledger_policy: str, agent_arg
     return done, stub.log.entries(), agent
 
 
-def last_line(done: subprocess.CompletedProcess) -> str:
+def stderr_last_line(done: subprocess.CompletedProcess) -> str:
     return done.stderr.decode().strip().splitlines()[-1]
 
 
@@ -249,7 +252,7 @@ async def test_a_disk_the_agent_fills_ends_with_an_honest_receipt(tmp_path, caps
         assert evidence["unrecorded_calls"] == 25 - requests  # the calls upstream saw, unrecorded
         assert evidence["last_error"].startswith("ENOSPC")
         assert events[-1]["evidence"]["unrecorded_calls"] == 25 - requests
-        line = last_line(done)
+        line = stderr_last_line(done)
         assert "exit 0" in line and "evidence incomplete" in line, line
         assert f"{25 - requests} model calls went upstream unrecorded" in line, line
         status, said = verify_says(run / "receipt.json", capsys)
@@ -272,6 +275,11 @@ async def test_a_disk_the_agent_fills_ends_with_an_honest_receipt(tmp_path, caps
             forged.write_text(json.dumps(hidden))
             status, said = verify_says(forged, capsys, run / "ledger.jsonl")
             assert status == 1 and "FAIL" in said, (name, said)
+        hidden = json.loads(json.dumps(receipt))
+        del hidden["ops"]["evidence"]["unrecorded_calls"]  # dropping the disclosure hides it too
+        forged.write_text(json.dumps(hidden))
+        status, said = verify_says(forged, capsys, run / "ledger.jsonl")
+        assert status == 1 and "unrecorded_calls" in said, said
 
 
 async def test_fail_fast_on_a_really_full_disk_exits_43(tmp_path, capsys):
@@ -286,7 +294,7 @@ async def test_fail_fast_on_a_really_full_disk_exits_43(tmp_path, capsys):
         stderr = done.stderr.decode()
         assert "internal error" not in stderr and "Traceback" not in stderr, stderr
         assert done.returncode == 43, stderr
-        line = last_line(done)
+        line = stderr_last_line(done)
         assert "exit 43" in line and "evidence" in line, line
         receipt = json.loads((run / "receipt.json").read_text())
         assert receipt["exit"]["status"] == 43
@@ -406,3 +414,38 @@ async def test_below_min_free_bytes_an_event_and_readiness_turn_red_before_any_l
         status, diag = doctor_says(run / "ledger.jsonl", capsys)
         assert status == 0 and diag["evidence"]["complete"] is True, diag
         assert diag["evidence"]["low_disk"] == 1
+
+
+# ---------------------------------------------------------------- a transient loss (no root needed)
+
+
+async def test_a_transient_loss_is_named_in_the_last_line(tmp_path, capsys):
+    """Space that comes back (the fault hook's ENOSPC on process.spawn) still leaves the
+    record incomplete: the last line says so instead of a plain "exit 0"."""
+    folder = tmp_path / "run"
+    options = RunOptions(command=[sys.executable, "-c", "pass"], ledger_dir=str(folder))
+    with trio.fail_after(TIMEOUT):
+        supervisor = Supervisor(options, faults=FailOrdinals(errno.ENOSPC, 1, 2))
+        outcome = await supervisor.run()
+    assert outcome.exit_status == 0
+    line = last_line(supervisor.run_id, outcome)
+    assert line.startswith(f"docket: run {supervisor.run_id} ended (child exited with status 0)")
+    assert "exit 0; receipt " in line
+    assert "evidence incomplete: 1 events unwritten from seq 1 (ENOSPC: " in line, line
+    assert "unrecorded" not in line  # no model call went upstream unrecorded
+    events = read_events(folder / "ledger.jsonl", whole_file=True)
+    assert [e["type"] for e in events] == [
+        "session.start",
+        "evidence.gap",
+        "process.exit",
+        "session.end",
+    ]
+    status, said = verify_says(folder / "receipt.json", capsys)
+    assert status == 0 and "ledger incomplete (disclosed)" in said, said
+    status, diag = doctor_says(folder / "ledger.jsonl", capsys)
+    assert status == 1 and diag["verdict"] == "clean" and diag["evidence"]["complete"] is False
+    capsys.readouterr()
+    docket_main(["doctor", str(folder / "ledger.jsonl")])
+    human = capsys.readouterr().out
+    assert "verdict  whole chain, evidence incomplete" in human
+    assert "evidence INCOMPLETE: 1 events lost in 1 evidence.gap records" in human
