@@ -78,7 +78,7 @@ ops = st.lists(st.sampled_from(["call", "call", "event", "control"]), max_size=6
 @given(ops=ops, fills_at=st.integers(0, 60), room_left=st.integers(0, 3000))
 def test_the_end_of_the_record_fits_whenever_the_volume_fills(ops, fills_at, room_left):
     book = LedgerBook(LedgerLimits(disk_reserve_bytes=RESERVE))
-    book.allocated = RESERVE + RESERVE // 4  # as open_ledger's first reservation leaves it
+    book.allocated = RESERVE + RESERVE // 2  # as open_ledger's first reservation leaves it
     volume = Volume(book, room=1 << 40)
     body = encode_body({"call_id": "c" * 40, "pad": "x" * 200})
     for n, op in enumerate(ops):
@@ -183,3 +183,28 @@ def test_an_ordinary_batch_is_not_written_when_the_reserve_cannot_grow(tmp_path)
     finally:
         sync._fallocate = real
         os.close(fd)
+
+
+def test_a_low_disk_record_that_cannot_be_written_is_counted_not_retried():
+    book = LedgerBook(LedgerLimits(min_free_bytes=1000))
+    book.commit(_one(book))
+    book.note_free(10)
+    batch = book.gap_step(TS, 5, None)
+    assert batch is not None and batch.has_low_disk and not batch.items
+    book.lose(batch.items, "EIO: Input/output error", attempted=True, records=batch_records(batch))
+    stats = book.stats()
+    assert (stats.ledger_complete, stats.unwritten_events, stats.first_failing_seq) == (False, 1, 1)
+    assert stats.unwritten_by_type == {"evidence.low_disk": 1}
+    assert book.low_disk is None  # not retried: a failing volume would fail it for ever
+    gap = book.gap_step(TS, 6, None)  # the loss itself is recorded once writing works
+    book.commit(gap)
+    assert book.gap is None and book.count == 2
+
+
+def _one(book: LedgerBook) -> Batch:
+    book.admit("session.start", TS, 0, encode_body({"run_id": "r"}))
+    return book.next_step(None)
+
+
+def batch_records(batch: Batch) -> tuple[str, ...]:
+    return ("evidence.low_disk",) if batch.has_low_disk else ()

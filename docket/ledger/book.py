@@ -479,8 +479,8 @@ class LedgerBook:
 
         The goal: the disk reserve (plus what closing slots hold) stays allocated
         past the end the batch leaves, so the end of the record fits whatever
-        fills the volume meanwhile. Allocation happens in steps of a quarter of
-        the reserve, so most batches need no syscall for it.
+        fills the volume meanwhile. Allocation runs half a reserve ahead, so most
+        batches need no syscall for it.
         """
         reserve = self.disk_reserve
         if not reserve:
@@ -490,7 +490,7 @@ class LedgerBook:
         wanted = min(end + reserve + self.held, cap)
         if self.short is None and wanted <= self.allocated:
             return
-        batch.extend_to = max(min(wanted + reserve // 4, cap), end)
+        batch.extend_to = max(min(wanted + reserve // 2, cap), end)
         # An ordinary event may not take the reserve's blocks: a batch holding one is
         # written only if the allocation succeeds. (Not a batch that is all the
         # run's own record, nor a gap or low-disk record alone.)
@@ -548,6 +548,7 @@ class LedgerBook:
         for item in batch.items:
             self.reserved -= item.reserved
             item.settled = True
+            item.body = b""  # a closing slot keeps its opening for its seq, not its bytes
         self.pending -= len(batch.items)
         if batch.has_gap:
             self.gap = None
@@ -555,9 +556,18 @@ class LedgerBook:
             self.low_disk = None
 
     def lose(
-        self, items: list[PendingEvent], error: str, *, attempted: bool, broken: str | None = None
+        self,
+        items: list[PendingEvent],
+        error: str,
+        *,
+        attempted: bool,
+        broken: str | None = None,
+        records: tuple[str, ...] = (),
     ) -> None:
-        """These events will never be written: count them, keep nothing of them."""
+        """These events will never be written: count them, keep nothing of them.
+
+        `records`: the writer's own records in the failed batch that are not
+        retried (an evidence.low_disk), counted as lost events of their type."""
         if self.gap is None:
             self.gap = _Gap(self.count, error)
             if self.first_failing_seq is None:
@@ -570,11 +580,18 @@ class LedgerBook:
         for item in items:
             item.seq = None
             item.settled = True
+            item.body = b""
             self.unwritten += 1
             self.unwritten_by_type[item.type] = self.unwritten_by_type.get(item.type, 0) + 1
             gap.by_type[item.type] = gap.by_type.get(item.type, 0) + 1
             self.reserved -= item.reserved
-        gap.lost += len(items)
+        for kind in records:
+            if kind == LOW_DISK_TYPE:
+                self.low_disk = None  # said once; a volume failing for good would fail it forever
+            self.unwritten += 1
+            self.unwritten_by_type[kind] = self.unwritten_by_type.get(kind, 0) + 1
+            gap.by_type[kind] = gap.by_type.get(kind, 0) + 1
+        gap.lost += len(items) + len(records)
         self.pending -= len(items)
         if broken is not None and self.broken is None:
             self.broken = broken

@@ -475,7 +475,8 @@ class Ledger:
             )
         if result.error is not None:
             error = describe_os_error(result.error)
-            book.lose(batch.items, error, attempted=True, broken=result.broken)
+            records = (LOW_DISK_TYPE,) if getattr(batch, "has_low_disk", False) else ()
+            book.lose(batch.items, error, attempted=True, broken=result.broken, records=records)
             self._awaited = self._release(batch.items)
             return self._awaited
         if isinstance(batch, Torn):
@@ -675,7 +676,7 @@ def _first_reserve(fd: int, size: int, reserve: int, cap: int) -> tuple[int, str
     reserve from now on)."""
     if not reserve:
         return size, None, 0
-    end = max(min(size + reserve + reserve // 4, cap), size)
+    end = max(min(size + reserve + reserve // 2, cap), size)  # as book._plan_reserve
     try:
         allocate(fd, size, end - size)
     except OSError as exc:
