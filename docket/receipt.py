@@ -133,6 +133,7 @@ RECEIPT_SHAPE = {
             # that went upstream with no model.request on disk, and the last error.
             "unrecorded_calls": _Optional(_count),
             "last_error": _Optional(_str_or_null),
+            "unverified_tail": _Optional(_bool),
         }
     },
     "faults": {

@@ -160,6 +160,35 @@ def ext4_volume(tmp_path: Path, size_mb: int = 32):
         _run(["losetup", "-d", device])
 
 
+@contextmanager
+def ext4_on_a_small_tmpfs(tmp_path: Path):
+    """An ext4 volume whose device fails: a sparse 64 MiB image on a 24 MiB tmpfs, so
+    once the tmpfs is full the loop device's writes fail (EIO), and ext4, its journal
+    aborted, then refuses writes (EROFS). Yields (the ext4 folder, the tmpfs folder)."""
+    with tmpfs(tmp_path / "backing", "24m") as backing:
+        image, folder = backing / "ext4.img", tmp_path / "ext4"
+        with open(image, "wb") as f:
+            f.truncate(64 << 20)
+        made = _run(["mkfs.ext4", "-q", "-F", str(image)])
+        if made.returncode != 0:
+            pytest.skip(f"mkfs.ext4 failed: {made.stderr.strip()}")
+        attached = _run(["losetup", "-f", "--show", str(image)])
+        if attached.returncode != 0:
+            pytest.skip(f"cannot attach a loop device: {attached.stderr.strip()}")
+        device = attached.stdout.strip()
+        try:
+            folder.mkdir()
+            mounted = _run(["mount", "-o", "errors=continue", device, str(folder)])
+            if mounted.returncode != 0:
+                pytest.skip(f"cannot mount {device}: {mounted.stderr.strip()}")
+            try:
+                yield folder, backing
+            finally:
+                _run(["umount", str(folder)])
+        finally:
+            _run(["losetup", "-d", device])
+
+
 def write_policy(path: Path, stub_url: str, ledger: str = "") -> Path:
     path.write_text(
         textwrap.dedent(
@@ -449,3 +478,48 @@ async def test_a_transient_loss_is_named_in_the_last_line(tmp_path, capsys):
     human = capsys.readouterr().out
     assert "verdict  whole chain, evidence incomplete" in human
     assert "evidence INCOMPLETE: 1 events lost in 1 evidence.gap records" in human
+
+
+# ---------------------------------------------------------------- a device that fails (EIO)
+
+
+@pytest.mark.parametrize("fail_fast", [True, False])
+async def test_a_device_that_fails_mid_run_never_ends_in_an_internal_error(
+    tmp_path, capsys, fail_fast
+):
+    """The agent fills the tmpfs under the ledger's ext4 image: a real EIO, then EROFS.
+    With fail_fast_evidence the run stops with 43; without, it goes on and discloses; in
+    both the receipt cannot be written in the run's folder and goes to the fallbacks."""
+    fallback = tmp_path / "fallback"
+    fallback.mkdir()
+    ledger = f'min_free_bytes = 0\nfallback_dir = "{fallback}"\n'
+    ledger += "fail_fast_evidence = true\n" if fail_fast else ""
+    with ext4_on_a_small_tmpfs(tmp_path) as (vol, backing), trio.fail_after(TIMEOUT):
+        run = vol / "run"
+        done, log, agent = await supervised(
+            tmp_path, run, ledger, ["3", "fill", str(backing / "filler"), "4"]
+        )
+        stderr = done.stderr.decode()
+        assert "internal error" not in stderr and "Traceback" not in stderr, stderr
+        assert done.returncode == 43, stderr
+        (saved,) = fallback.glob("*.receipt.json")
+        receipt = json.loads(saved.read_text())
+        evidence = receipt["ops"]["evidence"]
+        assert evidence["ledger_complete"] is False
+        assert "EIO" in evidence["last_error"] or "EROFS" in evidence["last_error"], evidence
+        # The record is the receipt's events; a write the kernel failed (EIO) and that
+        # could not be cut back (EROFS by then) may follow them, disclosed.
+        events = read_events(run / "ledger.jsonl")[: receipt["ledger"]["events"]]
+        requests = [e["type"] for e in events].count("model.request")
+        size = (run / "ledger.jsonl").stat().st_size
+        assert evidence["unverified_tail"] is (size > receipt["ledger"]["bytes"]), (evidence, size)
+        if fail_fast:
+            assert receipt["exit"]["status"] == 43
+            assert len(log) == requests  # nothing went upstream unrecorded
+            assert evidence["unrecorded_calls"] == 0
+        else:
+            assert agent["statuses"] == [200] * 7 and len(log) == 7
+            assert evidence["unrecorded_calls"] == 7 - requests > 0
+        status, said = verify_says(saved, capsys)
+        assert status == 0 and "ledger incomplete (disclosed)" in said, said
+        assert ("bytes past the record" in said) is evidence["unverified_tail"], said

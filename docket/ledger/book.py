@@ -110,6 +110,7 @@ class LedgerBook:
         self.broken: str | None = None  # why nothing more will be written
         self.evidence_lost: str | None = None  # set once fail_fast_evidence trips
         self.unrecorded_calls = 0  # closings admitted for openings that were lost
+        self.unverified_tail = False  # bytes past `size` the writer could not cut back
         # The disk reserve (limits.DISK_RESERVE_BYTES): blocks allocated up to
         # `allocated`; `short` says why the last attempt to keep it topped up
         # failed (the volume is full or failing): until one succeeds, batches are
@@ -595,6 +596,9 @@ class LedgerBook:
         self.pending -= len(items)
         if broken is not None and self.broken is None:
             self.broken = broken
+            # The failed write's bytes could not be cut back (a read-only or failing
+            # volume, or a torn write): the file may go on past the durable record.
+            self.unverified_tail = True
         if self.limits.fail_fast_evidence and self.evidence_lost is None:
             self.evidence_lost = f"a ledger write failed ({error}) and fail_fast_evidence is set"
             self.broken = self.evidence_lost
@@ -608,6 +612,7 @@ class LedgerBook:
             unwritten_by_type=dict(self.unwritten_by_type),
             last_error=self.last_error,
             unrecorded_calls=self.unrecorded_calls,
+            unverified_tail=self.unverified_tail,
         )
 
 

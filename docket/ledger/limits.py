@@ -125,10 +125,14 @@ class EvidenceStats:
     # Model calls forwarded upstream whose model.request never reached the disk
     # (fail-open: the call went on; its closing event, if written, follows no request).
     unrecorded_calls: int = 0
+    # A failed write's bytes could not be cut back: the file may hold lines past
+    # the durable record (the receipt's ledger.events), which are not part of it.
+    unverified_tail: bool = False
 
     def as_dict(self) -> dict:
         return {
             "unrecorded_calls": self.unrecorded_calls,
+            "unverified_tail": self.unverified_tail,
             "ledger_complete": self.ledger_complete,
             "unwritten_events": self.unwritten_events,
             "first_failing_seq": self.first_failing_seq,
