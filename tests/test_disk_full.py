@@ -523,3 +523,27 @@ async def test_a_device_that_fails_mid_run_never_ends_in_an_internal_error(
         status, said = verify_says(saved, capsys)
         assert status == 0 and "ledger incomplete (disclosed)" in said, said
         assert ("bytes past the record" in said) is evidence["unverified_tail"], said
+
+
+# ---------------------------------------------------------------- wherever the disk fills
+
+
+@pytest.mark.parametrize("before", [0, 1, 3, 7])
+async def test_wherever_the_disk_fills_every_call_is_recorded_or_counted(tmp_path, capsys, before):
+    """Each call upstream is a model.request on disk or counted in unrecorded_calls, the
+    run ends with session.end, and verify accepts the receipt: a disk-full point tried is a
+    receipt that discloses."""
+    with tmpfs(tmp_path / "vol", "20m") as vol, trio.fail_after(TIMEOUT):
+        run = vol / "run"
+        done, log, agent = await supervised(
+            tmp_path, run, "min_free_bytes = 0\n", [str(before), "fill", str(vol / "f"), "6"]
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        events = read_events(run / "ledger.jsonl", whole_file=True)
+        assert events[-1]["type"] == "session.end"
+        receipt = json.loads((run / "receipt.json").read_text())
+        evidence = receipt["ops"]["evidence"]
+        requests = [e["type"] for e in events].count("model.request")
+        assert len(log) == before + 6 == requests + evidence["unrecorded_calls"]
+        status, said = verify_says(run / "receipt.json", capsys)
+        assert status == 0, said

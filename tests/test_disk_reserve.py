@@ -208,3 +208,32 @@ def _one(book: LedgerBook) -> Batch:
 
 def batch_records(batch: Batch) -> tuple[str, ...]:
     return ("evidence.low_disk",) if batch.has_low_disk else ()
+
+
+def test_the_receipt_reserve_takes_real_blocks_and_is_written_on_a_full_volume(tmp_path):
+    import json
+
+    from docket.receipt import RECEIPT_RESERVE_BYTES, reserve_receipt, write_receipt_into
+
+    with tmpfs(tmp_path / "vol", "1m") as vol:
+
+        def free() -> int:
+            vfs = os.statvfs(vol)
+            return vfs.f_bavail * vfs.f_frsize
+
+        before = free()
+        reserve = reserve_receipt(vol)
+        assert before - free() >= RECEIPT_RESERVE_BYTES  # real blocks, not a sparse promise
+        with open(vol / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+        assert free() == 0
+        receipt = {"format": "docket-receipt-1", "pad": "x" * 5000}
+        write_receipt_into(reserve, vol / "receipt.json", receipt)
+        assert json.loads((vol / "receipt.json").read_text()) == receipt
+        assert not reserve.exists()
+        assert os.stat(vol / "receipt.json").st_blocks * 512 < RECEIPT_RESERVE_BYTES  # trimmed
+        assert os.stat(vol / "receipt.json").st_mode & 0o777 == 0o600
