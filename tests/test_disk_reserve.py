@@ -17,6 +17,7 @@ from test_disk_full import tmpfs
 
 from docket.ledger.book import Batch, LedgerBook, LedgerLimits, Loss
 from docket.ledger.chain import encode_body
+from docket.ledger.reserve import LowDiskWatch
 
 RESERVE = 4096
 TS = "2026-01-01T00:00:00.000Z"
@@ -43,8 +44,8 @@ class Volume:
         book = self.book
         end = book.size + len(batch.data)
         extend_error = None
-        if batch.extend_to is not None and batch.extend_to > book.allocated:
-            need = batch.extend_to - book.allocated
+        if batch.extend_to is not None and batch.extend_to > book.disk.allocated:
+            need = batch.extend_to - book.disk.allocated
             if need <= self.room:
                 self.room -= need
             else:
@@ -55,7 +56,9 @@ class Volume:
             )
             book.lose(batch.items, FULL, attempted=True)
             return
-        allocated = batch.extend_to if extend_error is None and batch.extend_to else book.allocated
+        allocated = (
+            batch.extend_to if extend_error is None and batch.extend_to else book.disk.allocated
+        )
         if end > allocated and end - allocated > self.room:  # the write itself runs out
             book.disk_verdict(
                 batch, extend_error=extend_error, unsupported=False, cut=True, free_bytes=None
@@ -78,7 +81,7 @@ ops = st.lists(st.sampled_from(["call", "call", "event", "control"]), max_size=6
 @given(ops=ops, fills_at=st.integers(0, 60), room_left=st.integers(0, 3000))
 def test_the_end_of_the_record_fits_whenever_the_volume_fills(ops, fills_at, room_left):
     book = LedgerBook(LedgerLimits(disk_reserve_bytes=RESERVE))
-    book.allocated = RESERVE + RESERVE // 2  # as open_ledger's first reservation leaves it
+    book.disk.allocated = book.disk.first_end(0, 1 << 30)  # as open_ledger's first leaves it
     volume = Volume(book, room=1 << 40)
     body = encode_body({"call_id": "c" * 40, "pad": "x" * 200})
     for n, op in enumerate(ops):
@@ -113,12 +116,12 @@ def test_the_end_of_the_record_fits_whenever_the_volume_fills(ops, fills_at, roo
 
 
 def test_low_disk_is_owed_once_per_crossing():
-    book = LedgerBook(LedgerLimits(min_free_bytes=1000))
+    watch = LowDiskWatch(1000)
     owed = []
     for free in (5000, 900, 800, 700, 1200, 1300, 10):
-        book.note_free(free)
-        owed.append(book.low_disk)
-        book.low_disk = None  # as if written
+        watch.note(free)
+        owed.append(watch.owed)
+        watch.owed = None  # as if written
     assert owed == [
         None,
         {"free_bytes": 900, "min_free_bytes": 1000, "below": True},
@@ -128,9 +131,9 @@ def test_low_disk_is_owed_once_per_crossing():
         None,
         {"free_bytes": 10, "min_free_bytes": 1000, "below": True},
     ]
-    never = LedgerBook(LedgerLimits(min_free_bytes=0))
-    never.note_free(0)
-    assert never.low_disk is None
+    never = LowDiskWatch(0)
+    never.note(0)
+    assert never.owed is None
 
 
 async def test_the_reserve_takes_real_blocks_and_gives_them_back(tmp_path):
@@ -188,7 +191,7 @@ def test_an_ordinary_batch_is_not_written_when_the_reserve_cannot_grow(tmp_path)
 def test_a_low_disk_record_that_cannot_be_written_is_counted_not_retried():
     book = LedgerBook(LedgerLimits(min_free_bytes=1000))
     book.commit(_one(book))
-    book.note_free(10)
+    book.watch.note(10)
     batch = book.gap_step(TS, 5, None)
     assert batch is not None and batch.has_low_disk and not batch.items
     book.lose(batch.items, "EIO: Input/output error", attempted=True, records=batch_records(batch))

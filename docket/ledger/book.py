@@ -54,6 +54,7 @@ from docket.ledger.limits import (
 from docket.ledger.limits import KiB as KiB
 from docket.ledger.pending import _UNASKED, Batch, ClosingSlot, Loss, PendingEvent, Torn, _Gap
 from docket.ledger.reader import MAX_LINE_BYTES
+from docket.ledger.reserve import DiskReserve, LowDiskWatch
 from docket.ledger.strict_json import TOO_DEEP, text_nests_deeper
 
 # One write() per batch; these bound how much a single batch holds.
@@ -111,15 +112,10 @@ class LedgerBook:
         self.evidence_lost: str | None = None  # set once fail_fast_evidence trips
         self.unrecorded_calls = 0  # closings admitted for openings that were lost
         self.unverified_tail = False  # bytes past `size` the writer could not cut back
-        # The disk reserve (limits.DISK_RESERVE_BYTES): blocks allocated up to
-        # `allocated`; `short` says why the last attempt to keep it topped up
-        # failed (the volume is full or failing): until one succeeds, batches are
-        # composed of one kind, and only the essential kind may use the reserve.
-        self.disk_reserve = limits.disk_reserve
-        self.allocated = size
-        self.short: str | None = None
-        self.low_disk_below = False
-        self.low_disk: dict | None = None  # an evidence.low_disk record owed
+        # The ledger's volume (reserve.py): while the disk reserve is short,
+        # batches are of one kind, and only the essential kind may use the reserve.
+        self.disk = DiskReserve(limits.disk_reserve, size)
+        self.watch = LowDiskWatch(limits.min_free_bytes)
         self._overhead_by_type: dict[str, int] = {}
 
     # -- admission
@@ -427,11 +423,11 @@ class LedgerBook:
             mono_ms=mono_ms,
             type=LOW_DISK_TYPE,
             prev=line_hash(before[-1]) if before else self.head,
-            body=encode_body(self.low_disk),
+            body=encode_body(self.watch.owed),
         )
         used = self.size + self.reserved + self.held + sum(len(x) + 1 for x in before)
         if len(line) + 1 > self._room_control - used:
-            self.low_disk = None  # no room under the ceiling: readiness still says so
+            self.watch.owed = None  # no room under the ceiling: readiness still says so
             return None
         return line
 
@@ -476,26 +472,15 @@ class LedgerBook:
         return batch
 
     def _plan_reserve(self, batch: Batch) -> None:
-        """Whether the worker allocates blocks before writing `batch`, and up to where.
-
-        The goal: the disk reserve (plus what closing slots hold) stays allocated
-        past the end the batch leaves, so the end of the record fits whatever
-        fills the volume meanwhile. Allocation runs half a reserve ahead, so most
-        batches need no syscall for it.
-        """
-        reserve = self.disk_reserve
-        if not reserve:
-            return
-        cap = self.limits.max_ledger_bytes
-        end = self.size + len(batch.data)
-        wanted = min(end + reserve + self.held, cap)
-        if self.short is None and wanted <= self.allocated:
-            return
-        batch.extend_to = max(min(wanted + reserve // 2, cap), end)
-        # An ordinary event may not take the reserve's blocks: a batch holding one is
-        # written only if the allocation succeeds. (Not a batch that is all the
-        # run's own record, nor a gap or low-disk record alone.)
-        batch.must_extend = any(not item.essential for item in batch.items)
+        """Whether the worker allocates blocks before writing `batch` (reserve.py)."""
+        # An ordinary event may not take the reserve's blocks; the run's own record,
+        # and a gap or low-disk record alone, may.
+        batch.extend_to, batch.must_extend = self.disk.plan(
+            self.size + len(batch.data),
+            self.held,
+            self.limits.max_ledger_bytes,
+            ordinary=any(not item.essential for item in batch.items),
+        )
 
     def disk_verdict(
         self,
@@ -513,30 +498,25 @@ class LedgerBook:
         `cut`: a failed write was cut back, which frees the blocks past the end;
         `free_bytes`: the volume's free space after a durable write.
         """
-        if unsupported:
-            self.disk_reserve = 0
-            self.short = None
-        elif batch.extend_to is not None:
-            if extend_error is None:
-                self.allocated = max(self.allocated, batch.extend_to)
-                self.short = None
-            else:
-                self.short = extend_error
-        if cut:
-            self.allocated = self.size
+        self.disk.verdict(
+            batch.extend_to,
+            extend_error=extend_error,
+            unsupported=unsupported,
+            cut=cut,
+            size=self.size,
+        )
         if free_bytes is not None:
-            self.note_free(free_bytes)
+            self.watch.note(free_bytes)
 
-    def note_free(self, free_bytes: int) -> None:
-        """The volume has `free_bytes` free: owe an evidence.low_disk record on each
-        crossing of min_free_bytes (going below it, and coming back)."""
-        floor = self.limits.min_free_bytes
-        if not floor:
-            return
-        below = free_bytes < floor
-        if below is not self.low_disk_below:
-            self.low_disk_below = below
-            self.low_disk = {"free_bytes": free_bytes, "min_free_bytes": floor, "below": below}
+    @property
+    def short(self) -> str | None:
+        """Why the disk reserve cannot be kept (the volume is full or failing), or None."""
+        return self.disk.short
+
+    @property
+    def low_disk(self) -> dict | None:
+        """The evidence.low_disk record owed, or None."""
+        return self.watch.owed
 
     # -- verdicts
 
@@ -554,7 +534,7 @@ class LedgerBook:
         if batch.has_gap:
             self.gap = None
         if batch.has_low_disk:
-            self.low_disk = None
+            self.watch.owed = None
 
     def lose(
         self,
@@ -588,7 +568,9 @@ class LedgerBook:
             self.reserved -= item.reserved
         for kind in records:
             if kind == LOW_DISK_TYPE:
-                self.low_disk = None  # said once; a volume failing for good would fail it forever
+                self.watch.owed = (
+                    None  # said once; a volume failing for good would fail it for ever
+                )
             self.unwritten += 1
             self.unwritten_by_type[kind] = self.unwritten_by_type.get(kind, 0) + 1
             gap.by_type[kind] = gap.by_type.get(kind, 0) + 1

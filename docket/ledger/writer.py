@@ -81,6 +81,7 @@ from docket.ledger.faults import WriteFaults
 from docket.ledger.limits import LOW_DISK_TYPE
 from docket.ledger.lock import LedgerLock
 from docket.ledger.reader import Lines, LineTooLong
+from docket.ledger.reserve import DiskReserve
 from docket.ledger.sync import Doorbell, SyncWorker, allocate
 
 __all__ = [
@@ -544,13 +545,14 @@ class Ledger:
 
     def _give_back_reserve(self, fd: int) -> None:
         """At close: free the blocks allocated past the file's end (the disk reserve)."""
-        book = self._book
+        allocated = self._book.disk.allocated
         try:
             size = os.fstat(fd).st_size
-            allocate(fd, size, book.allocated - size, punch=True)
+            allocate(fd, size, allocated - size, punch=True)
         except OSError as exc:
             # The file is whole; only its spare blocks stay allocated until it is removed.
-            self.reserve_kept = f"{book.allocated - book.size} bytes ({describe_os_error(exc)})"
+            spare = allocated - self._book.size
+            self.reserve_kept = f"{spare} bytes ({describe_os_error(exc)})"
 
     def _close(self) -> None:
         """Stop the worker (nothing is in flight by now, so at once) and the doorbells."""
@@ -594,8 +596,8 @@ async def open_ledger(
         try:
             position = await trio.to_thread.run_sync(_resume_position, path, fd)
             book = LedgerBook(limits, **position)
-            book.allocated, book.short, book.disk_reserve = await trio.to_thread.run_sync(
-                _first_reserve, fd, book.size, book.disk_reserve, limits.max_ledger_bytes
+            await trio.to_thread.run_sync(
+                _first_reserve, fd, book.disk, book.size, limits.max_ledger_bytes
             )
             ledger = Ledger(path, book, fd, clock or Clock(), observers, faults)
             try:
@@ -615,7 +617,7 @@ async def open_ledger(
                 finally:
                     with trio.CancelScope(shield=True):
                         await ledger._finish()
-                        if book.disk_reserve or book.allocated > book.size:
+                        if book.disk.allocated > book.size:
                             await trio.to_thread.run_sync(ledger._give_back_reserve, fd)
                 if body_error is not None:
                     raise body_error
@@ -671,19 +673,25 @@ def _resume_position(path: Path, fd: int) -> dict:
     }
 
 
-def _first_reserve(fd: int, size: int, reserve: int, cap: int) -> tuple[int, str | None, int]:
-    """Allocate the disk reserve past the end at open: (allocated up to, why not, the
-    reserve from now on)."""
-    if not reserve:
-        return size, None, 0
-    end = max(min(size + reserve + reserve // 2, cap), size)  # as book._plan_reserve
+def _first_reserve(fd: int, disk: DiskReserve, size: int, cap: int) -> None:
+    """Allocate the disk reserve past the end at open (in a worker thread); the
+    outcome goes to `disk` as any later allocation's does."""
+    if not disk.bytes:
+        return
+    end = disk.first_end(size, cap)
     try:
         allocate(fd, size, end - size)
     except OSError as exc:
-        if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS):
-            return size, None, 0  # a filesystem with no fallocate: no reserve there
-        return size, describe_os_error(exc), reserve
-    return end, None, reserve
+        unsupported = exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS)  # no reserve there
+        disk.verdict(
+            end,
+            extend_error=None if unsupported else describe_os_error(exc),
+            unsupported=unsupported,
+            cut=False,
+            size=size,
+        )
+        return
+    disk.verdict(end, extend_error=None, unsupported=False, cut=False, size=size)
 
 
 def _fsync_directory(folder: Path) -> None:
