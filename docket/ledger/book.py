@@ -536,6 +536,24 @@ class LedgerBook:
         if batch.has_low_disk:
             self.watch.owed = None
 
+    def refused(self, batch: Batch, error: str, records: tuple[str, ...] = ()) -> bool:
+        """The worker wrote nothing: the volume refused the allocation a batch holding
+        an ordinary event needs (reserve.DiskReserve.plan).
+
+        A batch of ordinary events only is lost. One that also holds the run's own
+        record (the first batch after the volume filled) is put back, its events in
+        order at the head of the queue: the reserve is short now, so the next
+        batches are of one kind, and the essential ones are written into it.
+        Returns True if the events were put back (nobody is woken).
+        """
+        if all(not item.essential for item in batch.items):
+            self.lose(batch.items, error, attempted=True, records=records)
+            return False
+        for item in reversed(batch.items):
+            item.seq = None
+            self.queue.appendleft(item)
+        return True
+
     def lose(
         self,
         items: list[PendingEvent],

@@ -29,6 +29,7 @@ class WriteResult:
     unsupported: bool = False  # the filesystem cannot allocate ahead (no reserve there)
     cut: bool = False  # a failed write was cut back (which frees the blocks past the end)
     free_bytes: int | None = None  # the volume's free space after a durable write
+    skipped: bool = False  # nothing written: the allocation failed and must_extend was set
 
 
 FALLOC_FL_KEEP_SIZE = 0x01
@@ -104,7 +105,7 @@ def write_durably(
             else:
                 extend_error = describe_os_error(exc)
                 if must_extend:
-                    return WriteResult(exc, extend_error=extend_error)
+                    return WriteResult(exc, extend_error=extend_error, skipped=True)
     written = 0
     started = time.perf_counter()
     try:
