@@ -56,6 +56,7 @@ from docket.ledger.chain import (
     ChainError,
     ChainVerifier,
 )
+from docket.ledger.evidence_facts import EvidenceFacts, evidence_lines, receipt_evidence
 from docket.ledger.lock import holder_pid
 from docket.ledger.reader import (
     CHUNK,
@@ -103,48 +104,6 @@ class Scan:
     evidence: dict | None = None  # what the verified events say of the record's completeness
 
 
-class _EvidenceFacts:
-    """What the verified events say about lost evidence (fed one event at a time)."""
-
-    def __init__(self) -> None:
-        self.gaps = 0
-        self.lost = 0
-        self.low_disk = 0
-        self.end_complete: bool | None = None  # session.end's word, if the ledger has one
-        self.last_type: str | None = None
-
-    def add(self, event: dict) -> None:
-        kind = event.get("type")
-        self.last_type = kind
-        if kind == "evidence.gap":
-            self.gaps += 1
-            lost = event.get("lost")
-            self.lost += lost if type(lost) is int else 0
-        elif kind == "evidence.low_disk" and event.get("below") is True:
-            self.low_disk += 1
-        elif kind == "session.end":
-            evidence = event.get("evidence")
-            said = evidence.get("ledger_complete") if isinstance(evidence, dict) else None
-            self.end_complete = said if type(said) is bool else None
-
-    def as_dict(self) -> dict:
-        ended = self.last_type == "session.end"
-        if self.gaps or self.end_complete is False:
-            complete = False
-        elif ended and self.end_complete is True:
-            complete = True
-        else:
-            complete = None  # no session.end last: killed, or its end was not written
-        return {
-            "complete": complete,
-            "gaps": self.gaps,
-            "lost": self.lost,
-            "low_disk": self.low_disk,
-            "session_end": ended,
-            "receipt": None,
-        }
-
-
 @dataclass(frozen=True)
 class Diagnosis:
     """doctor's verdict on one ledger file (the API game-day assertions read)."""
@@ -160,7 +119,7 @@ class Diagnosis:
     tail: Tail | None
     locked: bool  # a live writer holds the ledger's lock
     locked_by: int | None  # its pid, when it has written one
-    evidence: dict | None = None  # _EvidenceFacts.as_dict(), with the receipt's word
+    evidence: dict | None = None  # EvidenceFacts.as_dict(), with the receipt's word
 
     @property
     def verdict(self) -> str:
@@ -211,7 +170,7 @@ class Diagnosis:
 def scan_lines(lines: Iterable[Line]) -> Scan:
     """Classify a ledger from its lines (reader.iter_lines' contract); no I/O of its own."""
     verifier = ChainVerifier()
-    facts = _EvidenceFacts()
+    facts = EvidenceFacts()
     problem: ChainError | None = None
     tail: Tail | None = None
     complete = 0
@@ -240,23 +199,6 @@ def scan_lines(lines: Iterable[Line]) -> Scan:
         tail=tail,
         evidence=facts.as_dict(),
     )
-
-
-def _receipt_evidence(ledger: Path) -> dict | None:
-    """ops.evidence of the receipt beside `ledger` (receipt.json naming it), if there is one.
-
-    Only a hint for the summary: `docket verify` is what checks a receipt."""
-    beside = ledger.parent / "receipt.json"
-    try:
-        receipt = json.loads(beside.read_text(encoding="utf-8"))
-        if receipt["ledger"]["file"] != ledger.name:
-            return None
-        evidence = receipt["ops"]["evidence"]
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return {"unreadable": f"{beside}: {type(exc).__name__}: {exc}"}
-    return evidence if isinstance(evidence, dict) else None
 
 
 def _judge_tail(verifier: ChainVerifier, line: Line) -> tuple[Tail, ChainError]:
@@ -335,7 +277,7 @@ def classify(path: str | os.PathLike) -> Diagnosis:
         )
     evidence = dict(scan.evidence) if scan.evidence is not None else None
     if evidence is not None:
-        said = _receipt_evidence(p)
+        said = receipt_evidence(p)
         evidence["receipt"] = said
         if said is not None and said.get("ledger_complete") is False:
             evidence["complete"] = False
@@ -567,41 +509,13 @@ def describe(diag: Diagnosis, *, hint: bool = True) -> list[str]:
         )
     else:
         out.append("lock     none")
-    out.extend(_evidence_lines(diag.evidence))
+    out.extend(evidence_lines(diag.evidence))
     if hint and diag.state == TORN_TAIL and not diag.locked and diag.events:
         out.append(
             f"repair   docket doctor {diag.path} --quarantine-torn-tail "
             f"(keeps the {diag.events} events; never changes the original)"
         )
     return out
-
-
-def _evidence_lines(evidence: dict | None) -> list[str]:
-    if evidence is None:
-        return []
-    said = []
-    if evidence["gaps"]:
-        said.append(f"{evidence['lost']} events lost in {evidence['gaps']} evidence.gap records")
-    if evidence["low_disk"]:
-        said.append(f"{evidence['low_disk']} evidence.low_disk warnings")
-    receipt = evidence["receipt"]
-    if receipt is not None and "unreadable" in receipt:
-        said.append(f"receipt unreadable ({receipt['unreadable']})")
-    elif receipt is not None and receipt.get("ledger_complete") is False:
-        calls = receipt.get("unrecorded_calls")
-        said.append(
-            f"the receipt discloses {receipt.get('unwritten_events')} unwritten events"
-            + (f" and {calls} calls that went upstream unrecorded" if calls else "")
-        )
-    if not evidence["session_end"]:
-        said.append("no session.end last: the run was killed, or its end could not be written")
-    if evidence["complete"] is True:
-        head = "complete (session.end says so)"
-    elif evidence["complete"] is False:
-        head = "INCOMPLETE"
-    else:
-        head = "unknown"
-    return [f"evidence {head}" + (": " + "; ".join(said) if said else "")]
 
 
 def doctor_command(ledger: str, *, quarantine: bool, as_json: bool = False) -> int:
