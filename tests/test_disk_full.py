@@ -88,15 +88,18 @@ AGENT = textwrap.dedent(
         with open(target, "w") as f:
             f.write("docket test: the agent made this volume read-only")
         broke = "EROFS"
-    try:
-        with urllib.request.urlopen(os.environ["DOCKET_BOUNDARY_URL"] + "/docket/readyz") as r:
-            ready = {"status": r.status, **json.load(r)}
-    except urllib.error.HTTPError as e:
-        ready = {"status": e.code, **json.load(e)}
+    def readyz():
+        try:
+            with urllib.request.urlopen(os.environ["DOCKET_BOUNDARY_URL"] + "/docket/readyz") as r:
+                return {"status": r.status, **json.load(r)}
+        except urllib.error.HTTPError as e:
+            return {"status": e.code, **json.load(e)}
+
+    ready = readyz()
     for n in range(int(after)):
         call(int(before) + n)
     with open(result, "w") as f:
-        json.dump({"statuses": statuses, "broke": broke, "readyz": ready}, f)
+        json.dump({"statuses": statuses, "broke": broke, "readyz": ready, "readyz_end": readyz()}, f)
     """
 )
 
@@ -261,6 +264,13 @@ async def test_a_disk_the_agent_fills_ends_with_an_honest_receipt(tmp_path, caps
         assert "internal error" not in stderr and "Traceback" not in stderr, stderr
         assert agent is not None and agent["broke"] == "ENOSPC", (agent, stderr)
         assert agent["statuses"] == [200] * 25  # fail-open: every call was answered
+        # Readiness names the evidence path: the reserve that cannot be kept, the loss.
+        problems = agent["readyz_end"]["problems"]
+        assert agent["readyz_end"]["status"] == 503, agent
+        assert any(
+            p.startswith("ledger volume: the disk reserve cannot be kept (ENOSPC") for p in problems
+        )
+        assert any(p.startswith("ledger: ") and "unwritten" in p for p in problems), problems
         assert len(log) == 25  # and every one went upstream
         assert done.returncode == 0, stderr  # the agent's own exit status
         events = read_events(run / "ledger.jsonl", whole_file=True)
