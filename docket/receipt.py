@@ -134,6 +134,7 @@ RECEIPT_SHAPE = {
             "unrecorded_calls": _Optional(_count),
             "last_error": _Optional(_str_or_null),
             "unverified_tail": _Optional(_bool),
+            "unwritten_by_type": _Optional(_MapOf(_count)),
         }
     },
     "faults": {

@@ -302,6 +302,13 @@ def evidence_problem(claimed: dict, tally: Tally, events: int) -> tuple[str, str
         return f"{path}.first_failing_seq", f"{first} is beyond the ledger's {events} events"
     if complete and claimed.get("unverified_tail", False):
         return f"{path}.unverified_tail", "the receipt says true with ledger_complete true"
+    by_type = claimed.get("unwritten_by_type")
+    if by_type is not None and sum(by_type.values()) != unwritten:
+        return (
+            f"{path}.unwritten_by_type",
+            f"the receipt's types add up to {sum(by_type.values())}, not its {unwritten} "
+            "unwritten events",
+        )
     unrecorded = claimed.get("unrecorded_calls", 0)
     if complete and unrecorded:
         return (

@@ -475,12 +475,11 @@ class LedgerBook:
         """Whether the worker allocates blocks before writing `batch` (reserve.py)."""
         # An ordinary event may not take the reserve's blocks; the run's own record,
         # and a gap or low-disk record alone, may.
-        batch.extend_to, batch.must_extend = self.disk.plan(
-            self.size + len(batch.data),
-            self.held,
-            self.limits.max_ledger_bytes,
-            ordinary=any(not item.essential for item in batch.items),
+        batch.extend_to = self.disk.plan(
+            self.size + len(batch.data), self.held, self.limits.max_ledger_bytes
         )
+        if batch.extend_to is not None:
+            batch.must_extend = any(not item.essential for item in batch.items)
 
     def disk_verdict(
         self,

@@ -33,23 +33,23 @@ class DiskReserve:
         """Where the allocation made at open should end (half a reserve ahead, as `plan`)."""
         return max(min(size + self.bytes + self.bytes // 2, cap), size)
 
-    def plan(self, end: int, held: int, cap: int, *, ordinary: bool) -> tuple[int | None, bool]:
-        """(allocate up to this offset before writing, or None; write nothing if that fails).
+    def plan(self, end: int, held: int, cap: int) -> int | None:
+        """Allocate up to this offset before writing a batch, or None: no need.
 
         `end`: where the file will end after the batch; `held`: the bytes closing
         slots hold (their events are part of the end of the record); `cap`:
-        max_ledger_bytes, past which the file never goes; `ordinary`: the batch
-        holds an event that is not the run's own record. Allocation runs half a
+        max_ledger_bytes, past which the file never goes. Allocation runs half a
         reserve ahead, so most batches need no syscall for it; while short,
         every batch tries again, which is how the reserve learns the volume has
-        room again.
+        room again. A batch holding an ordinary event is written only if the
+        allocation succeeds (the book sets Batch.must_extend).
         """
         if not self.bytes:
-            return None, False
+            return None
         wanted = min(end + self.bytes + held, cap)
         if self.short is None and wanted <= self.allocated:
-            return None, False
-        return max(min(wanted + self.bytes // 2, cap), end), ordinary
+            return None
+        return max(min(wanted + self.bytes // 2, cap), end)
 
     def verdict(
         self,
