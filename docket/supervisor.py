@@ -425,7 +425,7 @@ def last_line(run_id: str, outcome: Outcome) -> str:
         line += f"receipt {outcome.receipt}"
     else:
         line += (
-            f"receipt NOT written in the run's folder ({outcome.receipt_error}): "
+            f"receipt NOT written (durably) in the run's folder ({outcome.receipt_error}): "
             "it is the JSON line above"
         )
         if outcome.receipt is not None:

@@ -560,3 +560,27 @@ async def test_wherever_the_disk_fills_every_call_is_recorded_or_counted(tmp_pat
         assert len(log) == before + 6 == requests + evidence["unrecorded_calls"]
         status, said = verify_says(run / "receipt.json", capsys)
         assert status == 0, said
+
+
+def test_a_volume_already_full_refuses_the_run_in_one_line(tmp_path):
+    """With no floor (min_free_bytes = 0) on a full volume, the run does not start:
+    the receipt's blocks cannot be reserved. One line, exit 2, no ledger."""
+    with tmpfs(tmp_path / "vol", "64k") as vol:
+        with open(vol / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+        policy = tmp_path / "docket.toml"
+        policy.write_text("[ledger]\nmin_free_bytes = 0\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "docket", "run", "--policy", str(policy), "--ledger-dir",
+             str(vol / "run"), "--", sys.executable, "-c", "pass"],
+            capture_output=True, text=True, timeout=TIMEOUT, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("docket: ledger folder ") and "cannot reserve 16384 bytes" in line
+        assert "ENOSPC" in line
+        assert list((vol / "run").iterdir()) == []  # nothing half-written
