@@ -402,6 +402,11 @@ async def test_a_volume_that_turns_read_only_puts_the_receipt_in_the_fallback(
             assert printed["ops"]["evidence"]["ledger_complete"] is False
             assert printed["ops"]["evidence"]["last_error"].startswith("EROFS")
             assert not list(fallback.iterdir())
+            # Saved by whoever read stderr, it verifies against the ledger it names.
+            saved = tmp_path / "from-stderr.json"
+            saved.write_text(lines[-2])
+            status, said = verify_says(saved, capsys, run / "ledger.jsonl")
+            assert status == 0 and "ledger incomplete (disclosed)" in said, said
             return
         (saved,) = fallback.glob("*.receipt.json")
         receipt = json.loads(saved.read_text())
