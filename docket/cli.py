@@ -18,7 +18,8 @@ EPILOG = """exit codes:
   1   a check failed (verify found a break, doctor found damage)
   2   usage or input error (missing, empty, binary or malformed input)
   42  a supervised run was stopped by a cap or a ledger ceiling
-  43  a supervised run was stopped because evidence could not be written
+  43  a supervised run lost evidence: fail_fast_evidence stopped it, or its receipt
+      could not be written in the run's folder (it went to stderr and ledger.fallback_dir)
   70  internal error (a bug in docket: please report it)
 """
 

@@ -8,7 +8,9 @@ EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 EXIT_CAP_KILL = 42  # a cap or a ledger ceiling stopped the run
-EXIT_EVIDENCE_LOST = 43  # fail_fast_evidence: a ledger write failed, so the run stopped
+# fail_fast_evidence: a ledger write failed, so the run stopped; or the receipt could
+# not be written in the run's folder and went to its fallbacks
+EXIT_EVIDENCE_LOST = 43
 
 
 class DocketError(Exception):

@@ -62,6 +62,9 @@ class LedgerPolicy:
     fail_fast_evidence: bool = False
     min_free_bytes: int = 16 * MiB
     record_bodies: bool = False
+    # Where the receipt goes when the run's folder cannot take it (a full or
+    # read-only volume); it is also printed on stderr as one JSON line.
+    fallback_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,8 +159,9 @@ class Policy:
     def ledger_limits(self):
         """The [ledger] ceilings as the writer takes them (docket.ledger.writer.LedgerLimits).
 
-        min_free_bytes and record_bodies are not the writer's to enforce; read
-        them from self.ledger.
+        record_bodies is not the writer's to enforce (nor is min_free_bytes at
+        start; the writer records evidence.low_disk when the volume drops below
+        it); read them from self.ledger.
         """
         from docket.ledger.writer import LedgerLimits
 
@@ -165,6 +169,7 @@ class Policy:
             max_ledger_bytes=self.ledger.max_ledger_bytes,
             max_events=self.ledger.max_events,
             fail_fast_evidence=self.ledger.fail_fast_evidence,
+            min_free_bytes=self.ledger.min_free_bytes,
         )
 
     def to_dict(self) -> dict:
@@ -258,6 +263,7 @@ def _ledger(c: _Checker, t: dict) -> LedgerPolicy:
         fail_fast_evidence=c.boolean(t, "ledger.fail_fast_evidence", d.fail_fast_evidence),
         min_free_bytes=c.size(t, "ledger.min_free_bytes", d.min_free_bytes, minimum=0),
         record_bodies=c.boolean(t, "ledger.record_bodies", d.record_bodies),
+        fallback_dir=c.string(t, "ledger.fallback_dir", None),
     )
 
 

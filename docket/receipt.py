@@ -8,6 +8,7 @@ JSON reader stay importable from here.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -128,6 +129,12 @@ RECEIPT_SHAPE = {
             "unwritten_events": _count,
             "first_failing_seq": _count_or_null,
             "write_failures": _count,
+            # What the record lost, beyond the counts (spec section 7.4): model calls
+            # that went upstream with no model.request on disk, and the last error.
+            "unrecorded_calls": _Optional(_count),
+            "last_error": _Optional(_str_or_null),
+            "unverified_tail": _Optional(_bool),
+            "unwritten_by_type": _Optional(_MapOf(_count)),
         },
         # Calls whose model.request no closing event follows (section 6.2); absent: none.
         "open_calls": _Optional(_ListOf({"call_id": _str, "seq": _count})),
@@ -284,6 +291,71 @@ def write_receipt(path: str | os.PathLike, receipt: dict) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+# Blocks set aside at the start of a run for its receipt (a receipt is 2-3 KB;
+# one with many models more), so a volume that fills during the run still
+# takes it. The file is hidden until the receipt is written into it.
+RECEIPT_RESERVE_BYTES = 16 * 1024
+RESERVE_NAME = ".receipt.json.reserve"
+
+
+def reserve_receipt(folder: str | os.PathLike, nbytes: int = RECEIPT_RESERVE_BYTES) -> Path:
+    """Allocate real blocks for the receipt, in `folder`; OSError (ENOSPC...) if they cannot be.
+
+    posix_fallocate, not a file of zeros: the blocks are the filesystem's
+    promise that a write into them will not fail for want of space (tmpfs and
+    ext4 both keep it).
+    """
+    path = Path(folder) / RESERVE_NAME
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.write(fd, b"\0" * nbytes)  # no fallocate here: zeros take the blocks instead
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    _fsync_folder(Path(folder))
+    return path
+
+
+def write_receipt_into(reserve: str | os.PathLike, path: str | os.PathLike, receipt: dict) -> None:
+    """Write the receipt into its reserve (no new blocks needed when it fits), trim the
+    reserve to the receipt's size, fsync, and rename it to `path`; OSError if any step fails."""
+    data = encode_receipt(receipt)
+    fd = os.open(reserve, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        view, done = memoryview(data), 0
+        while done < len(data):
+            done += os.pwrite(fd, view[done:], done)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(reserve, path)
+    _fsync_folder(Path(path).parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def receipt_line(receipt: dict) -> str:
+    """The receipt as one line of JSON (the fallback printed on stderr)."""
+    return json.dumps(
+        receipt, sort_keys=True, ensure_ascii=False, allow_nan=False, default=plain_number
+    )
 
 
 _STRICT_JSON = frozenset({"AmbiguousJSON", "decode_json", "decode_json_stdlib", "jiter"})

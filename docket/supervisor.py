@@ -214,10 +214,10 @@ class Supervisor(ChildControl):
     async def _run(self, signals) -> Outcome:
         from docket.boundary.app import Boundary
         from docket.ledger.writer import open_ledger
-        from docket.receipt import build_receipt, write_receipt
         from docket.tally import Tally
 
         ledger_path = self._prepare_folder()
+        reserve = self._reserve_receipt()
         policy = self.run_policy()
         tally = Tally()
         unwritten: dict[str, dict] = {}
@@ -263,22 +263,78 @@ class Supervisor(ChildControl):
                 ledger.count,
                 ledger.bytes,
             )
-        receipt = build_receipt(
-            tally,
-            ledger_path=ledger_path,
-            head=head,
-            count=count,
-            size=size,
-            evidence=evidence,
-            version=__version__,
-            start=unwritten.get("session.start"),
-            end=unwritten.get("session.end"),
+        facts = {
+            "ledger_path": ledger_path,
+            "head": head,
+            "count": count,
+            "size": size,
+            "evidence": evidence,
+            "version": __version__,
+            "start": unwritten.get("session.start"),
+            "end": unwritten.get("session.end"),
+        }
+        receipt_path, receipt_error = self._deliver_receipt(tally, facts, reserve)
+        notes = (
+            ()
+            if ledger.reserve_kept is None
+            else (f"the ledger's spare blocks could not be freed: {ledger.reserve_kept}",)
         )
-        receipt_path = self.folder / "receipt.json"
-        write_receipt(receipt_path, receipt)
+        if receipt_error is not None:
+            # The run's own status stays in the receipt; the process says evidence was lost.
+            exit_status = EXIT_EVIDENCE_LOST
         return Outcome(
-            exit_status, reason, cap, ledger_path, receipt_path, tuple(self.signals_received)
+            exit_status,
+            reason,
+            cap,
+            ledger_path,
+            receipt_path,
+            tuple(self.signals_received),
+            evidence=evidence,
+            receipt_error=receipt_error,
+            notes=notes,
         )
+
+    def _reserve_receipt(self) -> Path:
+        """Blocks for the receipt, taken before the run starts (docket.receipt.reserve_receipt)."""
+        from docket.ledger.writer import describe_os_error
+        from docket.receipt import RECEIPT_RESERVE_BYTES, reserve_receipt
+
+        try:
+            return reserve_receipt(self.folder)
+        except OSError as exc:
+            raise InputError(
+                f"ledger folder {self.folder}: cannot reserve {RECEIPT_RESERVE_BYTES} bytes "
+                f"for the receipt ({describe_os_error(exc)})"
+            ) from None
+
+    def _deliver_receipt(self, tally, facts: dict, reserve: Path) -> tuple[Path | None, str | None]:
+        """Write the receipt into its reserve; where even that fails, into the fallbacks.
+
+        Returns (where the receipt is, why it is not in the run's folder). The
+        fallbacks (docs/resilience.md "A full disk"): the receipt as one JSON
+        line on stderr, always, and a file in the policy's ledger.fallback_dir,
+        naming the ledger relative to that folder so `docket verify` takes it as is.
+        """
+        from docket.ledger.writer import describe_os_error
+        from docket.receipt import build_receipt, receipt_line, write_receipt, write_receipt_into
+
+        receipt = build_receipt(tally, **facts)
+        receipt_path = self.folder / "receipt.json"
+        try:
+            write_receipt_into(reserve, receipt_path, receipt)
+            return receipt_path, None
+        except OSError as exc:
+            error = describe_os_error(exc)
+        print(receipt_line(receipt), file=sys.stderr, flush=True)
+        fallback_dir = self.policy.ledger.fallback_dir
+        if fallback_dir is None:
+            return None, error
+        where = Path(fallback_dir) / f"{self.run_id}.receipt.json"
+        try:
+            write_receipt(where, build_receipt(tally, **facts, receipt_dir=fallback_dir))
+        except OSError as exc:
+            return None, f"{error}; the fallback {where} failed too ({describe_os_error(exc)})"
+        return where, error
 
     def _prepare_folder(self) -> Path:
         try:
@@ -405,11 +461,9 @@ def run_command(args) -> int:
     supervisor = Supervisor(options)
     _start_warnings(supervisor)
     outcome = trio.run(supervisor.run)
-    print(
-        f"docket: run {supervisor.run_id} ended ({outcome.reason}), exit {outcome.exit_status}; "
-        f"receipt {outcome.receipt}",
-        file=sys.stderr,
-    )
+    for note in outcome.notes:
+        print(f"docket: warning: {note}", file=sys.stderr)
+    print(last_line(supervisor.run_id, outcome), file=sys.stderr)
     return outcome.exit_status
 
 
@@ -441,6 +495,33 @@ def _start_warnings(supervisor: Supervisor) -> None:
             print(f"docket: warning: {consequence} ({why})", file=sys.stderr)
     for name in agent_drops(supervisor.policy):
         os.environ.pop(name, None)
+
+
+def last_line(run_id: str, outcome: Outcome) -> str:
+    """`docket run`'s last line: how the run ended, where its receipt is, and what the
+    record lacks (a reader of this line alone must not take an incomplete ledger for whole)."""
+    line = f"docket: run {run_id} ended ({outcome.reason}), exit {outcome.exit_status}; "
+    if outcome.receipt_error is None:
+        line += f"receipt {outcome.receipt}"
+    else:
+        line += (
+            f"receipt NOT written (durably) in the run's folder ({outcome.receipt_error}): "
+            "it is the JSON line above"
+        )
+        if outcome.receipt is not None:
+            line += f" and {outcome.receipt}"
+    evidence = outcome.evidence
+    if evidence is not None and not evidence["ledger_complete"]:
+        line += (
+            f"; evidence incomplete: {evidence['unwritten_events']} events unwritten "
+            f"from seq {evidence['first_failing_seq']}"
+        )
+        calls = evidence.get("unrecorded_calls", 0)
+        if calls:
+            line += f", {calls} model calls went upstream unrecorded"
+        if evidence.get("last_error"):
+            line += f" ({evidence['last_error']})"
+    return line
 
 
 def _seconds(value: float | None, flag: str, *, positive: bool) -> float | None:

@@ -46,7 +46,12 @@ class Outcome:
     reason: str
     cap: str | None
     ledger: Path
-    receipt: Path
+    receipt: Path | None
     # SIGINT/SIGTERM the supervisor caught, by name, in order: a harness that runs
     # the supervisor in its own process learns from this that its user pressed Ctrl-C
     signals: tuple[str, ...] = ()
+    evidence: dict | None = None  # the writer's account (ops.evidence and more)
+    # Why the receipt is not at `receipt` in the run's folder (then `receipt` is the
+    # fallback copy, or None: it went to stderr only), or None.
+    receipt_error: str | None = None
+    notes: tuple[str, ...] = ()  # warnings for the user, printed before the last line

@@ -30,6 +30,11 @@ _CALLS, _RESPONSES, _ERRORS, _REFUSED, _INPUT, _OUTPUT, _CACHED, _COST, _UNPRICE
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_tokens")
 PRICE_FIELDS = ("input", "output", "cached_input")
 EVIDENCE_FIELDS = ("ledger_complete", "unwritten_events", "first_failing_seq", "write_failures")
+# Disclosed when the writer knows them (docket 0.x receipts may lack them): model
+# calls that went upstream with no model.request on disk, and the last write error.
+# unverified_tail: the file may go on past the durable record (a write that failed
+# and could not be cut back); verify then checks the record's prefix only.
+EVIDENCE_EXTRA = ("unrecorded_calls", "last_error", "unverified_tail", "unwritten_by_type")
 
 # USD per million tokens, at most 3 decimals: then a token costs a whole number of nano-USD.
 PRICE_PATTERN = re.compile(r"(0|[1-9][0-9]{0,8})(\.[0-9]{1,3})?")
@@ -145,7 +150,16 @@ def check_evidence(value: object, where: str) -> dict:
     _count(evidence["write_failures"], f"{where}.write_failures")
     if evidence["first_failing_seq"] is not None:
         _count(evidence["first_failing_seq"], f"{where}.first_failing_seq")
-    return {k: evidence[k] for k in EVIDENCE_FIELDS}
+    if "unrecorded_calls" in evidence:
+        _count(evidence["unrecorded_calls"], f"{where}.unrecorded_calls")
+    if "last_error" in evidence:
+        _text_or_null(evidence["last_error"], f"{where}.last_error")
+    if "unverified_tail" in evidence and type(evidence["unverified_tail"]) is not bool:
+        raise TallyError(f"{where}.unverified_tail must be true or false")
+    if "unwritten_by_type" in evidence:
+        for kind, n in _object(evidence["unwritten_by_type"], f"{where}.unwritten_by_type").items():
+            _count(n, f"{where}.unwritten_by_type[{kind!r}]")
+    return {k: evidence[k] for k in (*EVIDENCE_FIELDS, *EVIDENCE_EXTRA) if k in evidence}
 
 
 def _session_start(event: dict) -> dict:

@@ -30,7 +30,7 @@ from docket.ledger.chain import (
 from docket.ledger.reader import LEDGER_MAGIC, Lines, LineTooLong
 from docket.ledger.strict_json import AmbiguousJSON, decode_json
 from docket.receipt import FORMAT, RECEIPT_SHAPE, join_path, plain_number, shape_problem
-from docket.tally import EVIDENCE_FIELDS, UNBACKED, Tally, TallyError
+from docket.tally import EVIDENCE_EXTRA, EVIDENCE_FIELDS, UNBACKED, Tally, TallyError
 
 __all__ = [
     "BYTES_MISMATCH",
@@ -129,14 +129,18 @@ class LedgerScan:
     chain_error: ChainError | None = None  # the first line that breaks the chain, or the torn tail
     event_error: ChainError | None = None  # the first event the tally could not read
     tally: Tally = field(default_factory=Tally)
+    stopped: bool = False  # `stop_at` lines were read and the file goes on
 
 
-def scan_ledger(path: str | os.PathLike, *, mark: int | None = None) -> LedgerScan:
+def scan_ledger(
+    path: str | os.PathLike, *, mark: int | None = None, stop_at: int | None = None
+) -> LedgerScan:
     """Check the chain over the whole file and fold every event, in one pass.
 
     Stops at the first chain failure; an event the tally cannot read is noted
     (the first one) and the pass goes on, because the chain outranks it.
-    Raises OSError if the file cannot be read.
+    `stop_at`: read only that many lines (a receipt that discloses an
+    unverified tail vouches for no more). Raises OSError if the file cannot be read.
     """
     scan = LedgerScan()
     verifier = ChainVerifier(exact=True)  # claims are compared by exact decimal value
@@ -145,6 +149,9 @@ def scan_ledger(path: str | os.PathLike, *, mark: int | None = None) -> LedgerSc
     line = b""
     try:
         for line in lines:
+            if verifier.count == stop_at:
+                scan.stopped = True
+                break
             if verifier.count == mark:
                 scan.mark_offset = verifier.offset
             offset = verifier.offset
@@ -154,7 +161,7 @@ def scan_ledger(path: str | os.PathLike, *, mark: int | None = None) -> LedgerSc
             except TallyError as exc:
                 if scan.event_error is None:
                     scan.event_error = ChainError(MALFORMED_EVENT, event["seq"], offset, str(exc))
-        if lines.tail:
+        if lines.tail and not scan.stopped:
             raise ChainError(
                 TORN_TAIL,
                 verifier.count,
@@ -190,6 +197,7 @@ class Verdict:
     claims: dict | None = None  # the re-derived claims (UNBACKED where the ledger cannot say)
     unbacked: tuple[str, ...] = ()
     complete: bool | None = None  # the receipt's ledger_complete, once checked
+    tail_bytes: int = 0  # bytes past the record, disclosed as a failed write's (unverified_tail)
 
     def summary(self) -> str:
         if not self.ok:
@@ -207,6 +215,11 @@ class Verdict:
             f"{t['output_tokens']} output tokens, ${t['usd']}; "
             + ("ledger complete" if self.complete else "ledger incomplete (disclosed)")
         )
+        if self.tail_bytes:
+            line += (
+                f"; {self.tail_bytes} bytes past the record, from a write that failed and "
+                "could not be cut back (disclosed, not verified)"
+            )
         if self.unbacked:
             line += f"; not backed by the ledger: {', '.join(self.unbacked)}"
         return line
@@ -291,9 +304,35 @@ def evidence_problem(claimed: dict, tally: Tally, events: int) -> tuple[str, str
         return f"{path}.first_failing_seq", "the receipt says null with ledger_complete false"
     if first is not None and first > events:
         return f"{path}.first_failing_seq", f"{first} is beyond the ledger's {events} events"
+    if complete and claimed.get("unverified_tail", False):
+        return f"{path}.unverified_tail", "the receipt says true with ledger_complete true"
+    by_type = claimed.get("unwritten_by_type")
+    if by_type is not None and sum(by_type.values()) != unwritten:
+        return (
+            f"{path}.unwritten_by_type",
+            f"the receipt's types add up to {sum(by_type.values())}, not its {unwritten} "
+            "unwritten events",
+        )
+    unrecorded = claimed.get("unrecorded_calls", 0)
+    if complete and unrecorded:
+        return (
+            f"{path}.unrecorded_calls",
+            f"the receipt says {unrecorded} with ledger_complete true",
+        )
+    if unrecorded > unwritten:
+        # Each such call lost at least its model.request.
+        return (
+            f"{path}.unrecorded_calls",
+            f"the receipt says {unrecorded}, above its {unwritten} unwritten events",
+        )
     if tally.end is not None:
-        for key in EVIDENCE_FIELDS:
-            ours, theirs = claimed[key], tally.end["evidence"][key]
+        said = tally.end["evidence"]
+        for key in (*EVIDENCE_FIELDS, *EVIDENCE_EXTRA):
+            if key not in said and key in EVIDENCE_EXTRA:
+                continue  # a session.end from before the field: nothing to hold it to
+            if key not in claimed:
+                return f"{path}.{key}", f"the receipt omits it; session.end says {_show(said[key])}"
+            ours, theirs = claimed[key], said[key]
             if ours != theirs:
                 return (
                     f"{path}.{key}",
@@ -411,8 +450,14 @@ def verify(
     else:
         ledger = Path(ledger_path)
     _check_ledger_file(ledger)
+    # A receipt that discloses an unverified tail vouches for its events only: the
+    # lines after them (a failed write the writer could not cut back) are not read.
+    tail = receipt["ops"]["evidence"].get("unverified_tail") is True
     try:
-        scan = scan_ledger(ledger, mark=claimed["events"])
+        scan = scan_ledger(
+            ledger, mark=claimed["events"], stop_at=claimed["events"] if tail else None
+        )
+        tail_bytes = os.stat(ledger).st_size - scan.size if scan.stopped else 0
     except OSError as exc:
         raise VerifyInputError(
             LEDGER_UNREADABLE, f"ledger {ledger}: cannot read ({exc.strerror})"
@@ -482,6 +527,7 @@ def verify(
         claims=claims,
         unbacked=tuple(unbacked),
         complete=receipt["ops"]["evidence"]["ledger_complete"],
+        tail_bytes=tail_bytes,
         **figures,
     )
 

@@ -293,6 +293,7 @@ CHANGES = {
     "ledger.max_events": 100,
     "ledger.fail_fast_evidence": True,
     "ledger.min_free_bytes": 0,
+    "ledger.fallback_dir": "/srv/receipts",
     "ledger.record_bodies": True,
     "caps.max_usd": 5,
     "caps.max_tokens": 1000,

@@ -573,6 +573,9 @@ class Boundary:
                 )
         except OSError as exc:
             problems.append(f"ledger volume: cannot stat ({exc.strerror})")
+        short = self.ledger.reserve_problem
+        if short is not None:
+            problems.append(f"ledger volume: the disk reserve cannot be kept ({short})")
         try:
             self.ledger.check_room("model.request", 512, closing_bytes=closing_bound("", "", None))
         except (LedgerFull, EvidenceLost) as exc:

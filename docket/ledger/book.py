@@ -43,6 +43,7 @@ from docket.ledger.limits import CONTROL_RESERVE_BYTES as CONTROL_RESERVE_BYTES
 from docket.ledger.limits import (
     EXEMPT_FROM_EVENT_CEILING,
     GAP_TYPE,
+    LOW_DISK_TYPE,
     EvidenceLost,
     EvidenceStats,
     LedgerFull,
@@ -53,6 +54,7 @@ from docket.ledger.limits import (
 from docket.ledger.limits import KiB as KiB
 from docket.ledger.pending import _UNASKED, Batch, ClosingSlot, Loss, PendingEvent, Torn, _Gap
 from docket.ledger.reader import MAX_LINE_BYTES
+from docket.ledger.reserve import DiskReserve, LowDiskWatch
 from docket.ledger.strict_json import TOO_DEEP, text_nests_deeper
 
 # One write() per batch; these bound how much a single batch holds.
@@ -108,6 +110,12 @@ class LedgerBook:
         self.gap: _Gap | None = None  # losses not yet recorded in the file
         self.broken: str | None = None  # why nothing more will be written
         self.evidence_lost: str | None = None  # set once fail_fast_evidence trips
+        self.unrecorded_calls = 0  # closings admitted for openings that were lost
+        self.unverified_tail = False  # bytes past `size` the writer could not cut back
+        # The ledger's volume (reserve.py): while the disk reserve is short,
+        # batches are of one kind, and only the essential kind may use the reserve.
+        self.disk = DiskReserve(limits.disk_reserve, size)
+        self.watch = LowDiskWatch(limits.min_free_bytes)
         self._overhead_by_type: dict[str, int] = {}
 
     # -- admission
@@ -220,7 +228,7 @@ class LedgerBook:
         self.events += 2
         self.slots += 1
         self.held += hold
-        return item, ClosingSlot(self, hold)
+        return item, ClosingSlot(self, hold, item)
 
     def admit_closing(
         self,
@@ -275,7 +283,16 @@ class LedgerBook:
         slot.held = False
         self.slots -= 1
         self.held -= slot.bytes
-        return self._queue(type, ts, mono_ms, body, size)  # its event was counted at the opening
+        item = self._queue(type, ts, mono_ms, body, size)  # its event was counted at the opening
+        opening = slot.opening
+        if opening is not None and opening.settled and opening.seq is None:
+            # The call went on without its request on disk (fail-open): its closing
+            # event is evidence, but not the end of the record the reserve is for.
+            item.essential = False
+            self.unrecorded_calls += 1
+        else:
+            item.essential = True
+        return item
 
     def release(self, slot: ClosingSlot) -> bool:
         """Give back a slot no closing event will take; False if it was already settled."""
@@ -329,21 +346,34 @@ class LedgerBook:
             if gap_line is None:
                 return self.next_step(faults)  # no room for the record: now broken
             lines.append(gap_line)
+        low_disk = self._low_disk_line(lines, first.ts, first.mono_ms)
+        if low_disk is not None:
+            lines.append(low_disk)
         if torn is None:
-            return self._compose(lines, faults)
+            return self._compose(lines, faults, has_low_disk=low_disk is not None)
         whole = self._compose(lines, None, limit=len(lines) + 1)
         last = whole.lines[-1]
         keep = max(0, min(torn.keep, len(last)))  # never its newline: the line stays torn
         return Torn(whole.items, whole.data[: len(whole.data) - len(last) - 1 + keep], torn.crash)
 
     def gap_step(self, ts: str, mono_ms: int, faults: WriteFaults | None) -> Batch | None:
-        """At close, with nothing else to write: a batch holding only the owed gap record.
+        """With nothing else to write (at close, or when an evidence.low_disk is
+        owed): a batch holding only the owed records (evidence.gap, evidence.low_disk).
 
         The fault hook is asked about it as the next ordinal, so a disk that is
         failing for good fails this write too.
         """
-        if self.gap is None or self.broken is not None or self.queue:
+        if self.gap is None and self.low_disk is None:
             return None
+        if self.broken is not None or self.queue:
+            return None
+        mono_ms = max(mono_ms, self.last_mono_ms)
+        if self.gap is None:  # only an evidence.low_disk
+            line = self._low_disk_line([], ts, mono_ms)
+            if line is None:
+                return None
+            batch = self._compose([line], None, has_low_disk=True)
+            return batch
         if faults is not None:
             injected = faults.before_write(self.next_ordinal, GAP_TYPE)
             if isinstance(injected, TornWrite):  # a tear at close: the gap is simply not written
@@ -351,8 +381,12 @@ class LedgerBook:
             if injected is not None:
                 self.lose([], describe_os_error(injected), attempted=True)
                 return None
-        gap_line = self._gap_line(ts, max(mono_ms, self.last_mono_ms))
-        return None if gap_line is None else self._compose([gap_line], None)
+        gap_line = self._gap_line(ts, mono_ms)
+        if gap_line is None:
+            return None
+        low_disk = self._low_disk_line([gap_line], ts, mono_ms)
+        lines = [gap_line] + ([] if low_disk is None else [low_disk])
+        return self._compose(lines, None, has_low_disk=low_disk is not None)
 
     def _fault(self, item: PendingEvent, faults: WriteFaults) -> OSError | TornWrite | None:
         if item.fault is _UNASKED:
@@ -379,17 +413,45 @@ class LedgerBook:
             return None
         return line
 
+    def _low_disk_line(self, before: list[bytes], ts: str, mono_ms: int) -> bytes | None:
+        """The owed evidence.low_disk record, chained after `before` (or the head)."""
+        if self.low_disk is None:
+            return None
+        line = encode_line(
+            seq=self.count + len(before),
+            ts=ts,
+            mono_ms=mono_ms,
+            type=LOW_DISK_TYPE,
+            prev=line_hash(before[-1]) if before else self.head,
+            body=encode_body(self.watch.owed),
+        )
+        used = self.size + self.reserved + self.held + sum(len(x) + 1 for x in before)
+        if len(line) + 1 > self._room_control - used:
+            self.watch.owed = None  # no room under the ceiling: readiness still says so
+            return None
+        return line
+
     def _compose(
-        self, lines: list[bytes], faults: WriteFaults | None, limit: int | None = None
+        self,
+        lines: list[bytes],
+        faults: WriteFaults | None,
+        limit: int | None = None,
+        *,
+        has_low_disk: bool = False,
     ) -> Batch:
         limit = MAX_BATCH_LINES if limit is None else limit
         seq = self.count + len(lines)
-        prev = line_hash(lines[0]) if lines else self.head
+        prev = line_hash(lines[-1]) if lines else self.head
         nbytes = sum(len(line) + 1 for line in lines)
         items: list[PendingEvent] = []
         queue_ = self.queue
+        # With the disk reserve short, a batch holds one kind: the essential kind
+        # may be written into the reserve, the other only once the volume has room.
+        kind = queue_[0].essential if (queue_ and self.short is not None) else None
         while queue_ and len(lines) < limit and nbytes < MAX_BATCH_BYTES:
             item = queue_[0]
+            if kind is not None and item.essential is not kind:
+                break
             if faults is not None and self._fault(item, faults) is not None:
                 break  # written next time round, as a loss of its own
             queue_.popleft()
@@ -404,7 +466,56 @@ class LedgerBook:
             nbytes += len(line) + 1
         has_gap = self.gap is not None
         mono_after = items[-1].mono_ms if items else json.loads(lines[-1])["mono_ms"]
-        return Batch(items, lines, b"\n".join(lines) + b"\n", prev, mono_after, has_gap)
+        data = b"\n".join(lines) + b"\n"
+        batch = Batch(items, lines, data, prev, mono_after, has_gap, has_low_disk=has_low_disk)
+        self._plan_reserve(batch)
+        return batch
+
+    def _plan_reserve(self, batch: Batch) -> None:
+        """Whether the worker allocates blocks before writing `batch` (reserve.py)."""
+        # An ordinary event may not take the reserve's blocks; the run's own record,
+        # and a gap or low-disk record alone, may.
+        batch.extend_to = self.disk.plan(
+            self.size + len(batch.data), self.held, self.limits.max_ledger_bytes
+        )
+        if batch.extend_to is not None:
+            batch.must_extend = any(not item.essential for item in batch.items)
+
+    def disk_verdict(
+        self,
+        batch: Batch,
+        *,
+        extend_error: str | None,
+        unsupported: bool,
+        cut: bool,
+        free_bytes: int | None,
+    ) -> None:
+        """What writing `batch` said about the volume (sync.WriteResult's facts).
+
+        Call before commit or lose. `extend_error`: why the allocation failed;
+        `unsupported`: the filesystem has no fallocate, so there is no reserve;
+        `cut`: a failed write was cut back, which frees the blocks past the end;
+        `free_bytes`: the volume's free space after a durable write.
+        """
+        self.disk.verdict(
+            batch.extend_to,
+            extend_error=extend_error,
+            unsupported=unsupported,
+            cut=cut,
+            size=self.size,
+        )
+        if free_bytes is not None:
+            self.watch.note(free_bytes)
+
+    @property
+    def short(self) -> str | None:
+        """Why the disk reserve cannot be kept (the volume is full or failing), or None."""
+        return self.disk.short
+
+    @property
+    def low_disk(self) -> dict | None:
+        """The evidence.low_disk record owed, or None."""
+        return self.watch.owed
 
     # -- verdicts
 
@@ -417,14 +528,44 @@ class LedgerBook:
         for item in batch.items:
             self.reserved -= item.reserved
             item.settled = True
+            item.body = b""  # a closing slot keeps its opening for its seq, not its bytes
         self.pending -= len(batch.items)
         if batch.has_gap:
             self.gap = None
+        if batch.has_low_disk:
+            self.watch.owed = None
+
+    def refused(self, batch: Batch, error: str, records: tuple[str, ...] = ()) -> bool:
+        """The worker wrote nothing: the volume refused the allocation a batch holding
+        an ordinary event needs (reserve.DiskReserve.plan).
+
+        A batch of ordinary events only is lost. One that also holds the run's own
+        record (the first batch after the volume filled) is put back, its events in
+        order at the head of the queue: the reserve is short now, so the next
+        batches are of one kind, and the essential ones are written into it.
+        Returns True if the events were put back (nobody is woken).
+        """
+        if all(not item.essential for item in batch.items):
+            self.lose(batch.items, error, attempted=True, records=records)
+            return False
+        for item in reversed(batch.items):
+            item.seq = None
+            self.queue.appendleft(item)
+        return True
 
     def lose(
-        self, items: list[PendingEvent], error: str, *, attempted: bool, broken: str | None = None
+        self,
+        items: list[PendingEvent],
+        error: str,
+        *,
+        attempted: bool,
+        broken: str | None = None,
+        records: tuple[str, ...] = (),
     ) -> None:
-        """These events will never be written: count them, keep nothing of them."""
+        """These events will never be written: count them, keep nothing of them.
+
+        `records`: the writer's own records in the failed batch that are not
+        retried (an evidence.low_disk), counted as lost events of their type."""
         if self.gap is None:
             self.gap = _Gap(self.count, error)
             if self.first_failing_seq is None:
@@ -437,14 +578,26 @@ class LedgerBook:
         for item in items:
             item.seq = None
             item.settled = True
+            item.body = b""
             self.unwritten += 1
             self.unwritten_by_type[item.type] = self.unwritten_by_type.get(item.type, 0) + 1
             gap.by_type[item.type] = gap.by_type.get(item.type, 0) + 1
             self.reserved -= item.reserved
-        gap.lost += len(items)
+        for kind in records:
+            if kind == LOW_DISK_TYPE:
+                self.watch.owed = (
+                    None  # said once; a volume failing for good would fail it for ever
+                )
+            self.unwritten += 1
+            self.unwritten_by_type[kind] = self.unwritten_by_type.get(kind, 0) + 1
+            gap.by_type[kind] = gap.by_type.get(kind, 0) + 1
+        gap.lost += len(items) + len(records)
         self.pending -= len(items)
         if broken is not None and self.broken is None:
             self.broken = broken
+            # The failed write's bytes could not be cut back (a read-only or failing
+            # volume, or a torn write): the file may go on past the durable record.
+            self.unverified_tail = True
         if self.limits.fail_fast_evidence and self.evidence_lost is None:
             self.evidence_lost = f"a ledger write failed ({error}) and fail_fast_evidence is set"
             self.broken = self.evidence_lost
@@ -457,6 +610,8 @@ class LedgerBook:
             write_failures=self.write_failures,
             unwritten_by_type=dict(self.unwritten_by_type),
             last_error=self.last_error,
+            unrecorded_calls=self.unrecorded_calls,
+            unverified_tail=self.unverified_tail,
         )
 
 

@@ -53,6 +53,7 @@ EVENT_TYPES = CONTROL_TYPES | frozenset(
         "fault.injected",
         "agent.backoff",
         "evidence.gap",
+        "evidence.low_disk",
         "cache.hit",
     }
 )

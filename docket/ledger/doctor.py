@@ -20,6 +20,16 @@ already exists with the same bytes is left alone, so a second run is a no-op; on
 that exists with different bytes is never overwritten: the run refuses (exit 1)
 and names it. Only a torn tail is quarantined, and never while a writer holds
 the ledger.
+
+Whatever the chain's state, doctor also says what it can know of the evidence:
+from the file, the evidence.gap records (events lost while it was written),
+evidence.low_disk records, and whether the run's session.end is there and calls
+its record complete; from the receipt beside it (receipt.json naming this file),
+the writer's own ops.evidence. A ledger whose chain is clean but whose run lost
+evidence is never called "clean" in the summary, and doctor exits 1: the JSON
+`verdict` stays the chain's, with `evidence.complete` (true, false, or null
+when nothing says: a run killed before its end, or one whose end was lost
+with its receipt) beside it.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from docket.ledger.chain import (
     ChainError,
     ChainVerifier,
 )
+from docket.ledger.evidence_facts import EvidenceFacts, evidence_lines, receipt_evidence
 from docket.ledger.lock import holder_pid
 from docket.ledger.reader import (
     CHUNK,
@@ -93,6 +104,7 @@ class Scan:
     # (call_id, seq) of each model.request in the verified prefix that no closing
     # event follows: the calls in flight where the ledger ends (a killed run's).
     open_calls: tuple[tuple[str, int], ...] = ()
+    evidence: dict | None = None  # what the verified events say of the record's completeness
 
 
 @dataclass(frozen=True)
@@ -111,14 +123,20 @@ class Diagnosis:
     locked: bool  # a live writer holds the ledger's lock
     locked_by: int | None  # its pid, when it has written one
     open_calls: tuple[tuple[str, int], ...] = ()  # see Scan
+    evidence: dict | None = None  # EvidenceFacts.as_dict(), with the receipt's word
 
     @property
     def verdict(self) -> str:
         return "locked" if self.locked else self.state
 
     @property
+    def evidence_lost(self) -> bool:
+        return self.evidence is not None and self.evidence["complete"] is False
+
+    @property
     def exit_code(self) -> int:
-        return EXIT_OK if self.verdict == CLEAN else EXIT_CHECK_FAILED
+        ok = self.verdict == CLEAN and not self.evidence_lost
+        return EXIT_OK if ok else EXIT_CHECK_FAILED
 
     def to_json(self) -> dict:
         problem = self.problem
@@ -149,6 +167,7 @@ class Diagnosis:
             "locked": self.locked,
             "locked_by": self.locked_by,
             "open_calls": [{"call_id": c, "seq": seq} for c, seq in self.open_calls],
+            "evidence": self.evidence,
             "exit_code": self.exit_code,
         }
 
@@ -156,6 +175,7 @@ class Diagnosis:
 def scan_lines(lines: Iterable[Line]) -> Scan:
     """Classify a ledger from its lines (reader.iter_lines' contract); no I/O of its own."""
     verifier = ChainVerifier()
+    facts = EvidenceFacts()
     problem: ChainError | None = None
     tail: Tail | None = None
     complete = 0
@@ -169,7 +189,9 @@ def scan_lines(lines: Iterable[Line]) -> Scan:
             complete += 1
             if problem is None:
                 try:
-                    _pair(verifier.feed(line.data), open_calls)
+                    event = verifier.feed(line.data)
+                    _pair(event, open_calls)
+                    facts.add(event)
                 except ChainError as exc:
                     # Keep reading: the line count and the tail are still worth reporting.
                     problem = exc
@@ -184,6 +206,7 @@ def scan_lines(lines: Iterable[Line]) -> Scan:
         problem=problem,
         tail=tail,
         open_calls=tuple(open_calls.items()),
+        evidence=facts.as_dict(),
     )
 
 
@@ -273,6 +296,12 @@ def classify(path: str | os.PathLike) -> Diagnosis:
         raise InputError(
             f"ledger {p}: not a docket ledger: its first line is not a ledger line ({problem.detail})"
         )
+    evidence = dict(scan.evidence) if scan.evidence is not None else None
+    if evidence is not None:
+        said = receipt_evidence(p)
+        evidence["receipt"] = said
+        if said is not None and said.get("ledger_complete") is False:
+            evidence["complete"] = False
     return Diagnosis(
         path=str(p),
         size=size,
@@ -286,6 +315,7 @@ def classify(path: str | os.PathLike) -> Diagnosis:
         locked=pid is not None,
         locked_by=pid if pid is not None and pid > 0 else None,
         open_calls=scan.open_calls,
+        evidence=evidence,
     )
 
 
@@ -464,9 +494,12 @@ def _where(problem: ChainError | None) -> str:
 
 def describe(diag: Diagnosis, *, hint: bool = True) -> list[str]:
     """The human summary: verdict, events, head, and where the problem is."""
+    label = LABELS[diag.state]
+    if diag.state == CLEAN and diag.evidence_lost:
+        label = "whole chain, evidence incomplete"  # never "clean": the run lost evidence
     out = [
         f"ledger   {diag.path} ({diag.size} bytes)",
-        f"verdict  {'locked, ' if diag.locked else ''}{LABELS[diag.state]}",
+        f"verdict  {'locked, ' if diag.locked else ''}{label}",
     ]
     head = diag.head if diag.events else f"{GENESIS} (no events)"
     out.append(f"events   {diag.events} verified (bytes 0..{diag.verified_bytes}), head {head}")
@@ -505,6 +538,7 @@ def describe(diag: Diagnosis, *, hint: bool = True) -> list[str]:
         )
     else:
         out.append("lock     none")
+    out.extend(evidence_lines(diag.evidence))
     if hint and diag.state == TORN_TAIL and not diag.locked and diag.events:
         out.append(
             f"repair   docket doctor {diag.path} --quarantine-torn-tail "

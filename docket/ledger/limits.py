@@ -27,8 +27,17 @@ GAP_TYPE = "evidence.gap"
 # ceiling keeps three quarters of itself for ordinary events.
 CONTROL_RESERVE_BYTES = 64 * KiB
 
+LOW_DISK_TYPE = "evidence.low_disk"
+
+# The disk reserve: real blocks allocated past the ledger's end (fallocate,
+# FALLOC_FL_KEEP_SIZE) so the end of the record (an evidence.gap, process.exit,
+# session.end, the closing events of calls whose request is on disk) can still
+# be written when another process has filled the volume. 16 KiB holds dozens of
+# those lines; the writer keeps it topped up, plus the bytes closing slots hold.
+DISK_RESERVE_BYTES = 16 * KiB
+
 # Written by the writer itself, never counted against max_events.
-EXEMPT_FROM_EVENT_CEILING = CONTROL_TYPES | {GAP_TYPE}
+EXEMPT_FROM_EVENT_CEILING = CONTROL_TYPES | {GAP_TYPE, LOW_DISK_TYPE}
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,12 @@ class LedgerLimits:
     max_events: int | None = None
     fail_fast_evidence: bool = False
     control_reserve_bytes: int | None = None
+    # Blocks kept allocated past the file's end (None: min(16 KiB, the control
+    # reserve); 0: none, as before there was one).
+    disk_reserve_bytes: int | None = None
+    # Below this many bytes free on the ledger's volume, the writer records
+    # evidence.low_disk (0: never).
+    min_free_bytes: int = 0
 
     def __post_init__(self) -> None:
         if type(self.max_ledger_bytes) is not int or self.max_ledger_bytes <= 0:
@@ -62,12 +77,22 @@ class LedgerLimits:
             type(reserve) is not int or not 0 <= reserve < self.max_ledger_bytes
         ):
             raise ValueError("control_reserve_bytes must be at least 0 and below max_ledger_bytes")
+        for name in ("disk_reserve_bytes", "min_free_bytes"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 0):
+                raise ValueError(f"{name} must be an integer >= 0")
 
     @property
     def reserve_bytes(self) -> int:
         if self.control_reserve_bytes is not None:
             return self.control_reserve_bytes
         return min(CONTROL_RESERVE_BYTES, self.max_ledger_bytes // 4)
+
+    @property
+    def disk_reserve(self) -> int:
+        if self.disk_reserve_bytes is not None:
+            return self.disk_reserve_bytes
+        return min(DISK_RESERVE_BYTES, self.reserve_bytes)
 
 
 class LedgerFull(DocketError):
@@ -97,9 +122,17 @@ class EvidenceStats:
     write_failures: int  # failed write attempts (a failed batch, or one injected fault)
     unwritten_by_type: dict[str, int]
     last_error: str | None
+    # Model calls forwarded upstream whose model.request never reached the disk
+    # (fail-open: the call went on; its closing event, if written, follows no request).
+    unrecorded_calls: int = 0
+    # A failed write's bytes could not be cut back: the file may hold lines past
+    # the durable record (the receipt's ledger.events), which are not part of it.
+    unverified_tail: bool = False
 
     def as_dict(self) -> dict:
         return {
+            "unrecorded_calls": self.unrecorded_calls,
+            "unverified_tail": self.unverified_tail,
             "ledger_complete": self.ledger_complete,
             "unwritten_events": self.unwritten_events,
             "first_failing_seq": self.first_failing_seq,

@@ -31,6 +31,7 @@ class PendingEvent:
         "body",
         "reserved",
         "control",
+        "essential",
         "ordinal",
         "fault",
         "seq",
@@ -45,6 +46,9 @@ class PendingEvent:
         self.body = body
         self.reserved = reserved  # an upper bound on its line's size, newline included
         self.control = type in EXEMPT_FROM_EVENT_CEILING
+        # May use the disk reserve: the run's own record, and a call's closing event
+        # whose request is on disk (LedgerBook.admit_closing says which).
+        self.essential = self.control
         self.ordinal = ordinal
         self.fault: object = _UNASKED  # the fault hook's answer, asked once
         self.seq: int | None = None
@@ -60,12 +64,13 @@ class ClosingSlot:
     released; either happens once.
     """
 
-    __slots__ = ("book", "bytes", "held")
+    __slots__ = ("book", "bytes", "held", "opening")
 
-    def __init__(self, book: LedgerBook, nbytes: int) -> None:
+    def __init__(self, book: LedgerBook, nbytes: int, opening: PendingEvent | None = None) -> None:
         self.book = book
         self.bytes = nbytes
         self.held = True
+        self.opening = opening  # whether it reached the disk decides its closing's standing
 
     def __repr__(self) -> str:
         return f"<ClosingSlot {self.bytes} bytes {'held' if self.held else 'settled'}>"
@@ -81,6 +86,11 @@ class Batch:
     head_after: str
     mono_after: int  # mono_ms of the last line
     has_gap: bool
+    # The disk reserve (sync.write_durably): allocate the file's blocks up to
+    # `extend_to` before writing; if that fails and `must_extend`, write nothing.
+    extend_to: int | None = None
+    must_extend: bool = False
+    has_low_disk: bool = False
 
 
 @dataclass

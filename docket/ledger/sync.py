@@ -7,6 +7,7 @@ docket/ledger/writer.py is the trio shell that hands it batches.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import queue
@@ -24,15 +25,87 @@ class WriteResult:
     error: OSError | None  # None: the batch is durable
     broken: str | None = None  # set when the file could not be cut back after a failure
     seconds: float = 0.0  # the write and fdatasync of a durable batch, for on_sync
+    extend_error: str | None = None  # why allocating the disk reserve failed
+    unsupported: bool = False  # the filesystem cannot allocate ahead (no reserve there)
+    cut: bool = False  # a failed write was cut back (which frees the blocks past the end)
+    free_bytes: int | None = None  # the volume's free space after a durable write
+    skipped: bool = False  # nothing written: the allocation failed and must_extend was set
 
 
-def write_durably(fd: int, data: bytes, good_size: int) -> WriteResult:
-    """Append and fdatasync; on failure, cut the file back to `good_size`.
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+_NO_FALLOCATE = (errno.EOPNOTSUPP, errno.ENOSYS)
 
-    fdatasync is enough for an appended file: it flushes the size change with
-    the data. After a failed fdatasync the page cache cannot be trusted, so
-    those bytes are cut back and their events counted lost, never assumed safe.
+
+def _load_fallocate():
+    # fallocate(2) with flags: os.posix_fallocate cannot keep the size, and a
+    # ledger whose size grew with zeros would end in a line that is not a line.
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fallocate = libc.fallocate
+    except (OSError, AttributeError):
+        return None  # not glibc/Linux: no reserve (allocate() says unsupported)
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fallocate.restype = ctypes.c_int
+    return fallocate
+
+
+_fallocate = _load_fallocate()
+
+
+def allocate(fd: int, offset: int, length: int, *, punch: bool = False) -> None:
+    """Allocate (or, with `punch`, free) the file's blocks in [offset, offset+length)
+    without changing its size. OSError as the kernel says (ENOSPC, EROFS, EIO,
+    EOPNOTSUPP where the filesystem cannot)."""
+    if length <= 0:
+        return
+    if _fallocate is None:
+        raise OSError(errno.ENOSYS, "fallocate is not available here")
+    mode = FALLOC_FL_KEEP_SIZE | (FALLOC_FL_PUNCH_HOLE if punch else 0)
+    while _fallocate(fd, mode, offset, length) != 0:
+        code = ctypes.get_errno()
+        if code != errno.EINTR:
+            raise OSError(code, os.strerror(code))
+
+
+def free_bytes(fd: int) -> int | None:
+    try:
+        vfs = os.fstatvfs(fd)
+    except OSError:
+        return None  # the writes succeeded; the low-disk check simply has no figure
+    return vfs.f_bavail * vfs.f_frsize
+
+
+def write_durably(
+    fd: int,
+    data: bytes,
+    good_size: int,
+    extend_to: int | None = None,
+    must_extend: bool = False,
+    *,
+    report_free: bool = False,
+) -> WriteResult:
+    """Allocate ahead, append and fdatasync; on failure, cut the file back to `good_size`.
+
+    `extend_to`: first allocate the file's blocks up to that offset (the disk
+    reserve); if that fails and `must_extend`, nothing is written and the
+    allocation's error is the batch's. fdatasync is enough for an appended
+    file: it flushes the size change with the data. After a failed fdatasync
+    the page cache cannot be trusted, so those bytes are cut back and their
+    events counted lost, never assumed safe.
     """
+    extend_error: str | None = None
+    unsupported = False
+    if extend_to is not None and extend_to > good_size:
+        try:
+            allocate(fd, good_size, extend_to - good_size)
+        except OSError as exc:
+            if exc.errno in _NO_FALLOCATE:
+                unsupported = True
+            else:
+                extend_error = describe_os_error(exc)
+                if must_extend:
+                    return WriteResult(exc, extend_error=extend_error, skipped=True)
     written = 0
     started = time.perf_counter()
     try:
@@ -43,11 +116,17 @@ def write_durably(fd: int, data: bytes, good_size: int) -> WriteResult:
                 raise OSError(errno.EIO, "write made no progress")
             written += n
         os.fdatasync(fd)
-        return WriteResult(None, seconds=time.perf_counter() - started)
+        return WriteResult(
+            None,
+            seconds=time.perf_counter() - started,
+            extend_error=extend_error,
+            unsupported=unsupported,
+            free_bytes=free_bytes(fd) if report_free else None,
+        )
     except OSError as exc:
         error = exc
-    if written == 0:
-        return WriteResult(error)  # the first write failed: nothing reached the file
+    if written == 0:  # the first write failed: nothing reached the file
+        return WriteResult(error, extend_error=extend_error, unsupported=unsupported)
     try:
         os.ftruncate(fd, good_size)
         os.fdatasync(fd)
@@ -56,8 +135,10 @@ def write_durably(fd: int, data: bytes, good_size: int) -> WriteResult:
             error,
             f"the ledger could not be cut back to byte {good_size} after a failed write "
             f"({describe_os_error(cut)}); nothing more is written to it",
+            extend_error=extend_error,
+            cut=True,
         )
-    return WriteResult(error)
+    return WriteResult(error, extend_error=extend_error, unsupported=unsupported, cut=True)
 
 
 class Doorbell:
@@ -97,14 +178,23 @@ class SyncWorker:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._requests: queue.SimpleQueue[tuple[bytes, int, Doorbell] | None] = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
         self._result: WriteResult | BaseException | None = None
         self._thread = threading.Thread(target=self._serve, name="docket-ledger-sync", daemon=True)
         self._thread.start()
 
-    def submit(self, data: bytes, good_size: int, doorbell: Doorbell) -> None:
-        """Start writing a batch; no waiting here, so any task may call it."""
-        self._requests.put((data, good_size, doorbell))
+    def submit(
+        self,
+        data: bytes,
+        good_size: int,
+        doorbell: Doorbell,
+        extend_to: int | None = None,
+        must_extend: bool = False,
+        report_free: bool = False,
+    ) -> None:
+        """Start writing a batch; no waiting here, so any task may call it.
+        The rest as write_durably's."""
+        self._requests.put((data, good_size, doorbell, extend_to, must_extend, report_free))
 
     @property
     def done(self) -> bool:
@@ -122,9 +212,11 @@ class SyncWorker:
             request = self._requests.get()
             if request is None:
                 return
-            data, good_size, doorbell = request
+            data, good_size, doorbell, extend_to, must_extend, report_free = request
             try:
-                self._result = write_durably(self._fd, data, good_size)
+                self._result = write_durably(
+                    self._fd, data, good_size, extend_to, must_extend, report_free=report_free
+                )
             except Exception as exc:  # noqa: BLE001 - handed to the trio side and re-raised there
                 self._result = exc
             doorbell.ring()

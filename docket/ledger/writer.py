@@ -48,6 +48,7 @@ CONTROL_RESERVE_BYTES in limits.py.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -77,9 +78,11 @@ from docket.ledger.book import (
 )
 from docket.ledger.chain import EVENT_TYPES, GENESIS, ChainError, ChainVerifier, encode_body
 from docket.ledger.faults import WriteFaults
+from docket.ledger.limits import LOW_DISK_TYPE
 from docket.ledger.lock import LedgerLock
 from docket.ledger.reader import Lines, LineTooLong
-from docket.ledger.sync import Doorbell, SyncWorker
+from docket.ledger.reserve import DiskReserve
+from docket.ledger.sync import Doorbell, SyncWorker, allocate
 
 __all__ = [
     "GAP_TYPE",
@@ -155,6 +158,7 @@ class Ledger:
         self._closing = False
         self._crashed: str | None = None
         self.fsyncs = 0  # fdatasync calls that made a batch durable
+        self.reserve_kept: str | None = None  # spare blocks the close could not free, and why
         # Called with the seconds each durable batch's write and fdatasync took (metrics).
         self.on_sync: Callable[[float], object] | None = None
 
@@ -176,6 +180,12 @@ class Ledger:
     @property
     def stats(self) -> EvidenceStats:
         return self._book.stats()
+
+    @property
+    def reserve_problem(self) -> str | None:
+        """Why the disk reserve past the ledger's end could not be kept (the volume is
+        full or failing), or None while it holds."""
+        return self._book.short
 
     def _stamp(self) -> tuple[str, int]:
         clock = self._clock
@@ -300,7 +310,7 @@ class Ledger:
             raise RuntimeError(f"ledger {self.path} stopped after {self._crashed}")
         if self._closing:
             raise RuntimeError(f"ledger {self.path} is closed")
-        if type not in EVENT_TYPES or type == GAP_TYPE:
+        if type not in EVENT_TYPES or type in (GAP_TYPE, LOW_DISK_TYPE):
             raise ValueError(f"{type!r} is not an event type an appender may write")
 
     async def _durable(self, item: PendingEvent, shield: bool = False) -> int | None:
@@ -349,11 +359,34 @@ class Ledger:
             if isinstance(step, Loss):
                 book.lose(step.items, step.error, attempted=step.attempted)
                 self._release(step.items)
-            elif step is not None:  # a Batch, or a Torn write (its bytes go out the same way)
+            elif isinstance(step, Batch):
+                self._submit(step, doorbell)
+                self._in_flight, self._in_flight_bell = step, doorbell
+                return True
+            elif step is not None:  # a Torn write: its bytes go out the same way, unchecked
                 self._worker.submit(step.data, book.size, doorbell)
                 self._in_flight, self._in_flight_bell = step, doorbell
                 return True
+        if self._in_flight is None and book.low_disk is not None and not self._closing:
+            # The volume crossed min_free_bytes: say so now, while there is room,
+            # not at the next event (which may come after the disk is full).
+            ts, mono_ms = self._stamp()
+            owed = book.gap_step(ts, mono_ms, None)
+            if owed is not None:
+                self._submit(owed, doorbell)
+                self._in_flight, self._in_flight_bell = owed, doorbell
+                return True
         return False
+
+    def _submit(self, batch: Batch, doorbell: Doorbell) -> None:
+        self._worker.submit(
+            batch.data,
+            self._book.size,
+            doorbell,
+            batch.extend_to,
+            batch.must_extend,
+            report_free=self._book.limits.min_free_bytes > 0,
+        )
 
     async def _lead(self) -> None:
         """Wait for the verdict on the batch this task submitted, and settle it."""
@@ -362,7 +395,7 @@ class Ledger:
         finally:
             self._leader_done.unpark_all()
         self._awaited += 1  # this task is due back too
-        if self._book.queue and not self._nudged:
+        if (self._book.queue or self._book.low_disk is not None) and not self._nudged:
             # Events queued meanwhile: if the appenders just woken do not come
             # back to submit them, the flusher will.
             self._nudged = True
@@ -433,9 +466,21 @@ class Ledger:
             self._crash(exc, batch.items)
             raise
         book = self._book
+        if isinstance(batch, Batch):
+            book.disk_verdict(
+                batch,
+                extend_error=result.extend_error,
+                unsupported=result.unsupported,
+                cut=result.cut,
+                free_bytes=result.free_bytes,
+            )
         if result.error is not None:
             error = describe_os_error(result.error)
-            book.lose(batch.items, error, attempted=True, broken=result.broken)
+            records = (LOW_DISK_TYPE,) if getattr(batch, "has_low_disk", False) else ()
+            if result.skipped and book.refused(batch, error, records):
+                self._awaited = 0  # nobody woken: its events are queued again
+                return 0
+            book.lose(batch.items, error, attempted=True, broken=result.broken, records=records)
             self._awaited = self._release(batch.items)
             return self._awaited
         if isinstance(batch, Torn):
@@ -497,9 +542,20 @@ class Ledger:
         ts, mono_ms = self._stamp()
         gap_only = self._book.gap_step(ts, mono_ms, self._faults)
         if gap_only is not None:
-            self._worker.submit(gap_only.data, self._book.size, self._flush_bell)
+            self._submit(gap_only, self._flush_bell)
             self._in_flight, self._in_flight_bell = gap_only, self._flush_bell
             await self._verdict()
+
+    def _give_back_reserve(self, fd: int) -> None:
+        """At close: free the blocks allocated past the file's end (the disk reserve)."""
+        allocated = self._book.disk.allocated
+        try:
+            size = os.fstat(fd).st_size
+            allocate(fd, size, allocated - size, punch=True)
+        except OSError as exc:
+            # The file is whole; only its spare blocks stay allocated until it is removed.
+            spare = allocated - self._book.size
+            self.reserve_kept = f"{spare} bytes ({describe_os_error(exc)})"
 
     def _close(self) -> None:
         """Stop the worker (nothing is in flight by now, so at once) and the doorbells."""
@@ -543,6 +599,9 @@ async def open_ledger(
         try:
             position = await trio.to_thread.run_sync(_resume_position, path, fd)
             book = LedgerBook(limits, **position)
+            await trio.to_thread.run_sync(
+                _first_reserve, fd, book.disk, book.size, limits.max_ledger_bytes
+            )
             ledger = Ledger(path, book, fd, clock or Clock(), observers, faults)
             try:
                 body_error: Exception | None = None
@@ -561,6 +620,8 @@ async def open_ledger(
                 finally:
                     with trio.CancelScope(shield=True):
                         await ledger._finish()
+                        if book.disk.allocated > book.size:
+                            await trio.to_thread.run_sync(ledger._give_back_reserve, fd)
                 if body_error is not None:
                     raise body_error
             finally:
@@ -614,6 +675,27 @@ def _resume_position(path: Path, fd: int) -> dict:
         "last_mono_ms": verifier.last_mono_ms,
         "events": events,
     }
+
+
+def _first_reserve(fd: int, disk: DiskReserve, size: int, cap: int) -> None:
+    """Allocate the disk reserve past the end at open (in a worker thread); the
+    outcome goes to `disk` as any later allocation's does."""
+    if not disk.bytes:
+        return
+    end = disk.first_end(size, cap)
+    try:
+        allocate(fd, size, end - size)
+    except OSError as exc:
+        unsupported = exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS)  # no reserve there
+        disk.verdict(
+            end,
+            extend_error=None if unsupported else describe_os_error(exc),
+            unsupported=unsupported,
+            cut=False,
+            size=size,
+        )
+        return
+    disk.verdict(end, extend_error=None, unsupported=False, cut=False, size=size)
 
 
 def _fsync_directory(folder: Path) -> None:
