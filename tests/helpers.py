@@ -7,6 +7,7 @@ running a server in a nursery of its own for the length of a block.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -144,3 +145,15 @@ GAMEDAY_PHASES = (
     "evidence-loss",
     "supervisor-killed",
 )
+
+
+# Set, so a run's stderr is only its last line: an unset provider key is a warning
+# line at start (tests/test_keys_start.py). These runs make no call upstream.
+KEYS_SET = {
+    "OPENAI_API_KEY": "sk-test-not-a-real-key-0000",
+    "ANTHROPIC_API_KEY": "sk-ant-test-0000",
+}
+
+
+def with_keys(env: dict | None) -> dict:
+    return KEYS_SET | (dict(os.environ) if env is None else env)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers import read_events
+from helpers import read_events, with_keys
 
 from chaos.stub import Stub, StubConfig
 from docket.cli import main as docket_main
@@ -582,7 +582,7 @@ def test_a_volume_already_full_refuses_the_run_in_one_line(tmp_path):
         done = subprocess.run(
             [sys.executable, "-m", "docket", "run", "--policy", str(policy), "--ledger-dir",
              str(vol / "run"), "--", sys.executable, "-c", "pass"],
-            capture_output=True, text=True, timeout=TIMEOUT, check=False,
+            capture_output=True, text=True, timeout=TIMEOUT, check=False, env=with_keys(None),
         )  # fmt: skip
         assert done.returncode == 2, done.stderr
         (line,) = done.stderr.strip().splitlines()

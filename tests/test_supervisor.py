@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers import read_events, running, wait_until
+from helpers import read_events, running, wait_until, with_keys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,18 +146,6 @@ def processes():
 
 def docket_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "docket", *args]
-
-
-# Set, so a run's stderr is only its last line: an unset provider key is a warning
-# line at start (tests/test_keys_start.py). These runs make no call upstream.
-KEYS_SET = {
-    "OPENAI_API_KEY": "sk-test-not-a-real-key-0000",
-    "ANTHROPIC_API_KEY": "sk-ant-test-0000",
-}
-
-
-def with_keys(env: dict | None) -> dict:
-    return KEYS_SET | (dict(os.environ) if env is None else env)
 
 
 def run_docket(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
