@@ -92,10 +92,16 @@ def stub(folder: Path, kind: str = "openai") -> Iterator[str]:
         process.stdout.close()
 
 
-def policy_text(stub_url: str, extra: str = "") -> str:
+def policy_text(stub_url: str, extra: str = "", more: dict[str, str] | None = None) -> str:
+    """A policy: route `openai` to the stub, each of `more` (name -> URL) to its own
+    OpenAI-shaped upstream, all with the one key, then `extra` verbatim."""
+    routes = {"openai": stub_url, **(more or {})}
     return (
-        f'[providers.openai]\nkind = "openai"\nbase_url = "{stub_url}"\n'
-        f'key_env = "{KEY_ENV}"\n{extra}'
+        "".join(
+            f'[providers.{name}]\nkind = "openai"\nbase_url = "{url}"\nkey_env = "{KEY_ENV}"\n'
+            for name, url in routes.items()
+        )
+        + extra
     )
 
 
@@ -108,7 +114,9 @@ def run_env(**more: str) -> dict:
 
 
 @contextmanager
-def live_run(folder: Path, *, policy_extra: str = "", name: str = "run") -> Iterator[Live]:
+def live_run(
+    folder: Path, *, policy_extra: str = "", name: str = "run", more: dict[str, str] | None = None
+) -> Iterator[Live]:
     """A stub and a supervised run whose agent waits; the run ends normally on exit."""
     folder.mkdir(parents=True, exist_ok=True)
     run_dir = folder / name
@@ -117,7 +125,7 @@ def live_run(folder: Path, *, policy_extra: str = "", name: str = "run") -> Iter
     agent.write_text(WAITING_AGENT)
     with stub(folder) as stub_url:
         policy = folder / f"{name}.toml"
-        policy.write_text(policy_text(stub_url, policy_extra))
+        policy.write_text(policy_text(stub_url, policy_extra, more))
         # The child keeps its own copies of these descriptors; ours close once it started.
         with open(folder / f"{name}.out", "wb") as out, open(folder / f"{name}.err", "wb") as err:
             process = subprocess.Popen(

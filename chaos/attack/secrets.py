@@ -5,12 +5,16 @@ A real `docket run` with `record_bodies = true` is sent, on raw sockets, request
 that each carry one secret of their own: credential headers, cookies, userinfo,
 query parameters, JSON bodies (any depth, leading whitespace, over 1 MiB, not
 UTF-8, chunked across a boundary), CONNECT and absolute-form proxy targets, and
-malformed ones. The run token (a secret the boundary knows) is planted in
+malformed ones; and answers from an upstream that echoes what it got
+(chaos/attack/echo.py: not UTF-8, leading whitespace, over 1 MiB, the provider
+key in an error). The run token (a secret the boundary knows) is planted in
 bodies and paths too, and the provider key, which only the supervisor holds, is
 searched for as well. After the run ends, every file under the run folder, and
 what the run printed, is searched for each secret raw, base64 (any alignment,
 standard and URL-safe), percent-encoded and JSON-escaped (`find_secret`).
-Good: a plant found nowhere. The figure that must be 0: bytes of secrets found.
+Good: a plant found nowhere. Two more checks count as probes: no answer hands the agent
+the provider key (an upstream may echo it), and no file under the run folder is
+readable by group or other. The figure that must be 0: bytes of secrets found.
 """
 
 from __future__ import annotations
@@ -24,10 +28,19 @@ from pathlib import Path
 from urllib.parse import quote, quote_plus, urlsplit
 
 from chaos.attack import Figures
+from chaos.attack.echo import echo_upstream
 from chaos.attack.http import ROUTE, Probe, exchange, request
 from chaos.attack.rig import PROVIDER_KEY, live_run
 
 RECORD_BODIES = "[ledger]\nrecord_bodies = true\n"
+# Routes to the echo upstream: echo_STATUS_HOW, its base URL ending /STATUS/HOW.
+ECHO_KINDS = {"latin1": "not UTF-8", "space": "with leading whitespace", "big": "over 1 MiB",
+              "key": "holding the Authorization it got",
+              "keylatin1": "not UTF-8, holding the Authorization it got"}  # fmt: skip
+ECHO_ROUTES = [
+    f"echo_{status}_{how}" for status in (200, 500) for how in ("latin1", "space", "big")
+]
+ECHO_ROUTES += ["echo_401_key", "echo_500_keylatin1"]
 
 
 def encodings(secret: bytes) -> dict[str, list[bytes]]:
@@ -207,6 +220,14 @@ def plants(token: str, port: int) -> list[Plant]:
         "malformed request line with a query secret",
         lambda s: (f"GET /openai/v1/models?api_key={s} HTTP/9.9\r\nHost: x\r\n\r\n").encode(),
     )
+    # Answers: an upstream (chaos/attack/echo.py) that sends the request body back; the
+    # route's base URL path says how (ECHO_ROUTES), the boundary forwards to it as is.
+    for route in ECHO_ROUTES:
+        status, how = route.split("_")[1:]
+        if not how.startswith("key"):
+            add(f"answer {status} {ECHO_KINDS[how]}, echoing api_key", lambda s, r=route: model(
+                target=f"/{r}/v1/chat/completions".encode(),
+                payload=body({**chat, "api_key": s})))  # fmt: skip
     # The run token itself (the boundary knows it) in places other than the auth header.
     tok = lambda where, make: out.append(Plant(where, token, make()))  # noqa: E731
     tok(
@@ -221,6 +242,16 @@ def plants(token: str, port: int) -> list[Plant]:
     tok("run token in the path", lambda: model(target=b"/openai/v1/models/" + token.encode()))
     tok("run token as a route name", lambda: model(target=b"/" + token.encode() + b"/v1/x"))
     tok("run token in a query", lambda: model(target=ROUTE + b"?q=" + token.encode()))
+    # The provider key: only the supervisor holds it; an upstream may echo it back.
+    key = lambda where, make: out.append(Plant(where, PROVIDER_KEY, make()))  # noqa: E731
+    key(
+        "provider key echoed in an error body",
+        lambda: model(target=b"/echo_401_key/v1/chat/completions"),
+    )
+    key(
+        "provider key echoed in a non-UTF-8 error body",
+        lambda: model(target=b"/echo_500_keylatin1/v1/chat/completions"),
+    )
     return out
 
 
@@ -236,6 +267,10 @@ def _chunked(data: bytes, split_in: str) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
 
 
+def echo_routes(url: str) -> dict[str, str]:
+    return {route: f"{url}/{route.split('_')[1]}/{route.split('_')[2]}" for route in ECHO_ROUTES}
+
+
 def loose_files(run_dir: Path) -> list[str]:
     """Files under the run folder that a group or other user may read."""
     return sorted(
@@ -248,21 +283,28 @@ def loose_files(run_dir: Path) -> list[str]:
 def run(folder: Path, quick: bool) -> Figures:
     figures = Figures("secrets")
     windows: list[tuple[int, int, int]] = []  # (start, end, plant): ledger bytes written meanwhile
-    with live_run(folder / "secrets", policy_extra=RECORD_BODIES) as live:
+    relayed: list[str] = []  # plants whose answer handed the agent the provider key
+    with (
+        echo_upstream() as echo,
+        live_run(folder / "secrets", policy_extra=RECORD_BODIES, more=echo_routes(echo)) as live,
+    ):
         port = urlsplit(live.url).port
         ledger = live.run_dir / "ledger.jsonl"
         planted = plants(live.token, port)
         for n, plant in enumerate(planted):
             start = ledger.stat().st_size
-            exchange(port, Probe(plant.where, plant.data))
-            windows.append(
-                (start, ledger.stat().st_size, n)
-            )  # each event is synced before its answer
+            _, answer = exchange(port, Probe(plant.where, plant.data))
+            # Each event is synced before its answer: what the ledger grew by is this plant's.
+            windows.append((start, ledger.stat().st_size, n))
+            if find_secret(answer, PROVIDER_KEY.encode()):
+                relayed.append(plant.where)
     files = {str(p.relative_to(live.run_dir)): p.read_bytes()
              for p in sorted(live.run_dir.rglob("*")) if p.is_file()}  # fmt: skip
     files["(docket run's stderr)"] = live.result["stderr"].encode()
     files["(docket run's stdout)"] = live.result["stdout"].encode()
-    owner = {plant.secret: n for n, plant in enumerate(planted) if plant.secret != live.token}
+    owner = {
+        p.secret: n for n, p in enumerate(planted) if p.secret not in (live.token, PROVIDER_KEY)
+    }
     shared = {live.token: "the run token", PROVIDER_KEY: "the provider key"}
     blame: dict[object, list[str]] = {}
     found_bytes = 0
@@ -285,11 +327,18 @@ def run(folder: Path, quick: bool) -> Figures:
     for what in shared.values():  # found outside every plant's window: a leak of its own
         where = blame.get(what)
         figures.add(not where, f"secrets {what}: found {'; '.join(where or [])[:300]}")
+    # Not on disk but in the agent's hands: an upstream that echoes the key must not hand it over.
+    figures.add(
+        not relayed, f"secrets provider key relayed to the agent in the answer to: {relayed}"
+    )
+    loose = loose_files(live.run_dir)  # 0600 whatever the umask: others must not read the record
+    figures.add(not loose, f"secrets run folder files readable by group or other: {loose}")
     figures.extra = {
         "bytes_of_secrets_found": found_bytes,
         "files_searched": len(files),
         "bytes_searched": sum(map(len, files.values())),
-        "files_readable_by_group_or_other": loose_files(live.run_dir),
+        "files_readable_by_group_or_other": loose,
+        "provider_key_relayed_to_agent": len(relayed),
         "run_exit": live.result.get("exit"),
     }
     return figures
