@@ -25,6 +25,7 @@ from chaos.attack.rig import DOCKET, KEY_ENV, run_env
 MEMORY_BOUND = 2 << 30  # bytes of address space per probe: room for docket, not for a bomb
 CPU_BOUND = 30  # seconds of CPU per probe
 TIMEOUT = 60.0  # seconds of wall clock per probe (2 shared cores)
+STUB_TIMEOUT = 15.0  # `docket stub` serves until stopped: past this, it took the input
 GOOD = (
     f'[providers.openai]\nkind = "openai"\nbase_url = "http://127.0.0.1:9"\nkey_env = "{KEY_ENV}"\n'
 )
@@ -38,6 +39,7 @@ class Probe:
     env: dict[str, str] = field(default_factory=dict)
     quick: bool = False  # part of the quick form
     want: int = 2  # the control probe wants 0
+    timeout: float = TIMEOUT  # shorter for a verb that, accepting its input, serves forever
 
 
 # Sets the bounds, then becomes the command. A launcher process rather than
@@ -122,10 +124,10 @@ def probes() -> list[Probe]:
         Probe("cli: --grace -1", ["run", "--ledger-dir", "{d}/run", "--grace", "-1", "--", "true"]),
         Probe("cli: --grace inf", ["run", "--ledger-dir", "{d}/run", "--grace", "inf", "--", "true"]),
         Probe("cli: --budget-mode bogus", ["run", "--budget-mode", "bogus", "--", "true"]),
-        Probe("cli: stub --port 99999", ["stub", "--port", "99999"]),
-        Probe("cli: stub --port -1", ["stub", "--port", "-1"]),
-        Probe("cli: stub --latency 5x", ["stub", "--latency", "5x"]),
-        Probe("cli: stub --latency in Arabic-Indic digits", ["stub", "--latency", "\u0665ms"]),
+        Probe("cli: stub --port 99999", ["stub", "--port", "99999"], timeout=STUB_TIMEOUT),
+        Probe("cli: stub --port -1", ["stub", "--port", "-1"], timeout=STUB_TIMEOUT),
+        Probe("cli: stub --latency 5x", ["stub", "--latency", "5x"], timeout=STUB_TIMEOUT),
+        Probe("cli: stub --latency in Arabic-Indic digits", ["stub", "--latency", "\u0665ms"], timeout=STUB_TIMEOUT),
         Probe("cli: chaos --seed abc", ["chaos", "--dir", "{d}/run", "--seed", "abc", "--", "true"]),
         Probe("cli: init into a missing folder", ["init", "{d}/no/such/folder/docket.toml"]),
         Probe("cli: verify a receipt whose ledger.file holds NUL", ["verify", "{d}/r.json"],
@@ -254,10 +256,10 @@ def attempt(probe: Probe, folder: Path) -> tuple[bool, str]:
     env["MALLOC_ARENA_MAX"] = "2"  # glibc reserves 64 MiB of address space per arena otherwise
     try:
         bounded = [sys.executable, "-c", BOUNDED, str(MEMORY_BOUND), str(CPU_BOUND)]
-        done = subprocess.run([*bounded, *DOCKET, *argv], capture_output=True, timeout=TIMEOUT,
+        done = subprocess.run([*bounded, *DOCKET, *argv], capture_output=True, timeout=probe.timeout,
                               env=env, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
     except subprocess.TimeoutExpired:
-        return False, f"no answer within {TIMEOUT:.0f} s (killed)"
+        return False, f"no answer within {probe.timeout:.0f} s (killed: the input was accepted)"
     err = done.stderr.decode("utf-8", "replace")
     lines = err.splitlines()
     problems = []
