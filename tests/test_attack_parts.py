@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.attack import Figures, diskfull, http, inputs, mutations, secrets
+from chaos.attack import Figures, diskfull, http, inputs, mutations, rig, secrets
 from docket.ledger.chain import ChainVerifier
 from docket.ledger.reader import iter_lines
 
@@ -152,7 +152,8 @@ def test_the_alias_bomb_is_small_and_expands_nine_to_the_ninth():
 
 def test_the_input_judge_passes_a_refusal_and_fails_an_acceptance(tmp_path):
     refused = inputs.Probe("port", ["stub", "--port", "99999"])
-    assert inputs.attempt(refused, tmp_path / "a")[0]
+    good, said = inputs.attempt(refused, tmp_path / "a")
+    assert good and said.startswith("exit 2: docket: --port 99999"), said
     accepted = inputs.Probe("version", ["--version"])  # exit 0 where 2 is wanted
     good, said = inputs.attempt(accepted, tmp_path / "b")
     assert not good and said.startswith("exit 0")
@@ -168,6 +169,18 @@ def test_the_memory_bound_refuses_a_child_that_allocates_past_it(tmp_path):
         capture_output=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode != 0 and b"MemoryError" in done.stderr
+
+
+# ---------------------------------------------------------------- the live rig
+
+
+def test_a_live_run_ends_normally_and_leaves_nothing_running(tmp_path):
+    with rig.live_run(tmp_path) as live:
+        assert live.token.startswith("dkt-") and live.url.startswith("http://127.0.0.1:")
+        assert http.serving(int(live.url.rsplit(":", 1)[1]))
+    assert live.result["exit"] == 0, live.result["stderr"]
+    assert live.process.poll() == 0
+    assert json.loads((live.run_dir / "receipt.json").read_text())["exit"]["status"] == 0
 
 
 # ---------------------------------------------------------------- diskfull

@@ -40,7 +40,7 @@ NOTES = {
         f"bytes of secrets found {x.get('bytes_of_secrets_found')} in "
         f"{x.get('bytes_searched')} bytes; files not 0600: {len(x.get('files_readable_by_group_or_other', []))}"
     ),
-    "inputs": lambda x: f"outcomes {len(x.get('outcomes', {}))} kinds",
+    "inputs": lambda x: f"{x.get('exit_codes')}",
     "diskfull": lambda x: f"exit codes {x.get('exit_codes')}",
 }
 

@@ -5,8 +5,8 @@ under a memory bound (RLIMIT_AS) and a CPU bound so that an alias bomb or a
 runaway parse ends as a refusal or a visible failure, never a machine stall.
 Good: exit 2, exactly one line on stderr starting `docket: `, no traceback, and
 nothing half-written (a refused `docket run` or `docket chaos` leaves no ledger).
-A control probe (a good input under the same bounds) must succeed, so the
-bounds themselves are not what refuses.
+Control probes (each template unspoiled, under the same bounds) must succeed, so the
+template or the bounds are never what refuses.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 from chaos.attack import Figures
 from chaos.attack.rig import DOCKET, KEY_ENV, run_env
 
-MEMORY_BOUND = 2 << 30  # bytes of address space per probe: room for docket, not for a bomb
+MEMORY_BOUND = 512 << 20  # bytes of address space per probe: room for docket (the controls
+# prove it), not for a bomb
 CPU_BOUND = 30  # seconds of CPU per probe
 TIMEOUT = 60.0  # seconds of wall clock per probe (2 shared cores)
 STUB_TIMEOUT = 15.0  # `docket stub` serves until stopped: past this, it took the input
@@ -38,7 +39,7 @@ class Probe:
     files: dict[str, bytes] = field(default_factory=dict)  # written into {d} first
     env: dict[str, str] = field(default_factory=dict)
     quick: bool = False  # part of the quick form
-    want: int = 2  # the control probe wants 0
+    want: int = 2  # the controls want 0
     timeout: float = TIMEOUT  # shorter for a verb that, accepting its input, serves forever
 
 
@@ -81,12 +82,14 @@ def scenario(name: str, text: str | bytes, quick: bool = False) -> Probe:
 
 def phase(name: str, text: str | bytes, quick: bool = False) -> Probe:
     data = text if isinstance(text, bytes) else text.encode()
-    return Probe(f"phase: {name}", ["game-day", "--phase", "{d}/p.yaml", "--json", "{d}/o.json",
-                 "--junit", "{d}/o.xml", "--report", "{d}/report"], {"p.yaml": data},
-                 quick=quick)  # fmt: skip
+    # The file is named for the phase: a phase whose name differs from its file is refused
+    # for that alone, and a probe must be refused for its own flaw (the controls check it).
+    return Probe(f"phase: {name}", ["game-day", "--phase", "{d}/attack-probe.yaml", "--json",
+                 "{d}/o.json", "--junit", "{d}/o.xml", "--report", "{d}/report"],
+                 {"attack-probe.yaml": data}, quick=quick)  # fmt: skip
 
 
-SCENARIO = 'seed: 1\nfaults: ["upstream:status(503)@call 1"]\nagents:\n  - {name: a, mode: once}\n'
+SCENARIO = 'seed: 1\nfaults: ["upstream:status(503)@call 2"]\nagents:\n  - {name: a, mode: once}\n'
 PHASE = """\
 name: attack-probe
 title: a probe
@@ -199,7 +202,7 @@ def probes() -> list[Probe]:
         scenario("unknown key", SCENARIO + "bogus: 1\n"),
         scenario("seed abc", SCENARIO.replace("seed: 1", "seed: abc")),
         scenario("max_wall_clock -5s", SCENARIO + "max_wall_clock: -5s\n"),
-        scenario("fault with fullwidth digit", SCENARIO.replace("call 1", "call \uff11")),
+        scenario("fault with fullwidth digit", SCENARIO.replace("call 2", "call \uff12")),
         scenario("tagged object", SCENARIO + "x: !!python/object/apply:os.system ['true']\n"),
         # game-day phases
         phase("2000-deep JMESPath", PHASE.replace("QUERY", "(" * 2000 + "`true`" + ")" * 2000),
@@ -235,19 +238,28 @@ NUL_RECEIPT = b"(made from the control run's receipt)"
 
 def nul_receipt(control_dir: Path) -> bytes:
     """The control run's real receipt with only ledger.file changed to hold a NUL."""
-    receipt = json.loads((control_dir / "run" / "receipt.json").read_text())
+    receipt = json.loads((control_dir / "run" / "receipt.json").read_text())  # the policy control's
     receipt["ledger"]["file"] = "led\x00ger.jsonl"
     return json.dumps(receipt, indent=2).encode()
 
 
-def control() -> Probe:
-    """A good input under the same bounds: must exit 0 (else the bounds are the refusal)."""
-    return Probe("control: a good policy, `true` as the agent", ["run", "--policy", "{d}/p.toml",
-                 "--ledger-dir", "{d}/run", "--", "true"], {"p.toml": GOOD.encode()}, want=0)  # fmt: skip
+def controls() -> list[Probe]:
+    """The templates the probes spoil, unspoiled, under the same bounds: each must exit 0,
+    so a probe is refused for the flaw it carries, not the template or the bounds."""
+    good = [
+        policy("control: a good policy", GOOD),
+        fault("upstream:status(503)@call 2"),
+        scenario("control: a good scenario", SCENARIO),
+        phase("control: a good phase", PHASE.replace("QUERY", "`true`")),
+    ]
+    for probe in good:
+        probe.want = 0
+    return good
 
 
 def attempt(probe: Probe, folder: Path) -> tuple[bool, str]:
-    """Run one probe in `folder`; (good?, what happened in one line)."""
+    """Run one probe in `folder`; (good?, what happened in one line, starting with
+    `exit N` or `timeout`)."""
     folder.mkdir(parents=True)
     for name, data in probe.files.items():
         (folder / name).write_bytes(data)
@@ -259,12 +271,14 @@ def attempt(probe: Probe, folder: Path) -> tuple[bool, str]:
         done = subprocess.run([*bounded, *DOCKET, *argv], capture_output=True, timeout=probe.timeout,
                               env=env, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
     except subprocess.TimeoutExpired:
-        return False, f"no answer within {probe.timeout:.0f} s (killed: the input was accepted)"
+        return (
+            False,
+            f"timeout: no answer within {probe.timeout:.0f} s (killed)",
+        )
     err = done.stderr.decode("utf-8", "replace")
     lines = err.splitlines()
     problems = []
-    if done.returncode != probe.want:
-        problems.append(f"exit {done.returncode}")
+    problems.append(f"exit {done.returncode}")
     if probe.want == 2:
         if "Traceback" in err:
             problems.append("a traceback")
@@ -275,27 +289,29 @@ def attempt(probe: Probe, folder: Path) -> tuple[bool, str]:
         if any((folder / "run").rglob("*.jsonl")):
             problems.append("a ledger was left behind")
     first = lines[0][:160] if lines else "(stderr empty)"
-    return not problems, f"{'; '.join(problems) or 'ok'}: {first}"
+    return problems == [f"exit {probe.want}"], f"{'; '.join(problems)}: {first}"
 
 
 def run(folder: Path, quick: bool) -> Figures:
     figures = Figures("inputs")
     base = folder / "inputs"
-    ok, said = attempt(control(), base / "control")
-    if not ok:
-        raise RuntimeError(f"the control input failed under the probe bounds: {said}")
+    with ThreadPoolExecutor(WORKERS) as pool:
+        checked = list(pool.map(lambda n: attempt(controls()[n], base / f"control{n}"), range(4)))
+    for probe, (ok, said) in zip(controls(), checked, strict=True):
+        if not ok:
+            raise RuntimeError(f"a control input failed ({probe.name}): {said}")
     chosen = [p for p in probes() if p.quick or not quick]
     for probe in chosen:
         for name, data in probe.files.items():
             if data is NUL_RECEIPT:
-                probe.files[name] = nul_receipt(base / "control")
+                probe.files[name] = nul_receipt(base / "control0")
     with ThreadPoolExecutor(WORKERS) as pool:
         results = list(
             pool.map(lambda n: attempt(chosen[n], base / f"p{n:03d}"), range(len(chosen)))
         )
     by_exit: dict[str, int] = {}
     for probe, (good, said) in zip(chosen, results, strict=True):
-        key = said.split(":", 1)[0]
+        key = said.split(";", 1)[0].split(":", 1)[0]  # "exit N" or "timeout"
         by_exit[key] = by_exit.get(key, 0) + 1
         argv = " ".join(_quote(a) for a in probe.argv)
         files = (
@@ -305,7 +321,10 @@ def run(folder: Path, quick: bool) -> Figures:
         )
         env = f" env {probe.env!r}" if probe.env else ""
         figures.add(good, f"inputs {probe.name}: docket {argv}{files}{env} -> {said}")
-    figures.extra = {"outcomes": by_exit, "memory_bound_bytes": MEMORY_BOUND}
+    figures.extra = {
+        "exit_codes": dict(sorted(by_exit.items())),
+        "memory_bound_bytes": MEMORY_BOUND,
+    }
     return figures
 
 
