@@ -9,7 +9,9 @@ is found where the docs say (the run folder's receipt.json, or a JSON receipt
 on docket run's stderr, the documented fallback) and it discloses the loss:
 `ops.evidence.ledger_complete` is false, or it is true and `docket verify`
 accepts it and it counts every call the stub saw (the loss was prevented, not
-hidden). Reported beside it: the exit codes seen.
+hidden), and where the docs promise an exit code (43 under `fail_fast_evidence`), that
+code. Reported beside it: the exit codes seen. A control run, the disk left alone,
+must end complete first, so a point fails for the full disk and not for the rig.
 """
 
 from __future__ import annotations
@@ -46,14 +48,15 @@ def call():
         return type(exc).__name__
 seen = [call() for _ in range(before)]
 filler = os.path.join(mnt, "agent-filler")
-with open(filler, "wb") as f:
-    try:
-        while True:
-            f.write(b"\\0" * 65536)
-            f.flush()
-    except OSError:
-        pass
-if leave:
+if leave >= 0:  # -1: the control, which leaves the disk alone
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+if leave > 0:
     os.truncate(filler, max(0, os.path.getsize(filler) - leave))
 seen += [call() for _ in range(after)]
 print("agent saw:", json.dumps(seen), file=sys.stderr)
@@ -66,9 +69,10 @@ class Point:
     before: int  # calls before the disk fills
     after: int  # calls after
     size: str = "2m"  # the tmpfs
-    leave: int = 0  # bytes freed after filling
+    leave: int = 0  # bytes freed after filling; -1: no filling (the control)
     ledger: str = "min_free_bytes = 0\n"  # the policy's [ledger] table
     quick: bool = False
+    exit: int | None = None  # the exit code the docs promise, where they promise one
 
 
 POINTS = [
@@ -78,11 +82,16 @@ POINTS = [
     Point("full after 5 calls, 1 KiB given back", 5, 10, leave=1024),
     Point("full after 5 calls, 8 KiB given back", 5, 10, leave=8192),
     Point("full after 5 calls, fail_fast_evidence", 5, 10,
-          ledger="min_free_bytes = 0\nfail_fast_evidence = true\n", quick=True),
+          ledger="min_free_bytes = 0\nfail_fast_evidence = true\n", quick=True, exit=43),
     Point("24 MiB tmpfs, default min_free_bytes (16 MiB)", 5, 10, size="24m", ledger=""),
     Point("64 KiB tmpfs, min_free_bytes 0", 2, 5, size="64k"),
     Point("full after 12 calls", 12, 5),
 ]  # fmt: skip
+
+
+# The same run with the disk left alone: must end with a complete receipt that verifies and
+# counts every call, so a point fails for the full disk and not for the rig.
+CONTROL = Point("control: the disk never fills", 3, 3, leave=-1)
 
 
 def cannot_run() -> str | None:
@@ -183,9 +192,14 @@ def run(folder: Path, quick: bool) -> Figures:
     if reason:
         figures.skipped = reason
         return figures
+    ok, code, said = attempt(CONTROL, folder / "diskfull" / "control")
+    if not ok:
+        raise RuntimeError(f"the control run failed (exit {code}): {said}")
     exits: dict[str, int] = {}
     for n, point in enumerate(p for p in POINTS if p.quick or not quick):
         good, code, said = attempt(point, folder / "diskfull" / f"point{n}")
+        if point.exit is not None and code != point.exit:
+            good, said = False, f"wanted exit {point.exit} (docs/resilience.md); {said}"
         exits[str(code)] = exits.get(str(code), 0) + 1
         figures.add(good, f"diskfull {point.name!r}: tmpfs size={point.size}, [ledger] "
                           f"{point.ledger.strip() or '(defaults)'!r}, agent makes {point.before} "
