@@ -7,7 +7,8 @@ then checks on a new connection that the boundary still answers
 /docket/healthz. Good: the answer wanted (a 4xx for a bad request; for a
 socket closed before a request, no answer) and the boundary still serving.
 Reported beside it: how many 4xx came in the provider's error shape (a JSON
-`error` object), since a client's SDK parses only that.
+`error` object), since a client's SDK parses only that. A control request (the
+template the probes spoil, unspoiled) must be answered 200 first.
 """
 
 from __future__ import annotations
@@ -269,6 +270,13 @@ def run(folder: Path, quick: bool) -> Figures:
     plain: list[str] = []
     with live_run(folder / "http") as live:
         port = urlsplit(live.url).port
+        # The control: the template every probe spoils, unspoiled, must be answered 200, so
+        # a probe's 4xx is the answer to its own flaw (not to the route or the token).
+        control = Probe("control", request(live.token, json.dumps(chat()).encode()))
+        if exchange(port, control)[0] != [200]:
+            raise RuntimeError(
+                f"the control request was not answered 200: {exchange(port, control)}"
+            )
         for probe in probes(live.token, port, quick):
             try:
                 statuses, data = exchange(port, probe)

@@ -14,7 +14,9 @@ what the run printed, is searched for each secret raw, base64 (any alignment,
 standard and URL-safe), percent-encoded and JSON-escaped (`find_secret`).
 Good: a plant found nowhere. Two more checks count as probes: no answer hands the agent
 the provider key (an upstream may echo it), and no file under the run folder is
-readable by group or other. The figure that must be 0: bytes of secrets found.
+readable by group or other. The figure that must be 0: bytes of secrets found. A
+canary (a model name, which the record keeps by design) must be found, so a clean
+search is not a blind one.
 """
 
 from __future__ import annotations
@@ -291,6 +293,11 @@ def run(folder: Path, quick: bool) -> Figures:
         port = urlsplit(live.url).port
         ledger = live.run_dir / "ledger.jsonl"
         planted = plants(live.token, port)
+        # The canary: a value the record keeps by design (the model asked for), which the
+        # search must find in the ledger, so a clean search is not a blind one.
+        canary = fresh(99)
+        exchange(port, Probe("canary", request(live.token, json.dumps(
+            {"model": canary, "messages": [], "max_tokens": 1}).encode())))  # fmt: skip
         for n, plant in enumerate(planted):
             start = ledger.stat().st_size
             _, answer = exchange(port, Probe(plant.where, plant.data))
@@ -300,6 +307,10 @@ def run(folder: Path, quick: bool) -> Figures:
                 relayed.append(plant.where)
     files = {str(p.relative_to(live.run_dir)): p.read_bytes()
              for p in sorted(live.run_dir.rglob("*")) if p.is_file()}  # fmt: skip
+    if not find_secret(files.get("ledger.jsonl", b""), canary.encode()):
+        raise RuntimeError(
+            "the canary (a model name the ledger records) was not found: the search is blind"
+        )
     files["(docket run's stderr)"] = live.result["stderr"].encode()
     files["(docket run's stdout)"] = live.result["stdout"].encode()
     owner = {
