@@ -1,5 +1,5 @@
 """Sessions: `nox -s gameday` (the main job), `tests` (the suite), `lint`, `bench`,
-`report-check` (the game-day report in a headless browser), `demo`, `slow`.
+`report-check` (the game-day report in a headless browser), `demo`, `slow`, `attack`.
 
 Each session makes its own virtualenv and installs what it needs, so a fresh
 machine with only Python and pip runs any of them after `pip install nox`.
@@ -71,6 +71,16 @@ def report_check(session: nox.Session) -> None:
         # a report is a report whatever its verdicts: exit 1 or 2 is not this session's failure
         session.run("docket", "game-day", "--report", "gameday-report", success_codes=[0, 1, 2])
     session.run("python", "-m", "chaos.gameday.browser_check", report, "--browser", browser)
+
+
+@nox.session
+def attack(session: nox.Session) -> None:
+    """The attack suite in full (chaos/attack/): malformed HTTP, ledger and receipt
+    mutations, planted secrets, bad inputs, a disk filled mid-run (root only). Prints
+    each family's figures (tried / good) and every failure's reproduction, writes
+    attack-results.json; exit 1 when a probe failed. A few minutes on 2 cores."""
+    session.install(".")
+    session.run("python", "-m", "chaos.attack", "--json", "attack-results.json", *session.posargs)
 
 
 @nox.session

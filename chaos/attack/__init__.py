@@ -1,0 +1,55 @@
+"""The attack suite: probes that drive Docket from outside, as a user or an attacker would.
+
+One tiny interface for every probe family: `run(folder, quick) -> Figures`, where
+Figures counts what was tried, how many ended in the good outcome, and one line
+per failure that reproduces it. `python -m chaos.attack` runs them all and prints
+the table; tests/test_attack.py runs each in its quick form. Families:
+
+  http       malformed HTTP on raw sockets against a live `docket run`
+  mutations  ledger and receipt mutations, each checked with `docket verify`
+  secrets    secrets planted in every place a request can carry one, then every
+             byte under the run folder searched in four encodings
+  inputs     bad CLI, policy, fault, scenario and phase inputs
+  diskfull   the ledger on a small tmpfs the agent fills (root only)
+
+`docket/` never imports this package (tests/test_layout.py): the recorder stands
+without its harness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Figures:
+    """What one family measured. `good` counts probes with the wanted outcome; each
+    entry of `failures` is one line that reproduces a probe that did not get it.
+    `skipped` says why the family could not run here (then tried is 0)."""
+
+    family: str
+    tried: int = 0
+    good: int = 0
+    failures: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)  # family-specific figures, by name
+    skipped: str | None = None
+    seconds: float = 0.0
+
+    def add(self, ok: bool, repro: str) -> None:
+        """Count one probe: good when `ok`, else its reproduction joins the failures."""
+        self.tried += 1
+        if ok:
+            self.good += 1
+        else:
+            self.failures.append(repro)
+
+    def as_dict(self) -> dict:
+        return {
+            "family": self.family,
+            "tried": self.tried,
+            "good": self.good,
+            "failures": self.failures,
+            "extra": self.extra,
+            "skipped": self.skipped,
+            "seconds": round(self.seconds, 2),
+        }

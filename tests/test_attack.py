@@ -1,0 +1,50 @@
+"""The attack suite in its quick form (`python -m chaos.attack --quick`), one test per family.
+
+Each family drives Docket from outside (real processes, raw sockets on 127.0.0.1,
+real files) and returns what it tried, how many got the good outcome, and one
+reproduction per failure; the test wants every probe good and prints the
+reproductions when one is not. `nox -s attack` runs the full form and prints the
+figures. The parts of each family are tested on their own in test_attack_parts.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.attack import Figures, diskfull, http, inputs, mutations, secrets
+
+
+def assert_all_good(figures: Figures, at_least: int) -> None:
+    assert figures.tried >= at_least, f"{figures.family}: only {figures.tried} probes ran"
+    if figures.good != figures.tried or figures.failures:
+        shown = "\n".join(figures.failures)
+        pytest.fail(
+            f"{figures.family}: {figures.good} of {figures.tried} good; reproductions:\n{shown}"
+        )
+
+
+def test_malformed_http_is_answered_4xx_and_the_boundary_keeps_serving(tmp_path):
+    figures = http.run(tmp_path, quick=True)
+    assert_all_good(figures, at_least=60)  # good includes "still serving" after each probe
+    assert figures.extra["still_serving"] == figures.tried
+
+
+def test_every_ledger_and_receipt_mutation_is_detected_by_verify(tmp_path):
+    assert_all_good(mutations.run(tmp_path, quick=True), at_least=300)
+
+
+def test_no_planted_secret_reaches_a_byte_under_the_run_folder(tmp_path):
+    figures = secrets.run(tmp_path, quick=True)
+    assert_all_good(figures, at_least=30)
+    assert figures.extra["bytes_of_secrets_found"] == 0
+
+
+def test_bad_inputs_are_one_line_and_exit_2(tmp_path):
+    assert_all_good(inputs.run(tmp_path, quick=True), at_least=12)
+
+
+def test_a_disk_filled_mid_run_ends_in_a_receipt_that_discloses_the_loss(tmp_path):
+    reason = diskfull.cannot_run()
+    if reason:
+        pytest.skip(reason)
+    assert_all_good(diskfull.run(tmp_path, quick=True), at_least=2)
