@@ -29,7 +29,7 @@ SEED_LIMIT = 1 << 53
 DEFAULT_WALL_CLOCK = 60.0
 DEFAULT_PROBE_EVERY = 0.1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")  # also a file name and a route
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)\Z")
+_DURATION = re.compile(r"([0-9]{1,9}(?:\.[0-9]{1,9})?)(ms|s|m)\Z")  # ASCII, bounded
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 _KINDS = ("openai", "anthropic")
 
@@ -288,6 +288,9 @@ def _agents(top: _Check, providers: tuple[ProviderSpec, ...]) -> tuple[AgentSpec
         command = c.listing("command") if c.has("command") else []
         if command and (not all(isinstance(x, str) and x for x in command)):
             raise c.fail("command", "must be a list of non-empty strings")
+        if any("\x00" in x for x in command):
+            # exec takes C strings: a NUL cannot be passed, and Popen raises on it
+            raise c.fail("command", "must not hold a NUL byte (\\0)")
         if c.has("command") and not command:
             raise c.fail("command", "is empty")
         if command and c.has("mode"):
@@ -302,6 +305,8 @@ def _agents(top: _Check, providers: tuple[ProviderSpec, ...]) -> tuple[AgentSpec
         for key, value in env.items():
             if not key.startswith("DOCKET_AGENT_") or not isinstance(value, str):
                 raise c.fail(("env", key), "must be a DOCKET_AGENT_* setting with a string value")
+            if "\x00" in key + value or "=" in key:
+                raise c.fail(("env", key), "must not hold a NUL byte (\\0) or '=' in its name")
         out.append(
             AgentSpec(
                 name=name,

@@ -18,6 +18,10 @@ MiB = 1024 * 1024
 def existing_file(path: str | os.PathLike, what: str) -> Path:
     """The path, if it names a readable regular file that is not empty."""
     p = Path(path)
+    if "\x00" in str(p):
+        # No file has this name (the kernel takes names up to a NUL), and os.stat
+        # raises ValueError on it: a name read from a receipt or a scenario may hold one.
+        raise InputError(f"{what} {str(p)!r}: a file name cannot hold a NUL byte")
     try:
         st = p.stat()
     except FileNotFoundError:

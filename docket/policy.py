@@ -208,6 +208,10 @@ def load_policy(path: str | os.PathLike | None) -> Policy:
     except tomllib.TOMLDecodeError as exc:
         # The message ends with "(at line N, column M)": the line is named.
         raise PolicyError(f"policy {source}: malformed TOML: {exc}") from None
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables by recursion: thousands of
+        # levels exhaust the stack before any key is read. No policy nests more than 3.
+        raise PolicyError(f"policy {source}: malformed TOML: nested too deeply") from None
     return policy_from_dict(data, source=source)
 
 
@@ -564,10 +568,50 @@ class _Checker:
 
     def url(self, t: dict, path: str, default: str) -> str:
         v = self.string(t, path, default)
-        m = re.match(r"(https?)://([^/?#\s]+)(/[^?#\s]*)?\Z", v)
-        if not m:
-            self.fail(path, f"must be an http:// or https:// URL with a host, got {_show(v)}")
+        problem = url_problem(v)
+        if problem:
+            self.fail(path, f"{problem}, got {_show(v)}")
         return v.rstrip("/")
+
+
+_URL = re.compile(r"(https?)://([^/?#\s]+)(/[^?#\s]*)?\Z")
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` is not an upstream base URL (http(s)://host[:port][/path]), or None.
+
+    Checked here, at load, by the same host rule the egress list uses, because every
+    later reader (urlsplit's .port, the Host header, the egress entry) raises a bare
+    ValueError on a port of 99999, "abc" or -1, or on "http://[::1".
+    """
+    m = _URL.match(url)
+    if not m:
+        return "must be an http:// or https:// URL with a host"
+    authority = m.group(2)
+    if "@" in authority:
+        return "must not carry user:password@ (the key comes from key_env)"
+    host, port = authority, None
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            return "has an unclosed [ around its IPv6 address"
+        host, rest = authority[: end + 1], authority[end + 1 :]
+        if rest and not rest.startswith(":"):
+            return "must have :port, or nothing, after the ] of an IPv6 address"
+        port = rest[1:] if rest else None
+    elif authority.count(":") > 1:
+        return "must put an IPv6 address in brackets (http://[::1]:8080)"
+    elif ":" in authority:
+        host, port = authority.split(":")
+    if port is not None and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return "must have a port from 1 to 65535"
+    from docket.guards.egress import canonical_host
+
+    try:
+        canonical_host(host)
+    except ValueError as exc:
+        return f"has a host that is {exc}"
+    return None
 
 
 # ---------------------------------------------------------------- docket init

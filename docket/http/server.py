@@ -94,7 +94,9 @@ class Listening:
 
     @property
     def url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+        # An IPv6 address ([boundary] host = "::1") is bracketed in a URL (RFC 3986 3.2.2).
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
 
 Handler = Callable[["Request", "Responder"], Awaitable[None]]
