@@ -192,9 +192,19 @@ async def _run_handler(
             await conn.answer_error(500, _REASONS[500], "the handler gave no response")
         return False
     try:
-        return await conn.drain_request_body()
+        if await conn.drain_request_body():
+            return True
     except (h11.RemoteProtocolError, RequestTimeout):
         return False
+    if (
+        conn.h11.their_state is h11.SEND_BODY
+        and not conn.h11.they_are_waiting_for_100_continue
+        and not conn.peer_closed
+    ):
+        # Answered (a 413, a refusal) with the body still coming: closing now would
+        # reset the connection, and the client, still sending, would lose the answer.
+        await conn.close_after_answer()
+    return False
 
 
 def _declares_no_body(request: Request) -> bool:
