@@ -62,6 +62,8 @@ def _show_path(path: Sequence[str | int]) -> str:
 
 _PLAIN = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 MAX_DEPTH = 64  # nested mappings and lists; the deepest real scenario has 4
+MAX_NUMBER_CHARS = 32
+_NUMBERS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 
 class _Refused(yaml.MarkedYAMLError):
@@ -117,6 +119,9 @@ def _value(node: yaml.Node, path: Path_, where: Where, loader: yaml.SafeLoader):
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_value(item, (*path, i), where, loader) for i, item in enumerate(node.value)]
+    if node.tag in _NUMBERS and len(node.value) > MAX_NUMBER_CHARS:
+        # int() of a 5,000-digit scalar raises (Python's 4,300-digit limit); none is needed
+        raise where.error(path, f"a number of more than {MAX_NUMBER_CHARS} characters")
     return loader.construct_object(node)
 
 

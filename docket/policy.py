@@ -31,7 +31,7 @@ from types import MappingProxyType
 from typing import Any
 
 from docket.errors import InputError
-from docket.inputs import read_text
+from docket.inputs import parse_duration, read_text
 
 MiB = 1024 * 1024
 NANO = 10**9  # nano-USD per USD: every money figure is an integer count of these
@@ -392,9 +392,7 @@ def _valid_egress(entry: str) -> bool:
 # ---------------------------------------------------------------- value checks
 
 
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*\Z")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_SIZE = re.compile(r"\s*(\d+)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*\Z")
+_SIZE = re.compile(r"\s*([0-9]{1,15})\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*\Z")  # ASCII digits
 _SIZE_UNITS = {
     None: 1,
     "B": 1,
@@ -513,16 +511,13 @@ class _Checker:
         if key not in t:
             return default
         v = t[key]
-        seconds = None
-        if _is_number(v) and math.isfinite(v):
-            seconds = float(v)
-        elif isinstance(v, str) and (m := _DURATION.match(v)):
-            seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        # A number is seconds; a string needs its unit ("30" in quotes is a slip).
+        seconds = parse_duration(v, bare=not isinstance(v, str))
         if seconds is None or seconds <= 0:
             self.fail(
                 path,
                 'must be a positive duration: seconds, or a string like "500ms", "30s", "5m", '
-                f'"1h"; got {_show(v)}',
+                f'"1h" (at most ten years); got {_show(v)}',
             )
         return seconds
 
@@ -630,8 +625,13 @@ def init_command(path: str, *, force: bool) -> int:
     target = Path(path)
     if target.is_dir():
         raise InputError(f"init {target}: is a directory; name the file to write")
+    if "\x00" in path:
+        raise InputError(f"init {path!r}: a file name cannot hold a NUL byte")
     if target.exists() and not force:
         raise InputError(f"init {target}: already exists (use --force to overwrite it)")
+    if target.exists() and not target.is_file():
+        # --force replaces a policy file, never a device, a FIFO or a socket (/dev/null)
+        raise InputError(f"init {target}: not a regular file; name a file to write")
     if not target.parent.is_dir():
         raise InputError(f"init {target}: no such directory {target.parent}")
     text = template_text()
