@@ -109,7 +109,9 @@ class FaultSyntaxError(InputError):
     """A fault text that does not parse or that its layer cannot perform (exit 2)."""
 
     def __init__(self, text: str, column: int, reason: str) -> None:
-        super().__init__(f"fault {text!r}: column {column}: {reason}")
+        # The text is echoed cut short: a 5,000-character fault would bury the reason.
+        shown = text if len(text) <= 120 else text[:120] + f"... ({len(text)} characters)"
+        super().__init__(f"fault {shown!r}: column {column}: {reason}")
         self.text = text
         self.column = column  # 1-based
         self.reason = reason
