@@ -136,6 +136,9 @@ CASES = [
     Case("policy empty", RUN, "is empty", {"p.toml": b""}),
     Case("policy missing", RUN, "no such file"),
     Case("policy not UTF-8", RUN, "not UTF-8", {"p.toml": b"x = '\xff'\n"}),
+    Case("policy over 16 MiB", RUN, "more than the 16 MiB", {"p.toml": b"#" * (17 << 20)}),
+    Case("ledger folder is a file", ("run", "--ledger-dir", "a-file", "--", "true"),
+         "cannot create", {"a-file": "x"}),
     # -- the fault grammar (docket chaos --fault)
     Case("retry_after with an offset", (*CHAOS, "--fault",
          'upstream:status(429, retry_after="Wed, 21 Oct 2015 07:28:00 +0100 GMT")'),
@@ -194,6 +197,9 @@ CASES = [
     Case("scenario empty", SCENARIO, "is empty", {"s.yaml": b""}),
     Case("scenario python tag", SCENARIO, "could not determine a constructor",
          {"s.yaml": "seed: !!python/object:os.system x\n"}),
+    Case("scenario over 1 MiB", SCENARIO, "more than the 1 MiB", {"s.yaml": b"#" * (2 << 20)}),
+    Case("chaos folder is a file", ("chaos", "--seed", "1", "--dir", "a-file"), "cannot create",
+         {"a-file": "x"}),
     # -- game-day phases (docket game-day --phase FILE)
     Case("phase 2000-deep JMESPath", GAME_DAY, "nested more than 64 deep",
          _phase("length(injected[?kind=='status'])", DEEP_QUERY.replace("'", "")), before=EXIT_70),
@@ -209,6 +215,10 @@ CASES = [
     Case("phase bad regex", GAME_DAY, "not a regular expression",
          _phase("at_least: 1", 'matches: "(("')),
     Case("phase missing", GAME_DAY, "no such file"),
+    Case("phase empty", GAME_DAY, "is empty", {"01-upstream-failure.yaml": b""}),
+    Case("phase binary", GAME_DAY, "binary data", {"01-upstream-failure.yaml": b"name: \x00"}),
+    Case("phase report folder is a file", (*GAME_DAY[:-1], "a-file"), "--report",
+         {**_phase("seed: 101", "seed: 102"), "a-file": "x"}, untouched=()),
     # -- docket verify
     Case("receipt naming a ledger with a NUL", ("verify", "r.json"), "cannot hold a NUL byte",
          {"r.json": "RECEIPT_WITH_NUL"}, before=EXIT_70),
@@ -218,6 +228,7 @@ CASES = [
     Case("stub latency past ten years", ("stub", "--latency", "99999999999999999999999m"),
          "not a duration", before=WRONG),
     Case("stub port 99999", ("stub", "--port", "99999"), "not a port number"),
+    Case("stub log is a folder", ("stub", "--log", "."), "cannot append"),
     # -- docket init and docket demo
     Case("init over a FIFO", ("init", "fifo", "--force"), "not a regular file", {"fifo": "FIFO"},
          before=WRONG),
