@@ -215,6 +215,8 @@ CASES = [
     Case("phase bad regex", GAME_DAY, "not a regular expression",
          _phase("at_least: 1", 'matches: "(("')),
     Case("phase missing", GAME_DAY, "no such file"),
+    Case("phase operand .nan", GAME_DAY, "at_least needs a number, not NaN",
+         _phase("at_least: 1", "at_least: .nan"), before=WRONG),
     Case("phase empty", GAME_DAY, "is empty", {"01-upstream-failure.yaml": b""}),
     Case("phase binary", GAME_DAY, "binary data", {"01-upstream-failure.yaml": b"name: \x00"}),
     Case("phase report folder is a file", (*GAME_DAY[:-1], "a-file"), "--report",

@@ -178,7 +178,8 @@ def operand_problem(op: str, value: object) -> str | None:
     """Why `value` cannot be the operand of `op` (None when it can)."""
     operator = OPERATORS[op]
     if operator.operand == "number" and not _is_number(value):
-        return f"{op} needs a number, not {json_type(value)}"
+        shown = "NaN" if json_type(value) == "number" else json_type(value)  # YAML's .nan
+        return f"{op} needs a number, not {shown}"
     if operator.operand == "true" and value is not True:
         return f"write `{op}: true` (the query's value must be the boolean {op[3:]})"
     if operator.operand == "array" and json_type(value) != "array":
