@@ -7,6 +7,7 @@ The grammar tries a parameter's shapes in order (chaos.faults.VALUE_TYPES names 
 
 from __future__ import annotations
 
+import datetime as dt
 import email.utils
 import re
 from collections.abc import Callable
@@ -16,7 +17,14 @@ from chaos.fault_values import Duration, HttpDate, Rate, Size, Value
 from chaos.faults import Param
 from docket.errors import InputError
 
-_NUMBER_UNIT = re.compile(r"([+-]?)(\d+)(?:\.(\d+))?([A-Za-z/]*)")
+# ASCII digits only: `\d` would also take "５" or "٣", which int() reads as numbers.
+_NUMBER_UNIT = re.compile(r"([+-]?)([0-9]+)(?:\.([0-9]+))?([A-Za-z/]*)")
+# Bounds on every number the grammar reads, so a value is refused here, with its
+# column, instead of overflowing a clock, a timestamp or a C long mid-run.
+MAX_DIGITS = 15  # before int(): a 5,000-digit token would cost (or, past 4,300, raise) in int()
+MAX_WHOLE = 1 << 53  # ints, sizes, rates: exact in a JSON number (the ledger, Toxiproxy's API)
+MAX_DURATION_MS = 10 * 365 * 86_400_000  # ten years, either sign: a clock stepped back by
+# more than the epoch's age would have no RFC 3339 timestamp for session.end
 _DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000}
 _SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}
 
@@ -36,10 +44,22 @@ def _check_range(p: ColumnReporter, param: Param, n: int, at: int, shown: str) -
         raise p.fail(f"{param.name!r} is at most {param.maximum}, found {shown}", at)
 
 
+def _digits(p: ColumnReporter, param: Param, digits: str, at: int) -> None:
+    if len(digits) > MAX_DIGITS:
+        raise p.fail(f"{param.name!r} has more than {MAX_DIGITS} digits", at)
+
+
+def _whole(p: ColumnReporter, param: Param, n: int, at: int, shown: str) -> int:
+    if n > MAX_WHOLE:
+        raise p.fail(f"{param.name!r} is at most {MAX_WHOLE}, found {shown}", at)
+    return n
+
+
 def _int(p: ColumnReporter, param: Param, token: str, at: int) -> int | None:
     if not token.isascii() or not token.isdigit():
         return None
-    n = int(token)
+    _digits(p, param, token, at)
+    n = _whole(p, param, int(token), at, token)
     _check_range(p, param, n, at, token)
     return n
 
@@ -59,11 +79,14 @@ def _duration(p: ColumnReporter, param: Param, token: str, at: int) -> Duration 
         raise p.fail(f"unknown duration unit {unit!r} (expected ms, s or m)", at + m.start(4))
     if sign and "signed_duration" not in param.types:
         raise p.fail(f"{param.name!r} takes no sign", at)
+    _digits(p, param, whole + (frac or ""), at)
     numerator = int(whole + (frac or "")) * factor
     denominator = 10 ** len(frac or "")
     if numerator % denominator:
         raise p.fail(f"{token!r} is not a whole number of milliseconds", at)
     ms = numerator // denominator * (-1 if sign == "-" else 1)
+    if abs(ms) > MAX_DURATION_MS:
+        raise p.fail(f"{param.name!r} is at most ten years (3650 days), found {token!r}", at)
     _check_range(p, param, ms, at, token)
     return Duration(ms)
 
@@ -75,7 +98,8 @@ def _size(p: ColumnReporter, param: Param, token: str, at: int) -> Size | None:
     factor = _SIZE_UNITS.get(m.group(4))
     if factor is None:
         raise p.fail(f"unknown size unit {m.group(4)!r} (expected B, KiB or MiB)", at + m.start(4))
-    n = int(m.group(2)) * factor
+    _digits(p, param, m.group(2), at)
+    n = _whole(p, param, int(m.group(2)) * factor, at, token)
     _check_range(p, param, n, at, token)
     return Size(n)
 
@@ -86,19 +110,36 @@ def _rate(p: ColumnReporter, param: Param, token: str, at: int) -> Rate | None:
         return None
     if m.group(4) != "KB/s":
         raise p.fail(f"expected a rate in KB/s (e.g. 100KB/s), found {token!r}", at)
-    return Rate(int(m.group(2)))
+    _digits(p, param, m.group(2), at)
+    return Rate(_whole(p, param, int(m.group(2)), at, token))
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_IMF_FIXDATE = re.compile(
+    r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) (" + "|".join(_MONTHS) + r") ([0-9]{4}) "
+    r"([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT"
+)
+_HTTP_DATE_EXAMPLE = '(e.g. "Wed, 21 Oct 2015 07:28:00 GMT")'
 
 
 def _http_date(p: ColumnReporter, param: Param, token: str, at: int) -> HttpDate | None:
+    """An IMF-fixdate (RFC 9110 5.6.7), read by its own grammar: a general date parser
+    takes offsets ("+0100 GMT"), any number of year digits and line breaks, and then
+    fails (or overflows) when the value is printed back in GMT."""
     if not token.startswith('"'):
         return None
     inner = token[1:-1]
+    m = _IMF_FIXDATE.fullmatch(inner)
+    if not m:
+        raise p.fail(f"{inner!r} is not an HTTP date {_HTTP_DATE_EXAMPLE}", at)
+    day, month, year, hour, minute, second = m.groups()
     try:
-        parsed = email.utils.parsedate_to_datetime(inner)
-    except (TypeError, ValueError) as exc:
-        raise p.fail(f"{inner!r} is not an HTTP date ({exc})", at) from exc
-    if not inner.endswith(" GMT") or parsed.tzinfo is None:
-        raise p.fail(f'{inner!r} is not an HTTP date (e.g. "Wed, 21 Oct 2015 07:28:00 GMT")', at)
+        parsed = dt.datetime(
+            int(year), _MONTHS.index(month) + 1, int(day), int(hour), int(minute), int(second),
+            tzinfo=dt.UTC,
+        )  # fmt: skip
+    except ValueError as exc:  # 31 Feb, hour 25: datetime names the field
+        raise p.fail(f"{inner!r} is not an HTTP date ({exc})", at) from None
     return HttpDate(email.utils.format_datetime(parsed, usegmt=True))  # the canonical spelling
 
 

@@ -109,7 +109,9 @@ class FaultSyntaxError(InputError):
     """A fault text that does not parse or that its layer cannot perform (exit 2)."""
 
     def __init__(self, text: str, column: int, reason: str) -> None:
-        super().__init__(f"fault {text!r}: column {column}: {reason}")
+        # The text is echoed cut short: a 5,000-character fault would bury the reason.
+        shown = text if len(text) <= 120 else text[:120] + f"... ({len(text)} characters)"
+        super().__init__(f"fault {shown!r}: column {column}: {reason}")
         self.text = text
         self.column = column  # 1-based
         self.reason = reason
@@ -119,7 +121,17 @@ class FaultSyntaxError(InputError):
 
 _IDENT = re.compile(r"[a-z_][a-z0-9_]*")
 _WORD = re.compile(r"[a-z]+")  # trigger keywords: `call5` is `call` missing its space
-_PERCENT = re.compile(r"(\d+)(?:\.(\d+))?%")
+# Digits are ASCII only here ([0-9], never \d or str.isdigit(), which take "５").
+_PERCENT = re.compile(r"([0-9]+)(?:\.([0-9]+))?%")
+_DIGITS = re.compile(r"[0-9]+")
+_TDURATION = re.compile(r"[0-9]+(?:\.[0-9]+)?[A-Za-z]*")
+MAX_ORDINAL_DIGITS = 15
+
+
+def _digit_at(text: str, pos: int) -> bool:
+    return pos < len(text) and "0" <= text[pos] <= "9"
+
+
 _VALUE_CHARS = re.compile(r"[^,()\s\"]+")
 
 
@@ -291,7 +303,7 @@ class _Parser:
         while True:
             self.skip_ws()
             at = self.pos
-            if self.pos < len(self.text) and self.text[self.pos].isdigit():
+            if _digit_at(self.text, self.pos):
                 conditions.append((self.chance(), at))
             else:
                 word = _WORD.match(self.text, self.pos)
@@ -329,9 +341,11 @@ class _Parser:
         at = self.pos
         m = _PERCENT.match(self.text, self.pos)
         if not m:
-            number = re.compile(r"\d+(?:\.\d+)?").match(self.text, self.pos)
+            number = re.compile(r"[0-9]+(?:\.[0-9]+)?").match(self.text, self.pos)
             raise self.expected("'%' after the percentage", number.end() if number else at)
         whole, frac = m.group(1), m.group(2) or ""
+        if len(whole) > MAX_ORDINAL_DIGITS:
+            raise self.fail(f"a percentage is at most 100%, found {m.group()}", at)
         if len(frac) > 2:
             raise self.fail("a percentage takes at most two decimal places", at)
         basis_points = int(whole) * 100 + int(frac.ljust(2, "0") or 0)
@@ -341,9 +355,11 @@ class _Parser:
         return Chance(basis_points)
 
     def whole_number(self, what: str) -> tuple[int, int]:
-        m = re.compile(r"\d+").match(self.text, self.pos)
+        m = _DIGITS.match(self.text, self.pos)
         if not m:
             raise self.expected(what)
+        if len(m.group()) > MAX_ORDINAL_DIGITS:
+            raise self.fail(f"{what} has more than {MAX_ORDINAL_DIGITS} digits", m.start())
         self.pos = m.end()
         return int(m.group()), m.start()
 
@@ -357,7 +373,7 @@ class _Parser:
         if self.peek(".."):
             self.pos += 2
             last = None
-            if self.pos < len(self.text) and self.text[self.pos].isdigit():
+            if _digit_at(self.text, self.pos):
                 last, last_at = self.whole_number(f"a {counter} number")
                 if last < first:
                     raise self.fail(f"range end {last} is before its start {first}", last_at)
@@ -369,7 +385,7 @@ class _Parser:
         if not self.peek(".."):
             return Instant(start)
         self.pos += 2
-        if self.pos < len(self.text) and self.text[self.pos].isdigit():
+        if _digit_at(self.text, self.pos):
             end_at = self.pos
             end = self.trigger_duration()
             if end <= start:
@@ -379,7 +395,7 @@ class _Parser:
 
     def trigger_duration(self) -> int:
         at = self.pos
-        m = re.compile(r"\d+(?:\.\d+)?[A-Za-z]*").match(self.text, self.pos)
+        m = _TDURATION.match(self.text, self.pos)
         if not m:
             raise self.expected("a duration (e.g. 2s)")
         self.pos = m.end()

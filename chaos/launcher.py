@@ -103,7 +103,8 @@ def main(argv: list[str]) -> int:
                         preexec_fn=_in_the_agent(os.getpid(), pidfile),  # noqa: PLW1509 - one thread
                     )
                 )
-            except (OSError, subprocess.SubprocessError) as exc:
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                # ValueError: an argv or env string holding a NUL (exec takes C strings)
                 err.write(f"chaos launcher: cannot start {entry['argv'][0]}: {exc}\n".encode())
                 children.append(None)
                 if pidfile is not None and os.path.exists(pidfile):

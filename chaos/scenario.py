@@ -21,16 +21,16 @@ from chaos.schedule import FaultSchedule
 from chaos.yamldoc import Where, load
 from docket.agent import MODES
 from docket.errors import InputError
+from docket.inputs import parse_duration
 from docket.policy import policy_from_dict
 
 # A seed must survive the receipt: its `faults.seed` is a JSON integer, exact only
 # below 2^53 (spec/docket-receipt-1.md), a narrower range than the schedule's 2^64.
 SEED_LIMIT = 1 << 53
+AGENT_COUNT_LIMIT = 1 << 31  # calls, workers, tokens: the agent reads them as C-sized ints
 DEFAULT_WALL_CLOCK = 60.0
 DEFAULT_PROBE_EVERY = 0.1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")  # also a file name and a route
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)\Z")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 _KINDS = ("openai", "anthropic")
 
 
@@ -129,14 +129,14 @@ class _Check:
             return value
         seconds = None
         if isinstance(value, str):
-            m = _DURATION.fullmatch(value.strip())
-            if m:
-                seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+            seconds = parse_duration(value, units=("ms", "s", "m"))
         elif type(value) is int and value == 0:
             seconds = 0.0
         if seconds is None or (positive and seconds <= 0):
             shape = "a duration above zero" if positive else "a duration"
-            raise self.fail(key, f"must be {shape} like 500ms, 2s or 1m, got {value!r}")
+            raise self.fail(
+                key, f"must be {shape} like 500ms, 2s or 1m (at most ten years), got {value!r}"
+            )
         return seconds
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -288,6 +288,9 @@ def _agents(top: _Check, providers: tuple[ProviderSpec, ...]) -> tuple[AgentSpec
         command = c.listing("command") if c.has("command") else []
         if command and (not all(isinstance(x, str) and x for x in command)):
             raise c.fail("command", "must be a list of non-empty strings")
+        if any("\x00" in x for x in command):
+            # exec takes C strings: a NUL cannot be passed, and Popen raises on it
+            raise c.fail("command", "must not hold a NUL byte (\\0)")
         if c.has("command") and not command:
             raise c.fail("command", "is empty")
         if command and c.has("mode"):
@@ -302,16 +305,18 @@ def _agents(top: _Check, providers: tuple[ProviderSpec, ...]) -> tuple[AgentSpec
         for key, value in env.items():
             if not key.startswith("DOCKET_AGENT_") or not isinstance(value, str):
                 raise c.fail(("env", key), "must be a DOCKET_AGENT_* setting with a string value")
+            if "\x00" in key + value or "=" in key:
+                raise c.fail(("env", key), "must not hold a NUL byte (\\0) or '=' in its name")
         out.append(
             AgentSpec(
                 name=name,
                 mode=mode,
                 command=tuple(command),
                 provider=provider,
-                calls=c.integer("calls", None, minimum=1),
-                concurrency=c.integer("concurrency", None, minimum=1),
+                calls=c.integer("calls", None, minimum=1, limit=AGENT_COUNT_LIMIT),
+                concurrency=c.integer("concurrency", None, minimum=1, limit=AGENT_COUNT_LIMIT),
                 timeout=c.seconds("timeout", None, positive=True),
-                max_tokens=c.integer("max_tokens", None, minimum=1),
+                max_tokens=c.integer("max_tokens", None, minimum=1, limit=AGENT_COUNT_LIMIT),
                 env=dict(env),
             )
         )

@@ -6,6 +6,12 @@ composed node tree carries line numbers; `load` turns it into plain Python value
 plus a `Where` that maps a path of keys and indexes back to the line it came
 from. Only the safe subset is read (no tags, no objects), and a mapping with a
 repeated key is refused (YAML says keys are unique; PyYAML would keep the last).
+
+Aliases (`*name`) are refused while the node tree is composed, before any value
+is built: nine anchors of nine aliases each (900 bytes) expand to 9^9 values, and
+`&a [*a]` is a list that contains itself; either would exhaust memory or the
+stack. Nesting is bounded (MAX_DEPTH) for the same reason: the composer recurses.
+No scenario or phase needs either.
 """
 
 from __future__ import annotations
@@ -55,6 +61,40 @@ def _show_path(path: Sequence[str | int]) -> str:
 
 
 _PLAIN = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+MAX_DEPTH = 64  # nested mappings and lists; the deepest real scenario has 4
+MAX_NUMBER_CHARS = 32
+_NUMBERS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """Raised by the composer; reported as `FILE:LINE: not valid YAML: <problem>`."""
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader, composing no alias and no node deeper than MAX_DEPTH."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _Refused(
+                problem=f"alias *{event.anchor} refused (aliases are not supported: "
+                "write the value out)",
+                problem_mark=event.start_mark,
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _Refused(
+                    problem=f"nested more than {MAX_DEPTH} levels deep",
+                    problem_mark=self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _value(node: yaml.Node, path: Path_, where: Where, loader: yaml.SafeLoader):
@@ -79,6 +119,9 @@ def _value(node: yaml.Node, path: Path_, where: Where, loader: yaml.SafeLoader):
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_value(item, (*path, i), where, loader) for i, item in enumerate(node.value)]
+    if node.tag in _NUMBERS and len(node.value) > MAX_NUMBER_CHARS:
+        # int() of a 5,000-digit scalar raises (Python's 4,300-digit limit); none is needed
+        raise where.error(path, f"a number of more than {MAX_NUMBER_CHARS} characters")
     return loader.construct_object(node)
 
 
@@ -86,7 +129,7 @@ def loads(text: str, file: str) -> tuple[object, Where]:
     """Parse one YAML document; YamlError names the file and line of any problem."""
     where = Where(file)
     try:
-        loader = yaml.SafeLoader(text)  # the reader refuses control characters here
+        loader = _Loader(text)  # the reader refuses control characters here
     except yaml.YAMLError as exc:
         raise YamlError(f"{file}:1: not valid YAML: {str(exc).splitlines()[0]}") from None
     try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from docket.backoff import BackoffPolicy
 from docket.errors import InputError
+from docket.inputs import MAX_DURATION_SECONDS
 
 MODES = ("once", "stream", "loop", "hammer", "backoff")
 PROVIDERS = ("openai", "anthropic")
@@ -85,10 +86,10 @@ class _Settings:
         text = self.get(name)
         if text is None:
             return default
-        try:
-            value = int(text)
-        except ValueError:
-            raise self.bad(name, "not a whole number") from None
+        # ASCII digits, bounded: int() also reads "５" and raises past 4,300 digits
+        if not (text.isascii() and text.isdigit() and len(text) <= 15):
+            raise self.bad(name, "not a whole number (ASCII digits, at most 15)")
+        value = int(text)
         if value < 1:
             raise self.bad(name, "must be at least 1")
         return value
@@ -98,11 +99,13 @@ class _Settings:
         if text is None:
             return default
         try:
-            value = float(text)
+            value = float(text) if text.isascii() else None  # float() reads "١" too
         except ValueError:
-            raise self.bad(name, "not a number of seconds") from None
-        if not (value > 0 and value != float("inf")):
-            raise self.bad(name, "must be a positive, finite number of seconds")
+            value = None
+        if value is None:
+            raise self.bad(name, "not a number of seconds")
+        if not (0 < value <= MAX_DURATION_SECONDS):
+            raise self.bad(name, "must be a positive number of seconds, at most ten years")
         return value
 
 
@@ -154,10 +157,9 @@ def config_from(
     if seed_text is None:
         seed = secrets.randbits(32)  # printed in the summary, so the run can be replayed
     else:
-        try:
-            seed = int(seed_text)
-        except ValueError:
-            raise s.bad("DOCKET_AGENT_SEED", "not a whole number") from None
+        if not (seed_text.isascii() and seed_text.isdigit() and len(seed_text) <= 20):
+            raise s.bad("DOCKET_AGENT_SEED", "not a whole number (ASCII digits, at most 20)")
+        seed = int(seed_text)
     calls = s.positive_int("DOCKET_AGENT_CALLS", 10)  # checked in every mode: bad is bad
     try:
         policy = BackoffPolicy(

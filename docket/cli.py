@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from docket import __version__
-from docket.errors import EXIT_USAGE, DocketError
+from docket.errors import EXIT_USAGE, DocketError, one_line
 
 EPILOG = """exit codes:
   0   ok
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         return args.func(args)
     except DocketError as exc:
-        print(f"docket: {exc}", file=sys.stderr)
+        print(f"docket: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("docket: interrupted", file=sys.stderr)
@@ -249,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("DOCKET_DEBUG"):
             raise
         print(
-            f"docket: internal error: {type(exc).__name__}: {exc} (set DOCKET_DEBUG=1 for a traceback)",
+            f"docket: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+            "(set DOCKET_DEBUG=1 for a traceback)",
             file=sys.stderr,
         )
         return 70

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from docket import __version__
 from docket.clock import Clock
-from docket.errors import DocketError
+from docket.errors import DocketError, InputError
 
 CALLS = [  # (model, input tokens, cached, output tokens)
     ("gpt-4o-mini", 1200, 0, 310),
@@ -188,7 +188,11 @@ def demo_command(directory: str | None) -> int:
 
     console = Console(highlight=False, soft_wrap=True)
     folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="docket-demo-"))
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner only, like a run's folder
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner only, like a run's
+    except (OSError, ValueError) as exc:  # a file is there, no permission, a NUL in the name
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise InputError(f"demo --dir {folder}: cannot make the folder ({reason})") from None
     stub, url = start_stub(folder)
     try:
         console.print(f"[bold]1. a stub provider[/] (OpenAI-shaped) at {url}")

@@ -13,6 +13,18 @@ EXIT_CAP_KILL = 42  # a cap or a ledger ceiling stopped the run
 EXIT_EVIDENCE_LOST = 43
 
 
+def one_line(text: str, limit: int = 2000) -> str:
+    """`text` as one printable line: control characters (CR, LF, NUL, ESC, ...) shown
+    as escapes, and cut at `limit` characters.
+
+    Error messages echo what the user gave (a fault text, a file name, a value), and
+    input may hold anything: a message that spans lines, or carries a terminal escape,
+    would be mistaken for several messages, or rewrite the user's screen.
+    """
+    out = "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
+    return out if len(out) <= limit else out[:limit] + f"... ({len(out) - limit} more)"
+
+
 class DocketError(Exception):
     """A problem the user can act on; the CLI prints `docket: <message>` and exits."""
 

@@ -7,7 +7,9 @@ the problem, never a traceback.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from pathlib import Path
 
 from docket.errors import InputError
@@ -18,6 +20,10 @@ MiB = 1024 * 1024
 def existing_file(path: str | os.PathLike, what: str) -> Path:
     """The path, if it names a readable regular file that is not empty."""
     p = Path(path)
+    if "\x00" in str(p):
+        # No file has this name (the kernel takes names up to a NUL), and os.stat
+        # raises ValueError on it: a name read from a receipt or a scenario may hold one.
+        raise InputError(f"{what} {str(p)!r}: a file name cannot hold a NUL byte")
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -50,3 +56,37 @@ def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = 16 * MiB) 
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{what} {p}: not UTF-8 text (byte {exc.start})") from None
+
+
+# ---------------------------------------------------------------- durations
+
+# One grammar for the durations a person writes (policy, scenario, phase, stub flags):
+# ASCII digits only (`\d` would take "５"), a bounded number of them, and a bounded
+# value, so no later float, timer or timestamp overflows on what the input said.
+MAX_DURATION_SECONDS = 10 * 365 * 86_400.0  # ten years
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"([0-9]{1,15}(?:\.[0-9]{1,9})?)\s*([a-z]*)")
+
+
+def parse_duration(
+    value: object, *, units: tuple[str, ...] = ("ms", "s", "m", "h"), bare: bool = False
+) -> float | None:
+    """Seconds from "500ms", "30s", "5m", "1h" (the `units` allowed), or from a number
+    when `bare` (an int or float, or a string without a unit); None when `value` is
+    not such a duration, negative, not finite, or more than MAX_DURATION_SECONDS.
+    The caller names the input and the shape it wants."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value) if bare and math.isfinite(value) else None
+    elif isinstance(value, str) and (m := _DURATION.fullmatch(value.strip())):
+        number, unit = m.groups()
+        if unit:
+            seconds = float(number) * DURATION_UNITS[unit] if unit in units else None
+        else:
+            seconds = float(number) if bare else None
+    else:
+        return None
+    if seconds is None or not 0 <= seconds <= MAX_DURATION_SECONDS:
+        return None
+    return seconds

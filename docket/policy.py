@@ -31,7 +31,7 @@ from types import MappingProxyType
 from typing import Any
 
 from docket.errors import InputError
-from docket.inputs import read_text
+from docket.inputs import parse_duration, read_text
 
 MiB = 1024 * 1024
 NANO = 10**9  # nano-USD per USD: every money figure is an integer count of these
@@ -222,6 +222,10 @@ def load_policy(path: str | os.PathLike | None) -> Policy:
     except tomllib.TOMLDecodeError as exc:
         # The message ends with "(at line N, column M)": the line is named.
         raise PolicyError(f"policy {source}: malformed TOML: {exc}") from None
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables by recursion: thousands of
+        # levels exhaust the stack before any key is read. No policy nests more than 3.
+        raise PolicyError(f"policy {source}: malformed TOML: nested too deeply") from None
     return policy_from_dict(data, source=source)
 
 
@@ -422,9 +426,7 @@ def _valid_egress(entry: str) -> bool:
 # ---------------------------------------------------------------- value checks
 
 
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*\Z")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_SIZE = re.compile(r"\s*(\d+)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*\Z")
+_SIZE = re.compile(r"\s*([0-9]{1,15})\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*\Z")  # ASCII digits
 _SIZE_UNITS = {
     None: 1,
     "B": 1,
@@ -543,16 +545,13 @@ class _Checker:
         if key not in t:
             return default
         v = t[key]
-        seconds = None
-        if _is_number(v) and math.isfinite(v):
-            seconds = float(v)
-        elif isinstance(v, str) and (m := _DURATION.match(v)):
-            seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        # A number is seconds; a string needs its unit ("30" in quotes is a slip).
+        seconds = parse_duration(v, bare=not isinstance(v, str))
         if seconds is None or seconds <= 0:
             self.fail(
                 path,
                 'must be a positive duration: seconds, or a string like "500ms", "30s", "5m", '
-                f'"1h"; got {_show(v)}',
+                f'"1h" (at most ten years); got {_show(v)}',
             )
         return seconds
 
@@ -598,10 +597,50 @@ class _Checker:
 
     def url(self, t: dict, path: str, default: str) -> str:
         v = self.string(t, path, default)
-        m = re.match(r"(https?)://([^/?#\s]+)(/[^?#\s]*)?\Z", v)
-        if not m:
-            self.fail(path, f"must be an http:// or https:// URL with a host, got {_show(v)}")
+        problem = url_problem(v)
+        if problem:
+            self.fail(path, f"{problem}, got {_show(v)}")
         return v.rstrip("/")
+
+
+_URL = re.compile(r"(https?)://([^/?#\s]+)(/[^?#\s]*)?\Z")
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` is not an upstream base URL (http(s)://host[:port][/path]), or None.
+
+    Checked here, at load, by the same host rule the egress list uses, because every
+    later reader (urlsplit's .port, the Host header, the egress entry) raises a bare
+    ValueError on a port of 99999, "abc" or -1, or on "http://[::1".
+    """
+    m = _URL.match(url)
+    if not m:
+        return "must be an http:// or https:// URL with a host"
+    authority = m.group(2)
+    if "@" in authority:
+        return "must not carry user:password@ (the key comes from key_env)"
+    host, port = authority, None
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            return "has an unclosed [ around its IPv6 address"
+        host, rest = authority[: end + 1], authority[end + 1 :]
+        if rest and not rest.startswith(":"):
+            return "must have :port, or nothing, after the ] of an IPv6 address"
+        port = rest[1:] if rest else None
+    elif authority.count(":") > 1:
+        return "must put an IPv6 address in brackets (http://[::1]:8080)"
+    elif ":" in authority:
+        host, port = authority.split(":")
+    if port is not None and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return "must have a port from 1 to 65535"
+    from docket.guards.egress import canonical_host
+
+    try:
+        canonical_host(host)
+    except ValueError as exc:
+        return f"has a host that is {exc}"
+    return None
 
 
 # ---------------------------------------------------------------- docket init
@@ -620,8 +659,13 @@ def init_command(path: str, *, force: bool) -> int:
     target = Path(path)
     if target.is_dir():
         raise InputError(f"init {target}: is a directory; name the file to write")
+    if "\x00" in path:
+        raise InputError(f"init {path!r}: a file name cannot hold a NUL byte")
     if target.exists() and not force:
         raise InputError(f"init {target}: already exists (use --force to overwrite it)")
+    if target.exists() and not target.is_file():
+        # --force replaces a policy file, never a device, a FIFO or a socket (/dev/null)
+        raise InputError(f"init {target}: not a regular file; name a file to write")
     if not target.parent.is_dir():
         raise InputError(f"init {target}: no such directory {target.parent}")
     text = template_text()

@@ -428,7 +428,12 @@ class Supervisor(ChildControl):
             error = _os_error_in(exc)
             if error is None:
                 raise
-            where = f"{policy.boundary.host}:{policy.boundary.port}"
+            host = policy.boundary.host
+            where = (
+                f"[{host}]:{policy.boundary.port}"
+                if ":" in host
+                else f"{host}:{policy.boundary.port}"
+            )
             self.request_stop(
                 StopRequest(
                     f"the boundary cannot listen on {where} ({error.strerror or error})",

@@ -53,13 +53,35 @@ def compile_query(text: str) -> ParsedResult:
     """Compile a JMESPath query, checking function names and argument counts now, not mid-run."""
     if not isinstance(text, str) or not text.strip():
         raise QueryError("a query must be a non-empty JMESPath string")
+    if len(text) > MAX_QUERY_CHARS:
+        raise QueryError(f"a query is at most {MAX_QUERY_CHARS} characters, this is {len(text)}")
     try:
         parsed = jmespath.compile(text)
     except jmespath.exceptions.JMESPathError as exc:
         # ParseError's str() spans several lines with a caret; the first says what.
         raise QueryError(f"not a JMESPath query: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        # jmespath's parser recurses once per level: "((((...))))" runs out of stack.
+        raise QueryError(f"not a JMESPath query: nested more than {MAX_QUERY_DEPTH} deep") from None
+    if _depth(parsed.parsed) > MAX_QUERY_DEPTH:
+        # Its interpreter recurses the same way: refuse now rather than fail mid-game-day.
+        raise QueryError(f"not a JMESPath query: nested more than {MAX_QUERY_DEPTH} deep")
     _check_functions(parsed.parsed)
     return parsed
+
+
+MAX_QUERY_CHARS = 4096  # the longest query in gamedays/ is under 300
+MAX_QUERY_DEPTH = 64  # levels of the parsed tree; real queries use under 10
+
+
+def _depth(root: dict) -> int:
+    """The parsed tree's depth, walked without recursion (the tree may be deep)."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((c, depth + 1) for c in node.get("children", ()) if isinstance(c, dict))
+    return deepest
 
 
 def _check_functions(node: dict) -> None:
@@ -156,7 +178,8 @@ def operand_problem(op: str, value: object) -> str | None:
     """Why `value` cannot be the operand of `op` (None when it can)."""
     operator = OPERATORS[op]
     if operator.operand == "number" and not _is_number(value):
-        return f"{op} needs a number, not {json_type(value)}"
+        shown = "NaN" if json_type(value) == "number" else json_type(value)  # YAML's .nan
+        return f"{op} needs a number, not {shown}"
     if operator.operand == "true" and value is not True:
         return f"write `{op}: true` (the query's value must be the boolean {op[3:]})"
     if operator.operand == "array" and json_type(value) != "array":

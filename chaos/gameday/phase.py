@@ -24,6 +24,7 @@ from pathlib import Path
 from chaos.gameday.assertions import OPERATORS, Assertion, QueryError, compile_query
 from chaos.gameday.assertions import operand_problem as _operand_problem
 from chaos.yamldoc import Where, YamlError, load, loads
+from docket import inputs as durations
 from docket.errors import InputError
 
 MODES = ("in-process", "subprocess")
@@ -38,8 +39,6 @@ MAX_SEED = 1 << 53  # the receipt keeps the seed as an exact JSON integer (chaos
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 _FMEA_ID = re.compile(r"F[0-9]{2}")
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0}
 
 
 @dataclass(frozen=True)
@@ -126,16 +125,9 @@ class Phase:
 
 
 def parse_duration(value: object) -> float | None:
-    """Seconds from `20s`, `500ms`, `1.5m` or a bare number of seconds; None if not one."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        m = _DURATION.fullmatch(value.strip())
-        if m:
-            return float(m.group(1)) * _UNIT_S[m.group(2)]
-    return None
+    """Seconds from `20s`, `500ms`, `1.5m` or a bare number of seconds; None if not one
+    (docket.inputs' one duration grammar: ASCII digits, finite, bounded)."""
+    return durations.parse_duration(value, units=("ms", "s", "m"), bare=not isinstance(value, str))
 
 
 def leading_comment(text: str) -> str:

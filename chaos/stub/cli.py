@@ -7,25 +7,24 @@ socket is bound (a harness waits for it), then serves; a signal ends it with 0.
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 from functools import partial
 
 import trio
 
 from chaos.stub.server import RequestLog, Stub, StubConfig
+from docket import inputs as durations
 from docket.errors import InputError
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)?")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
 
 
 def parse_duration(text: str, option: str) -> float:
-    """`50ms`, `1.5s`, `2m` or a bare number of seconds, as seconds."""
-    match = _DURATION.fullmatch(text.strip())
-    if not match:
-        raise InputError(f"{option} {text!r}: not a duration (like 50ms, 1.5s, 2m)")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """`50ms`, `1.5s`, `2m` or a bare number of seconds, as seconds (docket.inputs' grammar)."""
+    seconds = durations.parse_duration(text, units=("ms", "s", "m"), bare=True)
+    if seconds is None:
+        raise InputError(
+            f"{option} {text!r}: not a duration (like 50ms, 1.5s, 2m; at most ten years)"
+        )
+    return seconds
 
 
 def stub_command(args: argparse.Namespace) -> int:

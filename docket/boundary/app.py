@@ -86,6 +86,8 @@ def make_route(
     parts = urlsplit(provider.base_url)
     default_port = 443 if parts.scheme == "https" else 80
     host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # urlsplit drops an IPv6 address's brackets; the Host header keeps them
     host_header = host if (parts.port or default_port) == default_port else f"{host}:{parts.port}"
     pool = UpstreamPool(
         f"{parts.scheme}://{parts.netloc}",

@@ -94,7 +94,9 @@ class Listening:
 
     @property
     def url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+        # An IPv6 address ([boundary] host = "::1") is bracketed in a URL (RFC 3986 3.2.2).
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
 
 Handler = Callable[["Request", "Responder"], Awaitable[None]]
@@ -190,9 +192,19 @@ async def _run_handler(
             await conn.answer_error(500, _REASONS[500], "the handler gave no response")
         return False
     try:
-        return await conn.drain_request_body()
+        if await conn.drain_request_body():
+            return True
     except (h11.RemoteProtocolError, RequestTimeout):
         return False
+    if (
+        conn.h11.their_state is h11.SEND_BODY
+        and not conn.h11.they_are_waiting_for_100_continue
+        and not conn.peer_closed
+    ):
+        # Answered (a 413, a refusal) with the body still coming: closing now would
+        # reset the connection, and the client, still sending, would lose the answer.
+        await conn.close_after_answer()
+    return False
 
 
 def _declares_no_body(request: Request) -> bool:

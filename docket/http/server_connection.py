@@ -31,7 +31,12 @@ class ServerConfig:
     request_timeout: float = 30.0  # max wait for the next bytes of a request under way
     send_timeout: float = 60.0  # a client that stops reading for this long is gone
     drain_bytes: int = 64 * 1024  # unread request body we read and drop to keep a connection
-    linger_timeout: float = 1.0  # after an error answer: wait for the client to read it
+    linger_timeout: float = 1.0  # after an error answer: the longest silence from the client
+    # After an error answer, the request's unread rest is read and dropped, within these
+    # bounds, before the socket closes: closing with bytes unread sends a reset, and a
+    # client still sending its body would lose the answer it has not read yet.
+    linger_bytes: int = 256 * 1024 * 1024
+    linger_max_seconds: float = 10.0
 
 
 class _Reader:
@@ -186,21 +191,39 @@ class _Connection:
         ).encode()
         try:
             await self.write(head + body)
+        except ClientGone:
+            return  # nobody left to tell
+        await self.close_after_answer()
+
+    async def close_after_answer(self) -> None:
+        """The answer is written; the request's body may still be arriving. Half-close
+        (the client reads our answer, then end of stream), then linger."""
+        try:
             if isinstance(self.stream, trio.abc.HalfCloseableStream):
                 await self.stream.send_eof()
-        except (ClientGone, trio.BrokenResourceError, trio.ClosedResourceError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
             return  # nobody left to tell
         await self.stop_reader()
-        with trio.move_on_after(self.config.linger_timeout):
-            drained = 0
-            while drained < 1024 * 1024:
-                try:
-                    chunk = await self.stream.receive_some(RECEIVE_SIZE)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return
-                if not chunk:
-                    return
-                drained += len(chunk)
+        await self._linger()
+
+    async def _linger(self) -> None:
+        """Read and drop what the client still sends, until it closes, falls silent
+        for linger_timeout, or passes linger_bytes or linger_max_seconds; then the
+        close is a FIN, not a reset that would discard our answer on its side."""
+        config = self.config
+        drained = 0
+        with trio.move_on_after(config.linger_max_seconds):
+            while drained < config.linger_bytes:
+                with trio.move_on_after(config.linger_timeout):
+                    try:
+                        chunk = await self.stream.receive_some(RECEIVE_SIZE)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        return
+                    if not chunk:
+                        return
+                    drained += len(chunk)
+                    continue
+                return  # silent for linger_timeout: it has read the answer, or never will
 
     async def drain_request_body(self) -> bool:
         """Read and drop what the handler left of the request body, if it is
