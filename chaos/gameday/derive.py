@@ -56,9 +56,12 @@ def latency(events: Iterable[Mapping]) -> dict:
     }
 
 
-def counts(events: Iterable[Mapping]) -> dict[str, int]:
-    """Events per type."""
-    return dict(Counter(str(e.get("type")) for e in events))
+def counts(events: Iterable[Mapping], known: Iterable[str] = ()) -> dict[str, int]:
+    """Events per type; every type in `known` (the ledger's event types) is there, 0 when
+    none was written: "no cap.exceeded" is an observation (0), not a missing value."""
+    out = dict.fromkeys(sorted(known), 0)
+    out.update(Counter(str(e.get("type")) for e in events))
+    return out
 
 
 def first_seq(events: Iterable[Mapping]) -> dict[str, int]:
@@ -221,11 +224,19 @@ def wall_ms(ts: object) -> float | None:
         return None
 
 
-def breaker(events: Sequence[Mapping], stub_logs: Mapping[str, Sequence[Mapping]]) -> dict:
+def breaker(
+    events: Sequence[Mapping],
+    stub_logs: Mapping[str, Sequence[Mapping]],
+    upstreams: Iterable[str] = (),
+) -> dict:
     """The breakers' lives as the ledger tells them, and what the stubs saw meanwhile.
 
-    `sequence[upstream]` is the states it went through, joined by `>` (starting
-    closed). An open window runs from a `breaker.state` to open until the next
+    `sequence[upstream]` is the states it went through, joined by `>`, for every
+    configured upstream (`upstreams`, and any the ledger or the stubs name) from its
+    first state: a breaker starts closed, so one that never moved reads `closed`
+    (an observation a check can fail on), never a missing key. `opened[upstream]`
+    counts its openings (0 when it never
+    opened), `opened` all of them. An open window runs from a `breaker.state` to open until the next
     `breaker.state` of that upstream (half-open, once the cooldown is over) or
     the end of the ledger. In each window, `requests` counts `model.request`
     events for that upstream (by seq: the ledger's own order), `refusals` the
@@ -234,7 +245,9 @@ def breaker(events: Sequence[Mapping], stub_logs: Mapping[str, Sequence[Mapping]
     clock's process, so the two records meet on the wall clock, at millisecond
     resolution, which is why a call at the very instant of opening is not counted).
     """
-    sequence: dict[str, list[str]] = {}
+    sequence: dict[str, list[str]] = {str(name): ["closed"] for name in upstreams}
+    for name in stub_logs:
+        sequence.setdefault(str(name), ["closed"])
     windows: list[dict] = []
     current: dict[str, dict] = {}
     for e in events:
@@ -242,6 +255,8 @@ def breaker(events: Sequence[Mapping], stub_logs: Mapping[str, Sequence[Mapping]
         if kind == "breaker.state":
             upstream = str(e.get("upstream"))
             states = sequence.setdefault(upstream, [str(e.get("from", "closed"))])
+            if len(states) == 1 and states[0] != str(e.get("from", states[0])):
+                states[0] = str(e.get("from"))  # the ledger knows better than the default
             states.append(str(e.get("to")))
             window = current.pop(upstream, None)
             if window is not None:
@@ -276,7 +291,10 @@ def breaker(events: Sequence[Mapping], stub_logs: Mapping[str, Sequence[Mapping]
         )
     return {
         "sequence": {name: ">".join(states) for name, states in sorted(sequence.items())},
-        "opened": sum(1 for w in windows),
+        "opened": len(windows),
+        "opens": {
+            name: sum(1 for w in windows if w["upstream"] == name) for name in sorted(sequence)
+        },
         "open_windows": windows,
         "requests_while_open": sum(w["requests"] for w in windows),
         "refusals_while_open": sum(w["refusals"] for w in windows),
@@ -302,12 +320,15 @@ def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def derive(evidence: Mapping) -> dict:
-    """The derived fields, by the name an assertion queries them by."""
+def derive(evidence: Mapping, upstreams: Iterable[str] = ()) -> dict:
+    """The derived fields, by the name an assertion queries them by; `upstreams` are
+    the configured providers' names, so a fact about each exists from its first state."""
+    from docket.ledger.chain import EVENT_TYPES
+
     events = evidence.get("events") or []
     stubs = evidence.get("stubs") or {}
     return {
-        "counts": counts(events),
+        "counts": counts(events, EVENT_TYPES),
         "first_seq": first_seq(events),
         "latency": latency(events),
         "mono": mono(events),
@@ -317,5 +338,5 @@ def derive(evidence: Mapping) -> dict:
         "stub_match": stub_match(events, stubs),
         "in_flight": in_flight(events),
         "backoffs": backoffs(events),
-        "breaker": breaker(events, stubs),
+        "breaker": breaker(events, stubs, upstreams),
     }

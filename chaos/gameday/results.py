@@ -24,13 +24,17 @@ class CheckResult:
     check: Check
     line: int
     run: str = "run"
+    requires: tuple[str, ...] = ()  # the checks it is meaningful only after (`requires:`)
 
     @property
     def verdict(self) -> str:
         return self.check.verdict
 
     def to_json(self) -> dict:
-        return {**self.check.to_json(), "line": self.line, "run": self.run}
+        out = {**self.check.to_json(), "line": self.line, "run": self.run}
+        if self.requires:
+            out["requires"] = list(self.requires)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping) -> CheckResult:
@@ -39,6 +43,7 @@ class CheckResult:
             Check(**fields, reason=data.get("reason", "")),
             int(data.get("line", 0)),
             str(data.get("run", "run")),
+            tuple(data.get("requires", ())),
         )
 
 

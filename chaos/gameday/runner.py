@@ -29,7 +29,7 @@ from pathlib import Path
 import trio
 
 from chaos.gameday import aftermath
-from chaos.gameday.assertions import UNKNOWN, Check, evaluate
+from chaos.gameday.assertions import UNKNOWN, Check, evaluate, with_preconditions
 from chaos.gameday.derive import derive
 from chaos.gameday.phase import Phase, RunSpec
 from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult, PhaseRun
@@ -67,7 +67,8 @@ def resolved_policy(policy: dict) -> dict:
 def complete_evidence(evidence: dict, scenario) -> dict:
     """The engine's evidence plus the derived facts and the policy, under their own names."""
     out = dict(evidence)
-    for key, value in derive(evidence).items():
+    names = [p.name for p in getattr(scenario, "providers", ())]
+    for key, value in derive(evidence, names).items():
         out.setdefault(key, value)
     out.setdefault("policy", resolved_policy(getattr(scenario, "policy", {}) or {}))
     return out
@@ -111,7 +112,7 @@ def judge(
     phase: Phase, outcomes: Mapping[str, Outcome], *, seed: int, duration_s: float
 ) -> PhaseResult:
     """Evaluate every assertion of the phase over the evidence of the run it names."""
-    checks: list[CheckResult] = []
+    plain: list[Check] = []
     for expectation in phase.expect:
         a = expectation.assertion
         outcome = outcomes.get(expectation.run) or Outcome(None, "the run did not run")
@@ -119,7 +120,12 @@ def judge(
             check = Check(a.name, a.query, a.op, a.expected, None, UNKNOWN, outcome.error or "")
         else:
             check = evaluate(a, outcome.evidence)
-        checks.append(CheckResult(check, expectation.line, expectation.run))
+        plain.append(check)
+    judged = with_preconditions(plain, [e.requires for e in phase.expect])
+    checks = [
+        CheckResult(check, e.line, e.run, e.requires)
+        for check, e in zip(judged, phase.expect, strict=True)
+    ]
     runs = tuple(
         judge_run(
             spec,
