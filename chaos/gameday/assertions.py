@@ -203,7 +203,7 @@ class Assertion:
     @property
     def shown(self) -> str:
         """`query op expected`, as a report prints it."""
-        return f"{self.query} {OPERATORS[self.op].shown} {brief(self.expected)}"
+        return f"{self.query} {expectation(self.op, self.expected)}"
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,7 @@ def evaluate(assertion: Assertion, evidence: object) -> Check:
     return check(
         FAIL,
         observed,
-        f"observed {brief(observed)}, expected {operator.shown} {brief(assertion.expected)}",
+        f"observed {brief(observed)}, expected {expectation(assertion.op, assertion.expected)}",
     )
 
 
@@ -325,6 +325,16 @@ def worst(verdicts) -> str:
     if not verdicts:
         return UNKNOWN
     return max(verdicts, key=_RANK.__getitem__)
+
+
+def expectation(op: str, expected: object) -> str:
+    """What a check expects, in words: `is false` for `is_false: true` (the operand of
+    is_true/is_false is always true, so printing it would say "is true" for is_false),
+    else the operator's sign and the value (`>= 1`, `== [0, 0]`)."""
+    if op in ("is_true", "is_false"):
+        return f"is {op[3:]}"
+    operator = OPERATORS.get(op)
+    return f"{operator.shown if operator else op} {brief(expected)}"
 
 
 def brief(value: object, limit: int = 120) -> str:

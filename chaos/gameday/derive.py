@@ -36,7 +36,9 @@ def _summary(durations: list[float]) -> dict:
         "count": len(durations),
         "p50_ms": percentile(durations, 50),
         "p90_ms": percentile(durations, 90),
+        "p95_ms": percentile(durations, 95),
         "p99_ms": percentile(durations, 99),
+        "p999_ms": percentile(durations, 99.9),
         "max_ms": max(durations) if durations else None,
     }
 

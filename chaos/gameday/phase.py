@@ -452,6 +452,7 @@ def load_phases(selected: Sequence[str] = (), *, folder: Traversable | None = No
     phases are asked for); `selected` names phases by name, or by the path of a
     phase file elsewhere, and keeps the folder's order otherwise.
     """
+    bundled = folder is None
     if folder is None:
         from chaos.data.locate import folder as data_folder
 
@@ -460,7 +461,11 @@ def load_phases(selected: Sequence[str] = (), *, folder: Traversable | None = No
     phases: list[Phase] = []
     for f in _phase_files(folder):
         text = f.read_text(encoding="utf-8")
-        phases.append(loads_phase(text, _shown_path(f), known_fmea=known))
+        # The bundled phases are named by their place in the repository, wherever they
+        # were read from (a checkout, or an installed wheel inside .nox/), so the report
+        # and JUnit's file= point at the file a CI annotation should land on.
+        shown = f"gamedays/{f.name}" if bundled else _shown_path(f)
+        phases.append(loads_phase(text, shown, known_fmea=known))
     by_name: dict[str, Phase] = {}
     for phase in phases:
         if phase.name in by_name:

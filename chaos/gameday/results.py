@@ -77,10 +77,14 @@ class PhaseRun:
     providers: tuple[Mapping, ...] = ()  # [{"name", "kind", "via_proxy"}]
     agents: tuple[Mapping, ...] = ()  # [{"name", "mode", ...}] as the scenario declares them
     facts: Mapping = field(default_factory=dict)  # derived evidence worth showing (latency, ...)
+    # the run's folder, kept (`--keep`, default REPORT/evidence): ledger, receipt, stub
+    # logs, metrics, probes, agents' output; "" when the run was in a temporary folder
+    evidence_dir: str = ""
 
     def to_json(self) -> dict:
         return {
             "name": self.name,
+            "evidence_dir": self.evidence_dir,
             "title": self.title,
             "repro": self.repro,
             "engine_repro": self.engine_repro,
@@ -115,6 +119,7 @@ class PhaseRun:
             providers=tuple(data.get("providers", ())),
             agents=tuple(data.get("agents", ())),
             facts=data.get("facts", {}),
+            evidence_dir=data.get("evidence_dir", ""),
         )
 
 
