@@ -59,9 +59,9 @@ class FmeaView:
 
     @property
     def verdict(self) -> str:
-        """The latest verdict of the phases that exercise it ('' when none does)."""
+        """The worst verdict of the phases that exercise it ('' when none does)."""
         verdicts = {link.phase_verdict for link in self.links}
-        for v in (UNKNOWN, FAIL, "pass"):
+        for v in (FAIL, UNKNOWN, "pass"):  # as the phases roll up: a fail is never hidden
             if v in verdicts:
                 return v
         return ""

@@ -535,7 +535,7 @@ def game_day_command(args) -> int:
     except OSError as exc:  # checked before the run; the disk or a race can still refuse
         where = exc.filename or args.report
         raise InputError(f"cannot write the report to {where}: {exc.strerror}") from None
-    progress.summary(result, written)
+    progress.summary(result, written, keep)
     return INTERRUPTED if result.interrupted else result.exit_code
 
 
