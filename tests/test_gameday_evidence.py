@@ -124,6 +124,7 @@ def test_is_false_reads_as_is_false():
     result = GameDayResult((phase("p", ("F03",), (c,)),), "t", 1.0, None, "0.1.0")
     assert "<code>is false</code>" in render_html(result)
     assert "expected: is false\nobserved: true" in render_junit(result)
+    assert c.to_json()["expects"] == "is false"
 
 
 @given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e21, max_value=1e21))

@@ -135,9 +135,11 @@ MUTANTS = [
         "runaway-loop",
         frozenset(
             {
+                # deny mode: nothing is ever refused, and the spend runs past the cap
                 "the spend cap was breached and a call refused",
-                "the call cap was breached and a call refused",
                 "eight callers at once did not push the spend past the cap ($0.001 = 1000000 nUSD)",
+                # kill mode: the breach is seen only when the 21st call is charged, so
+                # it was forwarded (the kill itself still happens: the guard stops the run)
                 "no more calls were forwarded than the cap allows, with seven callers at once",
             }
         ),

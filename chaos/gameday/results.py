@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from chaos.gameday.assertions import PASS, UNKNOWN, Check, worst
+from chaos.gameday.assertions import PASS, UNKNOWN, Check, expectation, worst
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -32,6 +32,8 @@ class CheckResult:
 
     def to_json(self) -> dict:
         out = {**self.check.to_json(), "line": self.line, "run": self.run}
+        # what the check expects in words (`is false` for op is_false, expected true)
+        out["expects"] = expectation(self.check.op, self.check.expected)
         if self.requires:
             out["requires"] = list(self.requires)
         return out
