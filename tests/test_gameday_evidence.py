@@ -206,6 +206,21 @@ def test_a_non_zero_exit_on_a_passing_phase_is_explained():
         GameDayResult((phase("p", ("F03",), (c, judged), runs=(run,)),), "t", 1.0, None, "0")
     )
     assert "check #2 judges it" in html
+    # the agent's last stderr line says why it exited so; a signal is named
+    said = a_run(
+        exit_status=1,
+        run_reason="child exited with status 1",
+        facts={"agent_stderr": {"streamer": "docket: agent: the call failed: peer closed"}},
+    )
+    html = render_html(
+        GameDayResult((phase("p", ("F03",), (c,), runs=(said,)),), "t", 1, None, "0")
+    )
+    assert "(streamer said: docket: agent: the call failed: peer closed)" in html
+    killed = a_run(exit_status=137, run_reason="docket chaos exited with status 137")
+    html = render_html(
+        GameDayResult((phase("p", ("F03",), (c,), runs=(killed,)),), "t", 1, None, "0")
+    )
+    assert "137 is 128 + 9: killed by signal 9 (SIGKILL)" in html
 
 
 def test_fmea_cells_render_code_spans_inside_the_page():

@@ -213,6 +213,15 @@ def _environment():
     return env
 
 
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return f"{number} ({signal.Signals(number).name})"
+    except ValueError:
+        return str(number)
+
+
 def code_spans(text: object):
     """Markdown code spans (`x`) as <code>, the rest escaped: the FMEA table's cells come
     from docs/resilience.md, where `docket_breaker_open` is written with backticks."""
@@ -231,10 +240,19 @@ def exit_note(phase: PhaseResult, run: PhaseRun) -> str:
     """Why a run's non-zero exit is not by itself a failure, and which checks judge it."""
     if run.exit_status in (None, 0):
         return ""
-    meaning = {
-        42: "a cap or the ledger's ceiling stopped the run",
-        43: "a ledger write failed and fail_fast_evidence stopped the run",
-    }.get(run.exit_status, "the agent's own exit status, which the supervisor passes on")
+    status = run.exit_status
+    if status in (42, 43):
+        meaning = {
+            42: "a cap or the ledger's ceiling stopped the run",
+            43: "a ledger write failed and fail_fast_evidence stopped the run",
+        }[status]
+    elif status > 128:
+        meaning = f"{status} is 128 + {status - 128}: killed by signal {_signal_name(status - 128)}"
+    else:
+        meaning = "the agent's own exit status, which the supervisor passes on"
+        said = run.facts.get("agent_stderr") or {}
+        if said:
+            meaning += " (" + "; ".join(f"{name} said: {line}" for name, line in said.items()) + ")"
     judged = [
         str(i + 1)
         for i, c in enumerate(phase.checks)

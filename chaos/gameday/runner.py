@@ -76,7 +76,8 @@ def complete_evidence(evidence: dict, scenario) -> dict:
     return out
 
 
-SHOWN_FACTS = ("doctor", "quarantine", "verify", "orphans", "stub_rate", "mono", "stub_match")
+SHOWN_FACTS = ("doctor", "quarantine", "verify", "orphans", "stub_rate", "mono", "stub_match",
+               "agent_stderr")  # fmt: skip
 
 
 def judge_run(spec: RunSpec, outcome: Outcome, *, phase: Phase, seed: int) -> PhaseRun:
@@ -261,6 +262,15 @@ async def add_aftermath(evidence: dict) -> None:
     if ledger.is_file():
         evidence.setdefault("ledger_file", {"bytes": ledger.stat().st_size})
         evidence.update(aftermath.doctor_facts(ledger))
+    # each agent's last word on stderr: why it exited as it did (the reference agent
+    # prints its own verdict there, "agent: ..."), for the report's "run ended"
+    from chaos.cli import last_line
+
+    evidence["agent_stderr"] = {
+        err.stem: said
+        for err in sorted((ledger.parent / "agents").glob("*.err"))
+        if (said := last_line(err))
+    }
     pids = aftermath.spawned_pids(evidence.get("events") or [], ledger.parent, notes)
     evidence["spawned"] = pids
     evidence["orphans"] = await aftermath.orphans(pids)
