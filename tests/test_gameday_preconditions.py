@@ -143,3 +143,35 @@ def test_a_bad_requires_is_one_line_with_its_place(requires, problem):
     with pytest.raises(YamlError) as caught:
         loads_phase(text, "gamedays/demo.yaml")
     assert problem in str(caught.value) and "gamedays/demo.yaml:" in str(caught.value)
+
+
+TWO_RUNS = """\
+name: pair
+title: Two runs
+fmea: [F03]
+seed: 7
+budget: 20s
+runs:
+  - name: first
+    run: {agents: [{name: a, mode: loop, calls: 1}], max_wall_clock: 5s}
+  - name: second
+    run: {agents: [{name: a, mode: loop, calls: 1}], max_wall_clock: 5s}
+expect:
+  - name: one call
+    run: first
+    query: "counts.\\"model.request\\""
+    equals: 1
+  - name: another call
+    run: second
+    query: "counts.\\"model.request\\""
+    equals: 1
+    requires: one call
+"""
+
+
+def test_a_precondition_reads_the_same_run():
+    with pytest.raises(YamlError) as caught:
+        loads_phase(TWO_RUNS, "gamedays/pair.yaml")
+    assert "requires 'one call', which reads run 'first', not 'second'" in str(caught.value)
+    phase = loads_phase(TWO_RUNS.replace("    requires: one call\n", ""), "gamedays/pair.yaml")
+    assert phase.only("second").expect[0].requires == ()
