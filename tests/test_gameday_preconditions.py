@@ -63,6 +63,14 @@ def test_a_breaker_that_never_moved_is_closed_not_missing():
     assert out["sequence"] == {"openai": "closed>open"} and out["opens"] == {"openai": 1}
 
 
+def test_every_configured_upstream_has_latency_facts():
+    out = derive({"events": [], "stubs": {}}, ["openai"])["latency"]["by_provider"]
+    assert out == {
+        "openai": {"count": 0, "p50_ms": None, "p90_ms": None, "p95_ms": None,
+                   "p99_ms": None, "p999_ms": None, "max_ms": None}
+    }  # fmt: skip
+
+
 def test_counts_name_every_ledger_event_type_with_zero():
     from docket.ledger.chain import EVENT_TYPES
 

@@ -43,11 +43,12 @@ def _summary(durations: list[float]) -> dict:
     }
 
 
-def latency(events: Iterable[Mapping]) -> dict:
+def latency(events: Iterable[Mapping], upstreams: Iterable[str] = ()) -> dict:
     """Per-call time from forwarding to the closing event (the ledger's `duration_ms`),
-    over every closed call and per provider."""
+    over every closed call and per provider; every configured upstream is there, with
+    count 0 (and null percentiles) when none of its calls closed."""
     every: list[float] = []
-    by_provider: dict[str, list[float]] = {}
+    by_provider: dict[str, list[float]] = {str(name): [] for name in upstreams}
     for e in events:
         if e.get("type") in CLOSING and _number(e.get("duration_ms")):
             every.append(e["duration_ms"])
@@ -332,7 +333,7 @@ def derive(evidence: Mapping, upstreams: Iterable[str] = ()) -> dict:
     return {
         "counts": counts(events, EVENT_TYPES),
         "first_seq": first_seq(events),
-        "latency": latency(events),
+        "latency": latency(events, upstreams),
         "mono": mono(events),
         "stub_calls": stub_calls(stubs),
         "stub_rate": stub_rate(stubs),
