@@ -247,3 +247,18 @@ def test_only_relative_links_count_as_evidence():
     assert not is_local("https://example.com/x") and not is_local("/etc/passwd")
     assert not is_local("file:///tmp/x")
     assert os.sep == "/"  # the links are POSIX paths, as the report is made here
+
+
+def test_a_run_without_a_receipt_is_checked_with_doctor(tmp_path: Path):
+    from chaos.gameday.report import evidence_view
+
+    run_dir = tmp_path / "evidence" / "p" / "kill" / "run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "ledger.jsonl").write_text("")
+    view = evidence_view(a_run(evidence_dir=str(run_dir)), tmp_path)
+    assert view.verify == f"docket doctor {run_dir / 'ledger.jsonl'}"
+    assert ("ledger", "evidence/p/kill/run/ledger.jsonl") in view.files
+    (run_dir / "receipt.json").write_text("{}")
+    view = evidence_view(a_run(evidence_dir=str(run_dir)), tmp_path)
+    assert view.verify.startswith("docket verify --ledger ")
+    assert evidence_view(a_run(), tmp_path) is None  # a run in a temporary folder

@@ -140,6 +140,7 @@ EVIDENCE_FILES = (
     ("probes", "probes.jsonl"),
     ("faults performed", "injected.jsonl"),
     ("notes", "notes.txt"),
+    ("worker's output", "worker.err"),  # a run in a process of its own (chaos.worker)
 )
 
 
@@ -150,7 +151,7 @@ class EvidenceView:
     folder: str  # the link to the folder
     shown: str  # the folder as a reader would type it
     files: tuple[tuple[str, str], ...]  # (label, href)
-    verify: str  # the command that checks the receipt against the ledger
+    verify: str  # `docket verify` of the receipt against the ledger (`docket doctor` if none)
 
 
 def evidence_view(run: PhaseRun, report_dir: str | os.PathLike | None) -> EvidenceView | None:
@@ -178,9 +179,11 @@ def evidence_view(run: PhaseRun, report_dir: str | os.PathLike | None) -> Eviden
         files.append(("agents' output", href(folder / "agents") + "/"))
     if (folder.parent / "run.yaml").is_file():
         files.append(("scenario", href(folder.parent / "run.yaml")))
-    verify = shlex.join(
-        ["docket", "verify", "--ledger", str(folder / "ledger.jsonl"), str(folder / "receipt.json")]
-    )
+    if (folder / "receipt.json").is_file():
+        argv = ["docket", "verify", "--ledger", str(folder / "ledger.jsonl")]
+        verify = shlex.join([*argv, str(folder / "receipt.json")])
+    else:  # the recorder was killed before its receipt: doctor reads the ledger alone
+        verify = shlex.join(["docket", "doctor", str(folder / "ledger.jsonl")])
     return EvidenceView(href(folder) + "/", str(folder), tuple(files), verify)
 
 
