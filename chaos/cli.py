@@ -130,26 +130,45 @@ def chaos_command(args) -> int:
             raise
         raise _first_leaf(refused) from None
     summary = result.summary()
+    by_rule = ", ".join(f"{rule} {n}" for rule, n in summary["refused_by_rule"].items())
     print(
         f"run: {summary['calls']} call(s), {summary['ok']} ok, {summary['errors']} error(s), "
-        f"{summary['refused']} refused; {summary['faults_injected']} fault record(s) in the "
+        f"{summary['refused']} refused{f' ({by_rule})' if by_rule else ''}; "
+        f"{summary['faults_injected']} fault record(s) in the "
         f"ledger, {summary['faults_performed']} fault(s) performed"
     )
     if summary["ledger_complete"] is False:
         print("ledger: incomplete (write faults): see the receipt's ops.evidence")
-    for name, report in result.agent_reports.items():
-        if report is None:
-            # the agent's last word on stderr is usually why (a bad command, a crash)
-            said = last_line(result.folder / "agents" / f"{name}.err")
-            print(f"agent {name}: no report" + (f" (stderr: {said})" if said else ""))
-        else:
-            print(f"agent {name}: {json.dumps(report)}")
+    for line in agent_lines(result):
+        print(line)
     for note in result.notes:
         print(f"note: {note}")
     print(f"exit {result.exit_status}: {result.reason}")
     print(f"folder: {result.folder}")
     print(f"reproduce: {shlex.join(repro_argv(args, seed))}")
     return result.exit_status
+
+
+def agent_lines(result) -> list[str]:
+    """One line per agent saying where its output went (agents/NAME.out and .err in the
+    run folder) and what it reported: its JSON report is the last JSON line of its
+    stdout; a command that prints none (any program given after --) is not a failure."""
+    lines = []
+    for name, report in result.agent_reports.items():
+        out = result.folder / "agents" / f"{name}.out"
+        err = result.folder / "agents" / f"{name}.err"
+        where = f"output in {out} and {err.name}"
+        if report is not None:
+            lines.append(f"agent {name!r}: report {json.dumps(report)} ({where})")
+            continue
+        # the agent's last word on stderr is usually why it printed no report (a bad
+        # command, a crash); a program that is not docket's reference agent prints none
+        said = last_line(err)
+        text = f"agent {name!r}: printed no JSON report ({where})"
+        if said:
+            text += f"; its last stderr line: {said}"
+        lines.append(text)
+    return lines
 
 
 def last_line(path: Path, limit: int = 200) -> str | None:

@@ -16,6 +16,31 @@ from docket.ledger.reader import iter_lines
 
 NOTES = "notes.txt"  # the engine's notes on the run (others' proxies, teardown), one a line
 
+# Every way the boundary refuses a call, by the ledger event it writes, and the name
+# the agent sees it by (its docket_* error type); a policy refusal is named by its rule
+# (caps.max_usd, egress ...), which says more than docket_policy_denied.
+REFUSALS = {
+    "policy.denied": "docket_policy_denied",
+    "x-docket.breaker-open": "docket_breaker_open",
+    "x-docket.rate-limited": "docket_rate_limited",
+    "load.shed": "docket_load_shed",
+}
+
+
+def refusals_by_rule(events) -> dict[str, int]:
+    """Refused calls per rule: a policy refusal by its `rule`, any other by its error type."""
+    out: dict[str, int] = {}
+    for event in events:
+        kind = event.get("type")
+        if kind in REFUSALS:
+            rule = (
+                str(event.get("rule") or REFUSALS[kind])
+                if kind == "policy.denied"
+                else REFUSALS[kind]
+            )
+            out[rule] = out.get(rule, 0) + 1
+    return dict(sorted(out.items()))
+
 
 @dataclass
 class RunResult:
@@ -65,7 +90,8 @@ class RunResult:
             "calls": types.get("model.request", 0),
             "ok": types.get("model.response", 0),
             "errors": types.get("model.error", 0),
-            "refused": types.get("policy.denied", 0),
+            "refused": sum(types.get(kind, 0) for kind in REFUSALS),
+            "refused_by_rule": refusals_by_rule(self.events),
             "faults_injected": faults.get("injected", types.get("fault.injected", 0)),
             "faults_performed": len(self.injected),
             "ledger_complete": ((self.receipt.get("ops") or {}).get("evidence") or {}).get(

@@ -221,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--junit", default=None, metavar="FILE", help="JUnit XML here instead")
     p.add_argument("--json", default=None, metavar="FILE", help="the results as JSON here instead")
+    p.add_argument(
+        "--keep",
+        default=None,
+        metavar="DIR",
+        help="keep each phase's evidence (ledger, receipt, stub logs, metrics) in DIR/PHASE "
+        "(default: REPORT/evidence)",
+    )
     p.set_defaults(func=cmd_game_day)
     return parser
 

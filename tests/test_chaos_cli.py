@@ -211,10 +211,13 @@ def test_an_agent_that_cannot_start_is_explained_and_a_used_folder_is_refused(tm
     run_dir = tmp_path / "run"
     done = docket("chaos", "--seed", "2", "--dir", str(run_dir), "--", "no-such-agent-cmd")
     assert done.returncode == 127, done.stderr
+    err = run_dir / "agents" / "agent.err"
     assert (
-        "agent agent: no report (stderr: chaos launcher: cannot start no-such-agent-cmd: "
+        f"agent 'agent': printed no JSON report (output in {run_dir / 'agents' / 'agent.out'} "
+        f"and agent.err); its last stderr line: chaos launcher: cannot start no-such-agent-cmd: "
         in done.stdout
-    )
+    ), done.stdout
+    assert err.is_file()
     assert not (run_dir / "agents" / "agent.pid").exists()  # that process never ran it
     again = docket("chaos", "--seed", "2", "--dir", str(run_dir), "--agent", "once")
     assert again.returncode == 2 and again.stdout == ""

@@ -217,7 +217,7 @@ def test_ctrl_c_during_an_in_process_run_stops_the_day(tmp_path: Path):
     import time
 
     report = tmp_path / "report"
-    env = os.environ | {"TMPDIR": str(tmp_path)}  # the phase's temporary folder lands here
+    env = os.environ | {"TMPDIR": str(tmp_path)}  # a temporary folder would land here
     proc = subprocess.Popen(
         [sys.executable, "-m", "docket", "game-day", "--report", str(report)]
         + ["--phase", "upstream-latency", "--phase", "circuit-breaker"],
@@ -230,7 +230,7 @@ def test_ctrl_c_during_an_in_process_run_stops_the_day(tmp_path: Path):
     try:
         deadline = time.monotonic() + 60
         # wait until an agent is running under the first phase's supervisor
-        while not list(tmp_path.glob("docket-gameday-upstream-latency-*/*/run/agents/*.pid")):
+        while not list(report.glob("evidence/upstream-latency/*/run/agents/*.pid")):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
             time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
@@ -244,4 +244,6 @@ def test_ctrl_c_during_an_in_process_run_stops_the_day(tmp_path: Path):
     assert data["interrupted"] is True
     assert [p["name"] for p in data["phases"]] == []  # the cut phase is not reported as judged
     assert "circuit-breaker" not in out  # the day stopped; the next phase never started
-    assert list(tmp_path.glob("docket-gameday-*")) == []  # its temporary folder went too
+    assert list(tmp_path.glob("docket-gameday-*")) == []  # nothing left in a temporary folder
+    # the cut phase's evidence is kept beside the report, for a reader to see how far it got
+    assert list(report.glob("evidence/upstream-latency/run/run/ledger.jsonl"))

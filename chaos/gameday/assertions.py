@@ -29,7 +29,10 @@ UNKNOWN = "unknown"
 VERDICTS = (PASS, FAIL, UNKNOWN)
 
 # How bad each verdict is, for rolling checks up into a phase and a whole game day.
-_RANK = {PASS: 0, FAIL: 1, UNKNOWN: 2}
+# A fail outranks an unknown: a check that observed a contradicting value is a
+# regression found, and one check that could not be judged must not hide it (a
+# breaker that never opened used to read as "unknown, exit 2" instead of "fail").
+_RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
 
 _FUNCTIONS = jmespath.functions.Functions().FUNCTION_TABLE
 
@@ -223,7 +226,7 @@ class Assertion:
     @property
     def shown(self) -> str:
         """`query op expected`, as a report prints it."""
-        return f"{self.query} {OPERATORS[self.op].shown} {brief(self.expected)}"
+        return f"{self.query} {expectation(self.op, self.expected)}"
 
 
 @dataclass(frozen=True)
@@ -282,7 +285,7 @@ def evaluate(assertion: Assertion, evidence: object) -> Check:
     return check(
         FAIL,
         observed,
-        f"observed {brief(observed)}, expected {operator.shown} {brief(assertion.expected)}",
+        f"observed {brief(observed)}, expected {expectation(assertion.op, assertion.expected)}",
     )
 
 
@@ -303,8 +306,41 @@ def _observed_problem(operator: Operator, observed: object, kind: str, expected:
     return ""
 
 
+def with_preconditions(checks: list[Check], requires: list[tuple[str, ...]]) -> list[Check]:
+    """Each check judged again in the light of its preconditions (`requires:`).
+
+    A check whose precondition failed is a fail, whatever its own query said: a
+    claim about the open breaker is not shown by a run where it never opened (it
+    would pass vacuously). One whose precondition could not be judged is unknown.
+    The precondition is a check of its own, so its fail is reported there too.
+    Preconditions name earlier checks, so one pass in order settles chains.
+    """
+    by_name: dict[str, Check] = {}
+    out: list[Check] = []
+    for check, needs in zip(checks, requires, strict=True):
+        failed = [n for n in needs if by_name[n].verdict == FAIL]
+        unread = [n for n in needs if by_name[n].verdict == UNKNOWN]
+        if failed:
+            check = _replace_verdict(
+                check, FAIL, f"precondition not met: «{failed[0]}» failed, so this was not shown"
+            )
+        elif unread and check.verdict != FAIL:
+            check = _replace_verdict(
+                check, UNKNOWN, f"precondition «{unread[0]}» could not be judged"
+            )
+        by_name[check.name] = check
+        out.append(check)
+    return out
+
+
+def _replace_verdict(check: Check, verdict: str, reason: str) -> Check:
+    from dataclasses import replace
+
+    return replace(check, verdict=verdict, reason=reason)
+
+
 def worst(verdicts) -> str:
-    """The verdict of a group: unknown if any is unknown, else fail if any fails, else pass.
+    """The verdict of a group: fail if any fails, else unknown if any is unknown, else pass.
 
     An empty group has nothing that passed, so it is unknown.
     """
@@ -312,6 +348,16 @@ def worst(verdicts) -> str:
     if not verdicts:
         return UNKNOWN
     return max(verdicts, key=_RANK.__getitem__)
+
+
+def expectation(op: str, expected: object) -> str:
+    """What a check expects, in words: `is false` for `is_false: true` (the operand of
+    is_true/is_false is always true, so printing it would say "is true" for is_false),
+    else the operator's sign and the value (`>= 1`, `== [0, 0]`)."""
+    if op in ("is_true", "is_false"):
+        return f"is {op[3:]}"
+    operator = OPERATORS.get(op)
+    return f"{operator.shown if operator else op} {brief(expected)}"
 
 
 def brief(value: object, limit: int = 120) -> str:

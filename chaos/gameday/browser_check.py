@@ -5,8 +5,10 @@
 The browser loads the file with the network off (a proxy that goes nowhere), dumps
 the DOM it built, and takes a screenshot. The check passes when the DOM has the
 report's sections, an SVG timeline per phase, an FMEA row for every row of the
-table, every internal link lands on an element the browser created, and nothing
-refers outside the page. Exit 0 pass, 1 a check failed, 2 no browser or no report.
+table, every internal link lands on an element the browser created, every link to
+the kept evidence (a relative path: ledger, receipt, stub logs) names a file or
+folder beside the report, and nothing refers outside the page and its folder.
+With --screenshot FILE the screenshot is kept there, for a person to look at. Exit 0 pass, 1 a check failed, 2 no browser or no report.
 """
 
 from __future__ import annotations
@@ -29,11 +31,27 @@ FLAGS = [
 ]
 
 
+def is_local(href: str) -> bool:
+    """A relative path (the kept evidence beside the report), not a URL or absolute path."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(href)
+    return not (parts.scheme or parts.netloc or href.startswith("/"))
+
+
+def missing_local(report: Path, hrefs: list[str]) -> list[str]:
+    """The relative links that name nothing on disk, from the report's folder."""
+    from urllib.parse import unquote
+
+    return sorted({h for h in hrefs if not (report.parent / unquote(h)).exists()})
+
+
 class Dom(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.ids: set[str] = set()
         self.hrefs: list[str] = []
+        self.local: list[str] = []
         self.external: list[str] = []
         self.svgs = 0
         self.phases = 0
@@ -55,6 +73,8 @@ class Dom(HTMLParser):
                 continue
             if value.startswith("#"):
                 self.hrefs.append(value[1:])
+            elif key == "href" and is_local(value):
+                self.local.append(value)
             else:
                 self.external.append(value)
 
@@ -82,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.gameday.browser_check")
     parser.add_argument("report")
     parser.add_argument("--browser", default=shutil.which("chromium") or "chromium")
+    parser.add_argument("--screenshot", default=None, metavar="FILE", help="keep it here")
     args = parser.parse_args(argv)
     report = Path(args.report).resolve()
     if not report.is_file():
@@ -103,12 +124,17 @@ def main(argv: list[str] | None = None) -> int:
             timeout=TIMEOUT_S,
         )
         shot_bytes = shot.stat().st_size if shot.exists() else 0
+        if shot_bytes and args.screenshot:
+            shutil.copyfile(shot, args.screenshot)
     if dumped.returncode != 0 or "<html" not in dumped.stdout:
         print(f"browser check: {args.browser} did not render {url}: {dumped.stderr.strip()[-300:]}")
         return 1
     dom = Dom()
     dom.feed(dumped.stdout)
     found = problems(dom)
+    gone = missing_local(report, dom.local)
+    if gone:
+        found.append(f"{len(gone)} evidence link(s) name no file: {', '.join(gone[:5])}")
     if shot_bytes == 0:
         found.append("the browser took no screenshot (the page did not paint)")
     for line in found:
@@ -117,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(
         f"browser check: ok: {dom.phases} phases, {dom.svgs} timelines, {dom.fmea_rows} FMEA rows, "
-        f"{len(dom.hrefs)} internal links all resolve, screenshot {shot_bytes} bytes"
+        f"{len(dom.hrefs)} internal links all resolve, {len(dom.local)} evidence links name "
+        f"files beside the report, screenshot {shot_bytes} bytes"
     )
     return 0
 

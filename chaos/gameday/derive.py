@@ -36,16 +36,19 @@ def _summary(durations: list[float]) -> dict:
         "count": len(durations),
         "p50_ms": percentile(durations, 50),
         "p90_ms": percentile(durations, 90),
+        "p95_ms": percentile(durations, 95),
         "p99_ms": percentile(durations, 99),
+        "p999_ms": percentile(durations, 99.9),
         "max_ms": max(durations) if durations else None,
     }
 
 
-def latency(events: Iterable[Mapping]) -> dict:
+def latency(events: Iterable[Mapping], upstreams: Iterable[str] = ()) -> dict:
     """Per-call time from forwarding to the closing event (the ledger's `duration_ms`),
-    over every closed call and per provider."""
+    over every closed call and per provider; every configured upstream is there, with
+    count 0 (and null percentiles) when none of its calls closed."""
     every: list[float] = []
-    by_provider: dict[str, list[float]] = {}
+    by_provider: dict[str, list[float]] = {str(name): [] for name in upstreams}
     for e in events:
         if e.get("type") in CLOSING and _number(e.get("duration_ms")):
             every.append(e["duration_ms"])
@@ -56,9 +59,12 @@ def latency(events: Iterable[Mapping]) -> dict:
     }
 
 
-def counts(events: Iterable[Mapping]) -> dict[str, int]:
-    """Events per type."""
-    return dict(Counter(str(e.get("type")) for e in events))
+def counts(events: Iterable[Mapping], known: Iterable[str] = ()) -> dict[str, int]:
+    """Events per type; every type in `known` (the ledger's event types) is there, 0 when
+    none was written: "no cap.exceeded" is an observation (0), not a missing value."""
+    out = dict.fromkeys(sorted(known), 0)
+    out.update(Counter(str(e.get("type")) for e in events))
+    return out
 
 
 def first_seq(events: Iterable[Mapping]) -> dict[str, int]:
@@ -221,11 +227,19 @@ def wall_ms(ts: object) -> float | None:
         return None
 
 
-def breaker(events: Sequence[Mapping], stub_logs: Mapping[str, Sequence[Mapping]]) -> dict:
+def breaker(
+    events: Sequence[Mapping],
+    stub_logs: Mapping[str, Sequence[Mapping]],
+    upstreams: Iterable[str] = (),
+) -> dict:
     """The breakers' lives as the ledger tells them, and what the stubs saw meanwhile.
 
-    `sequence[upstream]` is the states it went through, joined by `>` (starting
-    closed). An open window runs from a `breaker.state` to open until the next
+    `sequence[upstream]` is the states it went through, joined by `>`, for every
+    configured upstream (`upstreams`, and any the ledger or the stubs name) from its
+    first state: a breaker starts closed, so one that never moved reads `closed`
+    (an observation a check can fail on), never a missing key. `opened[upstream]`
+    counts its openings (0 when it never
+    opened), `opened` all of them. An open window runs from a `breaker.state` to open until the next
     `breaker.state` of that upstream (half-open, once the cooldown is over) or
     the end of the ledger. In each window, `requests` counts `model.request`
     events for that upstream (by seq: the ledger's own order), `refusals` the
@@ -234,7 +248,9 @@ def breaker(events: Sequence[Mapping], stub_logs: Mapping[str, Sequence[Mapping]
     clock's process, so the two records meet on the wall clock, at millisecond
     resolution, which is why a call at the very instant of opening is not counted).
     """
-    sequence: dict[str, list[str]] = {}
+    sequence: dict[str, list[str]] = {str(name): ["closed"] for name in upstreams}
+    for name in stub_logs:
+        sequence.setdefault(str(name), ["closed"])
     windows: list[dict] = []
     current: dict[str, dict] = {}
     for e in events:
@@ -242,6 +258,8 @@ def breaker(events: Sequence[Mapping], stub_logs: Mapping[str, Sequence[Mapping]
         if kind == "breaker.state":
             upstream = str(e.get("upstream"))
             states = sequence.setdefault(upstream, [str(e.get("from", "closed"))])
+            if len(states) == 1 and states[0] != str(e.get("from", states[0])):
+                states[0] = str(e.get("from"))  # the ledger knows better than the default
             states.append(str(e.get("to")))
             window = current.pop(upstream, None)
             if window is not None:
@@ -276,7 +294,10 @@ def breaker(events: Sequence[Mapping], stub_logs: Mapping[str, Sequence[Mapping]
         )
     return {
         "sequence": {name: ">".join(states) for name, states in sorted(sequence.items())},
-        "opened": sum(1 for w in windows),
+        "opened": len(windows),
+        "opens": {
+            name: sum(1 for w in windows if w["upstream"] == name) for name in sorted(sequence)
+        },
         "open_windows": windows,
         "requests_while_open": sum(w["requests"] for w in windows),
         "refusals_while_open": sum(w["refusals"] for w in windows),
@@ -302,14 +323,17 @@ def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def derive(evidence: Mapping) -> dict:
-    """The derived fields, by the name an assertion queries them by."""
+def derive(evidence: Mapping, upstreams: Iterable[str] = ()) -> dict:
+    """The derived fields, by the name an assertion queries them by; `upstreams` are
+    the configured providers' names, so a fact about each exists from its first state."""
+    from docket.ledger.chain import EVENT_TYPES
+
     events = evidence.get("events") or []
     stubs = evidence.get("stubs") or {}
     return {
-        "counts": counts(events),
+        "counts": counts(events, EVENT_TYPES),
         "first_seq": first_seq(events),
-        "latency": latency(events),
+        "latency": latency(events, upstreams),
         "mono": mono(events),
         "stub_calls": stub_calls(stubs),
         "stub_rate": stub_rate(stubs),
@@ -317,5 +341,5 @@ def derive(evidence: Mapping) -> dict:
         "stub_match": stub_match(events, stubs),
         "in_flight": in_flight(events),
         "backoffs": backoffs(events),
-        "breaker": breaker(events, stubs),
+        "breaker": breaker(events, stubs, upstreams),
     }

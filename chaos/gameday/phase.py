@@ -48,6 +48,10 @@ class Expectation:
     assertion: Assertion
     line: int
     run: str = SINGLE_RUN
+    # Names of earlier checks on the same run that must pass for this one to mean
+    # anything (`requires:`): "nothing forwarded while the breaker was open" holds
+    # vacuously if it never opened, so it requires "the breaker opened".
+    requires: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -323,10 +327,11 @@ def _expect(
         if not isinstance(item, dict):
             raise where.error(at, "an assertion is a mapping: name, query and one operator")
         for key in item:
-            if key not in EXPECT_KEYS and key not in OPERATORS and key != "run":
+            if key not in EXPECT_KEYS and key not in OPERATORS and key not in ("run", "requires"):
                 raise where.error(
                     (*at, key),
-                    f"unknown key {key!r} (name, query, run, and one of {', '.join(OPERATORS)})",
+                    f"unknown key {key!r} (name, query, run, requires, and one of "
+                    f"{', '.join(OPERATORS)})",
                 )
         for key in EXPECT_KEYS:
             if key not in item:
@@ -354,9 +359,13 @@ def _expect(
         if problem:
             raise where.error((*at, op), problem)
         run = _expect_run(item, where, at, runs, several)
+        requires = _requires(item, where, at, out, run)
         out.append(
             Expectation(
-                Assertion(name, query, op, item[op], compiled), where.line((*at, "name")), run
+                Assertion(name, query, op, item[op], compiled),
+                where.line((*at, "name")),
+                run,
+                requires,
             )
         )
     if several:
@@ -364,6 +373,32 @@ def _expect(
             if not any(e.run == spec.name for e in out):
                 raise where.error(("expect",), f"no assertion reads run {spec.name!r}")
     return tuple(out)
+
+
+def _requires(
+    item: dict, where: Where, at: tuple, earlier: list[Expectation], run: str
+) -> tuple[str, ...]:
+    """`requires: NAME` or a list of names: checks written before this one, on the same
+    run (so there is no cycle, and the precondition reads the same evidence)."""
+    if "requires" not in item:
+        return ()
+    value = item["requires"]
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise where.error((*at, "requires"), "requires names an earlier check, or a list of them")
+    for name in names:
+        found = next((e for e in earlier if e.assertion.name == name), None)
+        if found is None:
+            raise where.error(
+                (*at, "requires"), f"requires {name!r}: no check of that name written before it"
+            )
+        if found.run != run:
+            raise where.error(
+                (*at, "requires"), f"requires {name!r}, which reads run {found.run!r}, not {run!r}"
+            )
+    if len(set(names)) != len(names):
+        raise where.error((*at, "requires"), "requires names a check twice")
+    return tuple(names)
 
 
 def _expect_run(item: dict, where: Where, at: tuple, runs: tuple[RunSpec, ...], several: bool):
@@ -409,6 +444,7 @@ def load_phases(selected: Sequence[str] = (), *, folder: Traversable | None = No
     phases are asked for); `selected` names phases by name, or by the path of a
     phase file elsewhere, and keeps the folder's order otherwise.
     """
+    bundled = folder is None
     if folder is None:
         from chaos.data.locate import folder as data_folder
 
@@ -417,7 +453,11 @@ def load_phases(selected: Sequence[str] = (), *, folder: Traversable | None = No
     phases: list[Phase] = []
     for f in _phase_files(folder):
         text = f.read_text(encoding="utf-8")
-        phases.append(loads_phase(text, _shown_path(f), known_fmea=known))
+        # The bundled phases are named by their place in the repository, wherever they
+        # were read from (a checkout, or an installed wheel inside .nox/), so the report
+        # and JUnit's file= point at the file a CI annotation should land on.
+        shown = f"gamedays/{f.name}" if bundled else _shown_path(f)
+        phases.append(loads_phase(text, shown, known_fmea=known))
     by_name: dict[str, Phase] = {}
     for phase in phases:
         if phase.name in by_name:

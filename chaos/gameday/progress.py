@@ -76,7 +76,7 @@ class Progress:
     def close(self) -> None:
         self._stop_status()
 
-    def summary(self, result: GameDayResult, written) -> None:
+    def summary(self, result: GameDayResult, written, evidence=None) -> None:
         counts = result.counts()
         head = (
             f"game day {result.verdict}: {counts['pass']} passed, {counts['fail']} failed, "
@@ -93,6 +93,8 @@ class Progress:
         ):
             if path is not None:
                 print(f"  {label}: {path}", file=out)
+        if evidence is not None:
+            print(f"  evidence: {evidence}/PHASE (ledger, receipt, stub logs, metrics)", file=out)
         out.flush()
 
 

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from chaos.gameday.assertions import FAIL, OPERATORS, UNKNOWN, brief
+from chaos.gameday.assertions import FAIL, UNKNOWN, brief, expectation
+from chaos.gameday.numbers import latency_text, plain
 from chaos.gameday.results import GameDayResult, PhaseResult, PhaseRun, phases_for_fmea
 from chaos.gameday.review import review
 from chaos.gameday.timeline import COLOURS, layout
@@ -58,9 +59,9 @@ class FmeaView:
 
     @property
     def verdict(self) -> str:
-        """The latest verdict of the phases that exercise it ('' when none does)."""
+        """The worst verdict of the phases that exercise it ('' when none does)."""
         verdicts = {link.phase_verdict for link in self.links}
-        for v in (UNKNOWN, FAIL, "pass"):
+        for v in (FAIL, UNKNOWN, "pass"):  # as the phases roll up: a fail is never hidden
             if v in verdicts:
                 return v
         return ""
@@ -132,6 +133,60 @@ def injected_counts(run: PhaseRun) -> dict[str, int]:
     return out
 
 
+EVIDENCE_FILES = (
+    ("ledger", "ledger.jsonl"),
+    ("receipt", "receipt.json"),
+    ("metrics", "metrics.txt"),
+    ("probes", "probes.jsonl"),
+    ("faults performed", "injected.jsonl"),
+    ("notes", "notes.txt"),
+    ("worker's output", "worker.err"),  # a run in a process of its own (chaos.worker)
+)
+
+
+@dataclass(frozen=True)
+class EvidenceView:
+    """A kept run's files, as links relative to the report, and `docket verify` for them."""
+
+    folder: str  # the link to the folder
+    shown: str  # the folder as a reader would type it
+    files: tuple[tuple[str, str], ...]  # (label, href)
+    verify: str  # `docket verify` of the receipt against the ledger (`docket doctor` if none)
+
+
+def evidence_view(run: PhaseRun, report_dir: str | os.PathLike | None) -> EvidenceView | None:
+    """The links to a run's kept evidence (None when it ran in a temporary folder). Links
+    are relative to the report, so the folder can be moved or published as one artefact."""
+    import shlex
+    from urllib.parse import quote
+
+    if not run.evidence_dir:
+        return None
+    folder = Path(run.evidence_dir)
+    base = Path(report_dir) if report_dir is not None else Path.cwd()
+
+    def href(path: Path) -> str:
+        return quote(os.path.relpath(path, base))
+
+    files = [
+        (label, href(folder / name)) for label, name in EVIDENCE_FILES if (folder / name).is_file()
+    ]
+    files += [
+        (f"stub log {p.stem.removeprefix('stub-')}", href(p))
+        for p in sorted(folder.glob("stub-*.jsonl"))
+    ]
+    if (folder / "agents").is_dir():
+        files.append(("agents' output", href(folder / "agents") + "/"))
+    if (folder.parent / "run.yaml").is_file():
+        files.append(("scenario", href(folder.parent / "run.yaml")))
+    if (folder / "receipt.json").is_file():
+        argv = ["docket", "verify", "--ledger", str(folder / "ledger.jsonl")]
+        verify = shlex.join([*argv, str(folder / "receipt.json")])
+    else:  # the recorder was killed before its receipt: doctor reads the ledger alone
+        verify = shlex.join(["docket", "doctor", str(folder / "ledger.jsonl")])
+    return EvidenceView(href(folder) + "/", str(folder), tuple(files), verify)
+
+
 def _environment():
     import jinja2
 
@@ -153,12 +208,75 @@ def _environment():
     env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True, indent=1)
     env.globals["fmea_anchor"] = fmea_anchor
     env.globals["injected_counts"] = injected_counts
-    env.globals["op_shown"] = lambda op: OPERATORS[op].shown if op in OPERATORS else op
+    env.globals["expectation"] = expectation
+    env.globals["exit_note"] = exit_note
+    env.globals["latency_text"] = latency_text
+    env.filters["plain"] = plain
+    env.filters["code_spans"] = code_spans
     return env
 
 
-def render_html(result: GameDayResult, rows: Sequence | None = None) -> str:
-    """The report as one HTML document; `rows` defaults to the FMEA table in docs/resilience.md."""
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return f"{number} ({signal.Signals(number).name})"
+    except ValueError:
+        return str(number)
+
+
+def code_spans(text: object):
+    """Markdown code spans (`x`) as <code>, the rest escaped: the FMEA table's cells come
+    from docs/resilience.md, where `docket_breaker_open` is written with backticks."""
+    import re
+
+    from markupsafe import Markup, escape
+
+    parts = re.split(r"`([^`]+)`", str(text))
+    return Markup("").join(
+        Markup("<code>{}</code>").format(part) if i % 2 else escape(part)
+        for i, part in enumerate(parts)
+    )
+
+
+def exit_note(phase: PhaseResult, run: PhaseRun) -> str:
+    """Why a run's non-zero exit is not by itself a failure, and which checks judge it."""
+    if run.exit_status in (None, 0):
+        return ""
+    status = run.exit_status
+    if status in (42, 43):
+        meaning = {
+            42: "a cap or the ledger's ceiling stopped the run",
+            43: "a ledger write failed and fail_fast_evidence stopped the run",
+        }[status]
+    elif status > 128:
+        meaning = f"{status} is 128 + {status - 128}: killed by signal {_signal_name(status - 128)}"
+    else:
+        meaning = "the agent's own exit status, which the supervisor passes on"
+        said = run.facts.get("agent_stderr") or {}
+        if said:
+            meaning += " (" + "; ".join(f"{name} said: {line}" for name, line in said.items()) + ")"
+    judged = [
+        str(i + 1)
+        for i, c in enumerate(phase.checks)
+        if c.run == run.name and "exit_status" in c.check.query
+    ]
+    said = (
+        f"check{'s' if len(judged) > 1 else ''} {', '.join('#' + n for n in judged)} "
+        "judge{} it".format("" if len(judged) > 1 else "s")
+        if judged
+        else "no check reads it, so it does not decide the verdict"
+    )
+    return f"{meaning}: a fact of the run, not a verdict; {said}"
+
+
+def render_html(
+    result: GameDayResult,
+    rows: Sequence | None = None,
+    report_dir: str | os.PathLike | None = None,
+) -> str:
+    """The report as one HTML document; `rows` defaults to the FMEA table in docs/resilience.md.
+    `report_dir` is where it will be written: the kept evidence is linked relative to it."""
     if rows is None:
         rows = fmea_rows()
     env = _environment()
@@ -171,6 +289,9 @@ def render_html(result: GameDayResult, rows: Sequence | None = None) -> str:
         timelines={(p.name, r.name): layout(r.timeline) for p in result.phases for r in p.runs},
         fmea=fmea_view(rows, result.phases),
         reviews=review(result.phases),
+        evidence={
+            (p.name, r.name): evidence_view(r, report_dir) for p in result.phases for r in p.runs
+        },
         colours=COLOURS,
         css=css,
     )
@@ -229,7 +350,7 @@ def render_junit(result: GameDayResult) -> str:
             )
             counts["tests"] += 1
             detail = (
-                f"query: {check.query}\nexpected: {check.op} {brief(check.expected, 2000)}\n"
+                f"query: {check.query}\nexpected: {expectation(check.op, check.expected)}\n"
                 f"observed: {brief(check.observed, 2000)}"
             )
             if check.verdict == FAIL:
@@ -310,7 +431,7 @@ def write_reports(
     html = json_out = junit_out = None
     if report_dir is not None:
         folder = Path(report_dir)
-        html = write_file(folder / HTML_NAME, render_html(result, rows))
+        html = write_file(folder / HTML_NAME, render_html(result, rows, folder))
         json_out = write_file(json_path or folder / JSON_NAME, render_json(result, rows))
         junit_out = write_file(junit_path or folder / JUNIT_NAME, render_junit(result))
     else:

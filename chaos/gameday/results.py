@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from chaos.gameday.assertions import PASS, UNKNOWN, Check, worst
+from chaos.gameday.assertions import PASS, UNKNOWN, Check, expectation, worst
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -24,13 +24,19 @@ class CheckResult:
     check: Check
     line: int
     run: str = "run"
+    requires: tuple[str, ...] = ()  # the checks it is meaningful only after (`requires:`)
 
     @property
     def verdict(self) -> str:
         return self.check.verdict
 
     def to_json(self) -> dict:
-        return {**self.check.to_json(), "line": self.line, "run": self.run}
+        out = {**self.check.to_json(), "line": self.line, "run": self.run}
+        # what the check expects in words (`is false` for op is_false, expected true)
+        out["expects"] = expectation(self.check.op, self.check.expected)
+        if self.requires:
+            out["requires"] = list(self.requires)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping) -> CheckResult:
@@ -39,6 +45,7 @@ class CheckResult:
             Check(**fields, reason=data.get("reason", "")),
             int(data.get("line", 0)),
             str(data.get("run", "run")),
+            tuple(data.get("requires", ())),
         )
 
 
@@ -72,10 +79,14 @@ class PhaseRun:
     providers: tuple[Mapping, ...] = ()  # [{"name", "kind", "via_proxy"}]
     agents: tuple[Mapping, ...] = ()  # [{"name", "mode", ...}] as the scenario declares them
     facts: Mapping = field(default_factory=dict)  # derived evidence worth showing (latency, ...)
+    # the run's folder, kept (`--keep`, default REPORT/evidence): ledger, receipt, stub
+    # logs, metrics, probes, agents' output; "" when the run was in a temporary folder
+    evidence_dir: str = ""
 
     def to_json(self) -> dict:
         return {
             "name": self.name,
+            "evidence_dir": self.evidence_dir,
             "title": self.title,
             "repro": self.repro,
             "engine_repro": self.engine_repro,
@@ -110,6 +121,7 @@ class PhaseRun:
             providers=tuple(data.get("providers", ())),
             agents=tuple(data.get("agents", ())),
             facts=data.get("facts", {}),
+            evidence_dir=data.get("evidence_dir", ""),
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from chaos.gameday.numbers import latency_text, plain
 from chaos.gameday.results import PhaseResult, PhaseRun
 
 RETRIES = "none at the boundary: a retry is the agent's decision, and is recorded as a new call"
@@ -67,7 +68,7 @@ def _seconds(value: object) -> str:
     return (
         "none"
         if value is None
-        else f"{value:g} s"
+        else f"{plain(value)} s"
         if isinstance(value, int | float)
         else str(value)
     )
@@ -97,7 +98,9 @@ def _setting(phase: PhaseResult, run: PhaseRun, upstream: str) -> Setting:
     else:
         bulkhead = f"{r['max_concurrent_upstream']} in flight, queue {r.get('max_queue')}"
     limits = [
-        f"{r['max_calls_per_second']:g}/s" if r.get("max_calls_per_second") is not None else "",
+        f"{plain(r['max_calls_per_second'])}/s"
+        if r.get("max_calls_per_second") is not None
+        else "",
         f"{r['max_calls_per_minute']}/min" if r.get("max_calls_per_minute") is not None else "",
     ]
     rate = ", ".join(x for x in limits if x) or "none"
@@ -128,8 +131,6 @@ def _observation(phase: PhaseResult, run: PhaseRun, upstream: str) -> Observatio
     refusals = facts.get("refusals_by_type", {})
     parts = [f"{n} {reason}" for reason, n in sorted(errors.items())]
     parts += [f"{n} refused ({kind})" for kind, n in sorted(refusals.items())]
-    p99 = facts.get("latency", {}).get("by_provider", {}).get(upstream, {}).get("p99_ms")
-    count = facts.get("latency", {}).get("by_provider", {}).get(upstream, {}).get("count", 0)
     faults = tuple(
         f
         for f in run.schedule
@@ -143,7 +144,7 @@ def _observation(phase: PhaseResult, run: PhaseRun, upstream: str) -> Observatio
         faults=faults,
         outcomes=", ".join(parts) or "no errors or refusals",
         breaker=facts.get("breaker_sequence", {}).get(upstream, "closed throughout"),
-        latency="no calls closed" if p99 is None else f"p99 {p99:g} ms over {count} calls",
+        latency=latency_text(facts.get("latency", {}).get("by_provider", {}).get(upstream)),
     )
 
 

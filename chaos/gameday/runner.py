@@ -29,7 +29,7 @@ from pathlib import Path
 import trio
 
 from chaos.gameday import aftermath
-from chaos.gameday.assertions import UNKNOWN, Check, evaluate
+from chaos.gameday.assertions import UNKNOWN, Check, evaluate, with_preconditions
 from chaos.gameday.derive import derive
 from chaos.gameday.phase import Phase, RunSpec
 from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult, PhaseRun
@@ -37,6 +37,7 @@ from chaos.gameday.review import facts_for_review
 from chaos.gameday.timeline import timeline_of
 
 DEFAULT_REPORT_DIR = "gameday-report"
+EVIDENCE_DIR = "evidence"  # REPORT/evidence/PHASE/RUN/run: each run's files, unless --keep
 INTERRUPTED = 130
 
 
@@ -51,6 +52,7 @@ class Outcome:
     schedule: tuple[str, ...] = ()
     engine_repro: str = ""
     duration_s: float = 0.0
+    evidence_dir: str = ""  # the run's folder, when it is kept
 
 
 def resolved_policy(policy: dict) -> dict:
@@ -67,13 +69,15 @@ def resolved_policy(policy: dict) -> dict:
 def complete_evidence(evidence: dict, scenario) -> dict:
     """The engine's evidence plus the derived facts and the policy, under their own names."""
     out = dict(evidence)
-    for key, value in derive(evidence).items():
+    names = [p.name for p in getattr(scenario, "providers", ())]
+    for key, value in derive(evidence, names).items():
         out.setdefault(key, value)
     out.setdefault("policy", resolved_policy(getattr(scenario, "policy", {}) or {}))
     return out
 
 
-SHOWN_FACTS = ("doctor", "quarantine", "verify", "orphans", "stub_rate", "mono", "stub_match")
+SHOWN_FACTS = ("doctor", "quarantine", "verify", "orphans", "stub_rate", "mono", "stub_match",
+               "agent_stderr")  # fmt: skip
 
 
 def judge_run(spec: RunSpec, outcome: Outcome, *, phase: Phase, seed: int) -> PhaseRun:
@@ -104,6 +108,7 @@ def judge_run(spec: RunSpec, outcome: Outcome, *, phase: Phase, seed: int) -> Ph
         ),
         agents=tuple(_agent_view(a) for a in getattr(scenario, "agents", ())),
         facts=facts,
+        evidence_dir=outcome.evidence_dir,
     )
 
 
@@ -111,7 +116,7 @@ def judge(
     phase: Phase, outcomes: Mapping[str, Outcome], *, seed: int, duration_s: float
 ) -> PhaseResult:
     """Evaluate every assertion of the phase over the evidence of the run it names."""
-    checks: list[CheckResult] = []
+    plain: list[Check] = []
     for expectation in phase.expect:
         a = expectation.assertion
         outcome = outcomes.get(expectation.run) or Outcome(None, "the run did not run")
@@ -119,7 +124,12 @@ def judge(
             check = Check(a.name, a.query, a.op, a.expected, None, UNKNOWN, outcome.error or "")
         else:
             check = evaluate(a, outcome.evidence)
-        checks.append(CheckResult(check, expectation.line, expectation.run))
+        plain.append(check)
+    judged = with_preconditions(plain, [e.requires for e in phase.expect])
+    checks = [
+        CheckResult(check, e.line, e.run, e.requires)
+        for check, e in zip(judged, phase.expect, strict=True)
+    ]
     runs = tuple(
         judge_run(
             spec,
@@ -252,6 +262,15 @@ async def add_aftermath(evidence: dict) -> None:
     if ledger.is_file():
         evidence.setdefault("ledger_file", {"bytes": ledger.stat().st_size})
         evidence.update(aftermath.doctor_facts(ledger))
+    # each agent's last word on stderr: why it exited as it did (the reference agent
+    # prints its own verdict there, "agent: ..."), for the report's "run ended"
+    from chaos.cli import last_line
+
+    evidence["agent_stderr"] = {
+        err.stem: said
+        for err in sorted((ledger.parent / "agents").glob("*.err"))
+        if (said := last_line(err))
+    }
     pids = aftermath.spawned_pids(evidence.get("events") or [], ledger.parent, notes)
     evidence["spawned"] = pids
     evidence["orphans"] = await aftermath.orphans(pids)
@@ -261,12 +280,23 @@ RUNNERS = {"in-process": run_in_process, "subprocess": run_in_subprocess}
 
 
 async def run_one(
-    phase: Phase, spec: RunSpec, *, seed: int, folder: Path, toxiproxy: str | None
+    phase: Phase,
+    spec: RunSpec,
+    *,
+    seed: int,
+    folder: Path,
+    toxiproxy: str | None,
+    kept: bool = False,
 ) -> Outcome:
     """One run of a phase, in `folder`, with its aftermath and derived facts; never raises
-    for a run that fails (that is an outcome without evidence, with the reason)."""
+    for a run that fails (that is an outcome without evidence, with the reason). A kept
+    folder also gets the run's scenario block as run.yaml, so the engine's own `docket
+    chaos` command can run it again."""
     started = time.monotonic()
     folder.mkdir(mode=0o700)  # owner only, like a docket run's folder
+    engine_repro = ""
+    if kept:
+        engine_repro = write_scenario(spec, folder, seed, toxiproxy)
     try:
         outcome = await RUNNERS[phase.mode](spec, seed, folder, toxiproxy)
         await add_aftermath(outcome.evidence)
@@ -278,26 +308,99 @@ async def run_one(
         except Exception as exc:  # noqa: BLE001 - a bug in a derivation: unknown, with why
             outcome = Outcome(None, f"deriving facts failed: {type(exc).__name__}: {exc}")
     outcome.duration_s = time.monotonic() - started
+    if kept:
+        outcome.evidence_dir = str(folder / "run")
+        outcome.engine_repro = engine_repro
     return outcome
 
 
+def write_scenario(spec: RunSpec, folder: Path, seed: int, toxiproxy: str | None) -> str:
+    """The run's scenario block as FOLDER/run.yaml, and the `docket chaos` command that
+    runs it again into a new folder beside it (the engine alone, without the game day)."""
+    import shlex
+
+    import yaml
+
+    scenario = folder / "run.yaml"
+    scenario.write_text(yaml.safe_dump(dict(spec.data), sort_keys=False), encoding="utf-8")
+    argv = ["docket", "chaos", "--scenario", str(scenario), "--seed", str(seed)]
+    argv += ["--dir", str(folder / "again")]
+    if toxiproxy:
+        argv += ["--toxiproxy", toxiproxy]
+    return shlex.join(argv)
+
+
+MARKER = ".docket-gameday-evidence"  # in a phase's kept folder: ours to replace next time
+
+
+def evidence_folder(keep: Path, phase: Phase) -> Path:
+    return keep / phase.name
+
+
+def check_keep(keep: Path, phases: Sequence[Phase]) -> None:
+    """The phases' evidence folders can be made: each is new, or one a game day left
+    (it has MARKER), which the next game day replaces. Checked before anything runs."""
+    from docket.errors import InputError
+
+    writable_folder(keep, "--keep")
+    for phase in phases:
+        target = evidence_folder(keep, phase)
+        if target.exists() and not (target / MARKER).is_file():
+            raise InputError(
+                f"--keep {keep}: {target} exists and was not left by a game day; "
+                "give another folder"
+            )
+
+
+def fresh_evidence_folder(keep: Path, phase: Phase) -> Path:
+    """The phase's evidence folder, empty, with its marker (a previous game day's is
+    removed: the report that linked it was rewritten too)."""
+    import shutil
+
+    target = evidence_folder(keep, phase)
+    if (target / MARKER).is_file():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    (target / MARKER).write_text(
+        "evidence of a docket game-day phase; the next game day with this folder replaces it\n"
+    )
+    return target
+
+
 async def run_phase(
-    phase: Phase, *, seed: int | None = None, toxiproxy: str | None = None
+    phase: Phase,
+    *,
+    seed: int | None = None,
+    toxiproxy: str | None = None,
+    keep: Path | None = None,
 ) -> PhaseResult:
-    """Run a phase's runs one after another in a temporary directory of its own (each run
-    in a folder inside it, torn down by the engine before the next starts) and judge it;
-    never raises for a phase that fails to run (that is an unknown verdict with the reason)."""
+    """Run a phase's runs one after another in a folder of its own (each run in a folder
+    inside it, torn down by the engine before the next starts) and judge it; never raises
+    for a phase that fails to run (that is an unknown verdict with the reason). The folder
+    is KEEP/PHASE when `keep` is given (the evidence stays, for `docket verify` and a
+    reader), else a temporary directory removed when the phase ends."""
     seed = phase.seed if seed is None else seed
     started = time.monotonic()
     cut = f"the phase did not finish within its budget of {phase.budget_s:g} s"
     outcomes = {spec.name: Outcome(None, cut) for spec in phase.runs}  # until each finishes
-    with tempfile.TemporaryDirectory(prefix=f"docket-gameday-{phase.name}-") as tmp:
+
+    async def run_all(base: Path) -> PhaseResult:
         with trio.move_on_after(phase.budget_s):
             for spec in phase.runs:
                 outcomes[spec.name] = await run_one(
-                    phase, spec, seed=seed, folder=Path(tmp) / spec.name, toxiproxy=toxiproxy
+                    phase,
+                    spec,
+                    seed=seed,
+                    folder=base / spec.name,
+                    toxiproxy=toxiproxy,
+                    kept=keep is not None,
                 )
         return judge(phase, outcomes, seed=seed, duration_s=time.monotonic() - started)
+
+    if keep is not None:
+        return await run_all(fresh_evidence_folder(Path(keep), phase))
+    with tempfile.TemporaryDirectory(prefix=f"docket-gameday-{phase.name}-") as tmp:
+        return await run_all(Path(tmp))
 
 
 async def run_phases(
@@ -308,12 +411,13 @@ async def run_phases(
     done: list[PhaseResult],
     on_start: Callable[[Phase], None] = lambda phase: None,
     on_finish: Callable[[PhaseResult], None] = lambda result: None,
+    keep: Path | None = None,
 ) -> None:
     """Run the phases in order, appending each result to `done` as it finishes (so an
     interrupted game day still has the phases that ran)."""
     for phase in phases:
         on_start(phase)
-        result = await run_phase(phase, seed=seed, toxiproxy=toxiproxy)
+        result = await run_phase(phase, seed=seed, toxiproxy=toxiproxy, keep=keep)
         done.append(result)
         on_finish(result)
 
@@ -325,8 +429,10 @@ def game_day(
     toxiproxy: str | None = None,
     on_start: Callable[[Phase], None] = lambda phase: None,
     on_finish: Callable[[PhaseResult], None] = lambda result: None,
+    keep: Path | None = None,
 ) -> GameDayResult:
-    """Run a game day (trio.run inside); Ctrl-C gives a result marked interrupted."""
+    """Run a game day (trio.run inside); Ctrl-C gives a result marked interrupted.
+    With `keep`, each phase's evidence stays in KEEP/PHASE (see run_phase)."""
     from docket import __version__
     from docket.clock import rfc3339
 
@@ -343,6 +449,7 @@ def game_day(
                 done=done,
                 on_start=on_start,
                 on_finish=on_finish,
+                keep=keep,
             )
         )
     except KeyboardInterrupt:
@@ -411,6 +518,9 @@ def game_day_command(args) -> int:
         (Path(p).parent, flag) for p, flag in ((args.json, "--json"), (args.junit, "--junit")) if p
     ]:
         writable_folder(folder, what)
+    # each phase's evidence stays beside the report (or in --keep DIR), linked from it
+    keep = Path(getattr(args, "keep", None) or Path(args.report) / EVIDENCE_DIR)
+    check_keep(keep, phases)
     if args.toxiproxy is not None:
         for note in trio.run(check_toxiproxy_for, phases, args.seed, args.toxiproxy):
             print(f"note: {note}")
@@ -421,6 +531,7 @@ def game_day_command(args) -> int:
         toxiproxy=args.toxiproxy,
         on_start=progress.start,
         on_finish=progress.finish,
+        keep=keep,
     )
     progress.close()
     try:
@@ -434,7 +545,7 @@ def game_day_command(args) -> int:
     except OSError as exc:  # checked before the run; the disk or a race can still refuse
         where = exc.filename or args.report
         raise InputError(f"cannot write the report to {where}: {exc.strerror}") from None
-    progress.summary(result, written)
+    progress.summary(result, written, keep)
     return INTERRUPTED if result.interrupted else result.exit_code
 
 

@@ -3,13 +3,22 @@
 Pure geometry: `layout(events)` returns the lanes, the marks and the axis ticks
 with their coordinates; the report's template only draws them. Nothing is
 fetched: the colours are fixed here, per family of event type.
+
+A clock fault can step the recorder's clock by half an hour between two events of
+a four-second run; drawn to scale, every mark would be squeezed at one edge. So a
+gap between two events that is over ten seconds and dwarfs the rest of the run
+(see cut_gaps) is cut out of the axis and drawn as a marked break that says how
+long it was: the jump stays visible, the run stays readable. Tick labels are the
+real time since the first event, so the labels after a break show the jump too.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from chaos.gameday.numbers import plain
 from chaos.gameday.results import TimelineEvent
 
 WIDTH = 880  # the drawing's width in SVG units
@@ -18,6 +27,9 @@ LANE_H = 16
 TOP = 8
 AXIS_H = 22
 MAX_MARKS = 2000  # beyond this a timeline shows the first MAX_MARKS events and says so
+BREAK_MIN_MS = 10_000.0  # a shorter gap is never cut out of the axis (phases last seconds)
+BREAK_RATIO = 5.0  # a cut gap is at least this many times all the uncut gaps together
+BREAK_SHARE = 0.04  # a cut gap is drawn as this share of the axis
 
 # Families of event types, coloured alike; the first prefix that matches wins.
 COLOURS = (
@@ -71,6 +83,16 @@ class Tick:
 
 
 @dataclass(frozen=True)
+class Break:
+    """A gap cut out of the axis: drawn from x to x + width, labelled with its length."""
+
+    x: float
+    width: float
+    gap_ms: float
+    label: str
+
+
+@dataclass(frozen=True)
 class Layout:
     width: int
     height: int
@@ -79,21 +101,52 @@ class Layout:
     ticks: tuple[Tick, ...]
     shown: int
     total: int
-    span_ms: float
+    span_ms: float  # first to last event, jumps included
+    breaks: tuple[Break, ...] = ()
+    drawn_ms: float = 0.0  # the span without the cut gaps: what the axis shows to scale
 
 
-def _ticks(span_ms: float) -> tuple[Tick, ...]:
-    """About five round ticks across the span (1, 2 or 5 times a power of ten ms)."""
-    if span_ms <= 0:
+def duration_text(ms: float) -> str:
+    """`850 ms`, `12.5 s`, `30 min 3.6 s`: a length a reader takes in at once."""
+    if ms < 1000:
+        return f"{plain(ms)} ms"
+    if ms < 60_000:
+        return f"{plain(ms / 1000, 2)} s"
+    minutes, rest = divmod(ms, 60_000)
+    return f"{int(minutes)} min {plain(rest / 1000, 1)} s"
+
+
+def cut_gaps(times: Sequence[float]) -> list[tuple[float, float]]:
+    """The gaps (start, end) between consecutive distinct times that are cut out of the
+    axis: the k largest, for the largest k whose smallest cut gap is over BREAK_MIN_MS and
+    over BREAK_RATIO times all the uncut gaps together (a clock jump dwarfs the run; a
+    quiet spell does not). At least one gap is always drawn to scale."""
+    ordered = sorted(set(times))
+    gaps = sorted(zip(ordered, ordered[1:], strict=False), key=lambda g: g[0] - g[1])
+    lengths = [b - a for a, b in gaps]
+    best = 0
+    for k in range(1, len(gaps)):  # k < len(gaps): something stays to scale
+        rest = sum(lengths[k:])
+        if lengths[k - 1] > BREAK_MIN_MS and lengths[k - 1] > BREAK_RATIO * rest:
+            best = k
+    return sorted(gaps[:best])
+
+
+def _ticks(segments: Sequence[tuple[float, float]], to_x, drawn_ms: float) -> tuple[Tick, ...]:
+    """About five round ticks across the drawn span (1, 2 or 5 times a power of ten ms),
+    inside each unbroken segment, labelled with the real time since the first event."""
+    if drawn_ms <= 0:
         return (Tick(LABEL_W, "0 ms"),)
-    raw = span_ms / 5
+    raw = drawn_ms / 5
     power = 10 ** len(str(int(raw))) / 10 if raw >= 1 else 1
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    out, t = [], 0.0
-    while t <= span_ms + 1e-9:
-        label = f"{t / 1000:g} s" if step >= 1000 else f"{t:g} ms"
-        out.append(Tick(LABEL_W + t / span_ms * (WIDTH - LABEL_W - 10), label))
-        t += step
+    out: list[Tick] = []
+    for a, b in segments:
+        t = math.ceil(a / step - 1e-9) * step
+        while t <= b + 1e-9:
+            label = f"{plain(t / 1000)} s" if step >= 1000 else f"{plain(t)} ms"
+            out.append(Tick(round(to_x(t), 2), label))
+            t += step
     return tuple(out)
 
 
@@ -110,19 +163,56 @@ def layout(events: Sequence[TimelineEvent]) -> Layout:
     start = min((e.mono_ms for e in shown), default=0)
     span = max((e.mono_ms for e in shown), default=0) - start
     plot_w = WIDTH - LABEL_W - 10
+    cuts = [(a - start, b - start) for a, b in cut_gaps([e.mono_ms for e in shown])]
+    drawn = span - sum(b - a for a, b in cuts)
+    gap_w = BREAK_SHARE * drawn if drawn > 0 else 1.0  # a break's width, in drawn ms
+    scale_ms = drawn + gap_w * len(cuts)
+
+    def to_x(t: float) -> float:
+        """x of a time since the first event: the cut gaps before it replaced by gap_w."""
+        shifted = t
+        for a, b in cuts:
+            if t >= b:
+                shifted -= (b - a) - gap_w
+            elif t > a:  # inside a cut gap: no event is, but keep the mapping total
+                shifted -= t - a
+        return LABEL_W + (shifted / scale_ms * plot_w if scale_ms > 0 else 0)
+
     marks = tuple(
         Mark(
-            x=round(LABEL_W + ((e.mono_ms - start) / span * plot_w if span > 0 else 0), 2),
+            x=round(to_x(e.mono_ms - start), 2),
             y=lane_y[e.type],
             colour=colour(e.type),
-            title=f"seq {e.seq} · {e.mono_ms:g} ms · {e.type}"
+            title=f"seq {e.seq} · {plain(e.mono_ms)} ms · {e.type}"
             + (f" · {e.label}" if e.label else ""),
         )
         for e in shown
     )
+    breaks = tuple(
+        Break(
+            x=round(to_x(a), 2),
+            width=round(to_x(b) - to_x(a), 2),
+            gap_ms=b - a,
+            label=f"+{duration_text(b - a)}",
+        )
+        for a, b in cuts
+    )
+    bounds = [0.0, *(t for cut in cuts for t in cut), span]
+    segments = list(zip(bounds[::2], bounds[1::2], strict=True))
     lanes = tuple(Lane(t, lane_y[t], colour(t), counts[t]) for t in types)
     height = TOP + len(types) * LANE_H + AXIS_H
-    return Layout(WIDTH, height, lanes, marks, _ticks(span), len(shown), len(events), span)
+    return Layout(
+        WIDTH,
+        height,
+        lanes,
+        marks,
+        _ticks(segments, to_x, drawn),
+        len(shown),
+        len(events),
+        span,
+        breaks,
+        drawn,
+    )
 
 
 def label_for(event: dict) -> str:
