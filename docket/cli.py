@@ -12,6 +12,7 @@ import sys
 
 from docket import __version__
 from docket.errors import EXIT_USAGE, DocketError, one_line
+from docket.inputs import integer_arg, seconds_arg
 
 EPILOG = """exit codes:
   0   ok
@@ -130,11 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default=None, help="docket.toml (default: built-in defaults)")
     p.add_argument("--ledger-dir", default=None, help="where the ledger and receipt go")
     p.add_argument(
-        "--max-wall-clock", type=float, default=None, help="stop the run after S seconds"
+        "--max-wall-clock", type=seconds_arg, default=None, help="stop the run after S seconds"
     )
     p.add_argument(
         "--grace",
-        type=float,
+        type=seconds_arg,
         default=None,
         help="seconds between SIGTERM and SIGKILL when the child is stopped (default 5)",
     )
@@ -158,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser("stub", help="run a stub model provider (OpenAI- or Anthropic-shaped)")
     p.add_argument("--kind", choices=["openai", "anthropic"], default="openai")
-    p.add_argument("--port", type=int, default=0, help="0 picks a free port (printed)")
+    p.add_argument("--port", type=integer_arg, default=0, help="0 picks a free port (printed)")
     p.add_argument("--latency", default="0ms", help="delay before the first byte, e.g. 50ms")
     p.add_argument("--token-delay", default="0ms", help="delay between streamed tokens")
     p.add_argument("--log", default=None, help="append every request received to this JSONL file")
@@ -167,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser(
         "chaos", help="one supervised run under seeded faults against stub providers"
     )
-    p.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: drawn)")
+    p.add_argument(
+        "--seed", type=integer_arg, default=None, help="the schedule's seed (default: drawn)"
+    )
     p.add_argument("--scenario", default=None, metavar="FILE", help="a scenario (YAML)")
     p.add_argument(
         "--fault", action="append", metavar="SPEC", help="a fault (spec/fault-grammar.md); repeat"
@@ -211,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="run only this phase (a name, or a phase file's path); repeat for several",
     )
-    p.add_argument("--seed", type=int, default=None, help="every phase with this seed")
+    p.add_argument("--seed", type=integer_arg, default=None, help="every phase with this seed")
     p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
     p.add_argument(
         "--report",

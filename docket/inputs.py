@@ -90,3 +90,27 @@ def parse_duration(
     if seconds is None or not 0 <= seconds <= MAX_DURATION_SECONDS:
         return None
     return seconds
+
+
+# Command-line numbers: Python's int() and float() take any Unicode digit ("５",
+# "٥") and "nan"/"inf"; a flag takes ASCII digits only, like every other grammar here.
+_INTEGER = re.compile(r"-?[0-9]{1,15}")
+_DECIMAL = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,9})?")
+
+
+def integer_arg(text: str) -> int:
+    """argparse type: a whole number in ASCII digits."""
+    if not _INTEGER.fullmatch(text):
+        raise ValueError(text)
+    return int(text)
+
+
+def seconds_arg(text: str) -> float:
+    """argparse type: a non-negative number of seconds in ASCII digits (no unit)."""
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError(text)
+    return float(text)
+
+
+integer_arg.__name__ = "whole number"  # argparse names the type in its error
+seconds_arg.__name__ = "number of seconds"

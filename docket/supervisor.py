@@ -26,6 +26,7 @@ The parts:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import secrets
@@ -147,6 +148,9 @@ class Supervisor(ChildControl):
         self.boundary_url: str | None = None
         self._hooks_scope = trio.CancelScope()  # the `started` hook's; cancelled at the reap
         self.hardening: dict = {}  # what the kernel was asked at start, and what it said
+        # Called once session.start is on disk: `docket run` prints its start warnings
+        # there, so a run refused at start (bad folder, full disk) is one line only.
+        self.on_started = None
 
     def _harden(self) -> None:
         """Close this process's environ and memory to the agent, and make it the
@@ -233,6 +237,8 @@ class Supervisor(ChildControl):
             self._started = trio.current_time()
             start = self.session_facts(policy)
             await self._record_control("session.start", start, unwritten)
+            if self.on_started is not None:
+                self.on_started()
             boundary = Boundary(
                 policy,
                 ledger,
@@ -464,7 +470,9 @@ def run_command(args) -> int:
         )
     _check_command(options.command)
     supervisor = Supervisor(options)
-    _start_warnings(supervisor)
+    supervisor._harden()
+    _drop_keys_from_environ(supervisor)
+    supervisor.on_started = functools.partial(_start_warnings, supervisor)
     outcome = trio.run(supervisor.run)
     for note in outcome.notes:
         print(f"docket: warning: {note}", file=sys.stderr)
@@ -481,16 +489,23 @@ def _check_command(command: list[str]) -> None:
             raise InputError(f"run: {where} holds a NUL byte, which no program can be given")
 
 
+def _drop_keys_from_environ(supervisor: Supervisor) -> None:
+    """The keys leave this process's environment once read, so nothing it starts later
+    can inherit them (what the kernel copied at exec, in /proc/<pid>/environ, is what
+    non-dumpable closes)."""
+    from docket.guards.keys import agent_drops
+
+    for name in agent_drops(supervisor.policy):
+        os.environ.pop(name, None)
+
+
 def _start_warnings(supervisor: Supervisor) -> None:
-    """One line each, before the run: a provider key that is not set, an environ the
-    kernel would not close. Then the keys leave this process's environment, so
-    nothing it starts later can inherit them (what the kernel copied at exec, in
-    /proc/<pid>/environ, is what non-dumpable closes)."""
-    from docket.guards.keys import agent_drops, missing_warning
+    """One line each, once the run has started: a provider key that is not set, an
+    environ or an orphan the kernel would not let the supervisor close or reap."""
+    from docket.guards.keys import missing_warning
 
     if supervisor.keys_missing:
         print(missing_warning(supervisor.keys_missing), file=sys.stderr)
-    supervisor._harden()
     for name, consequence in (
         ("non_dumpable", "the supervisor's memory and environment stay readable by the agent"),
         ("subreaper", "a process the agent detaches (setsid) may outlive the run"),
@@ -498,8 +513,6 @@ def _start_warnings(supervisor: Supervisor) -> None:
         why = supervisor.hardening.get(f"{name}_error")
         if why is not None:
             print(f"docket: warning: {consequence} ({why})", file=sys.stderr)
-    for name in agent_drops(supervisor.policy):
-        os.environ.pop(name, None)
 
 
 def last_line(run_id: str, outcome: Outcome) -> str:

@@ -155,7 +155,9 @@ def probes() -> list[Probe]:
         policy("base_url port -1", g.replace(":9", ":-1")),
         policy("base_url http://[::1", g.replace("http://127.0.0.1:9", "http://[::1")),
         policy("base_url ftp://", g.replace("http://", "ftp://")),
-        policy("boundary host ::1 unbracketed", g + '[boundary]\nhost = "::1"\n', quick=True),
+        # An IPv6 boundary host is bracketed where URLs are built: it must work, not be refused.
+        policy("boundary host ::1 unbracketed (works)", g + '[boundary]\nhost = "::1"\n',
+               quick=True, want=0),
         policy("boundary port 70000", g + "[boundary]\nport = 70000\n"),
         policy("boundary port as fullwidth text", g + '[boundary]\nport = "\uff18\uff10"\n'),
         policy("upstream_timeout -1", g + "[boundary]\nupstream_timeout = -1\n"),
