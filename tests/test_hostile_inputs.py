@@ -246,6 +246,13 @@ CASES = [
     Case("run --max-wall-clock nan", ("run", "--max-wall-clock", "nan", "--", "true"),
          "--max-wall-clock"),
     Case("run --grace -1", ("run", "--grace", "-1", "--", "true"), "--grace"),
+    # Python's float() and int() read any Unicode digit: a flag reads ASCII only
+    Case("run --max-wall-clock in fullwidth digits", ("run", "--max-wall-clock", "５", "--",
+         "true"), "--max-wall-clock", before=WRONG),
+    Case("run --grace in Arabic-Indic digits", ("run", "--grace", "٥", "--", "true"), "--grace",
+         before=WRONG),
+    Case("stub --port in Arabic-Indic digits", ("stub", "--port", "٨٠"), "--port", before=WRONG),
+    Case("chaos --seed with an exponent", ("chaos", "--seed", "1e3", "--", "true"), "--seed"),
 ]  # fmt: skip
 
 
