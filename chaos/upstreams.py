@@ -22,7 +22,7 @@ import copy
 import dataclasses
 import math
 import secrets
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -344,6 +344,7 @@ async def hold_window(
     schedule: FaultSchedule,
     run_started: float,
     evidence: FaultEvidence,
+    call_seen: Callable[[int], Awaitable[float]] | None = None,
 ) -> None:
     """Perform a `@t` net fault over its window: `toxic_added` is recorded before the
     toxic acts, `toxic_removed` after it is lifted.
@@ -352,7 +353,7 @@ async def hold_window(
     serves and the run's ledger is open (chaos.run: the supervisor's `started`
     hook, cancelled when the agent is reaped). A window the run outlives is
     lifted then, and its `toxic_removed` says `teardown: true`. A window that
-    had not begun leaves nothing. A proxy call that fails is recorded with its
+    had not begun leaves nothing (nor does an anchored one whose call never came). A proxy call that fails is recorded with its
     error, and the run goes on: the chain then says the fault was not (or no
     longer) in place.
     """
@@ -363,23 +364,32 @@ async def hold_window(
     name = toxic_name(index, fault)
     driver = upstreams.driver
     assert driver is not None
-    await trio.sleep_until(run_started + start_s)
+    origin = run_started
+    after_call = fault.trigger.timed.after_call  # type: ignore[union-attr]
+    if after_call is not None:
+        # anchored to the traffic: the window counts from the run's N-th request,
+        # however long the agents took to send it (a busy machine, a slow start)
+        assert call_seen is not None, f"{fault.text}: hold_window needs call_seen"
+        origin = await call_seen(after_call)
+    await trio.sleep_until(origin + start_s)
     fields = partial(injection_fields, schedule, fault, None, proxy=proxy)
-    await evidence.record(fields(action="toxic_added", at_s=start_s))
+    start_at = round(origin - run_started + start_s, 3)
+    end_at_s = None if end_s is None else round(origin - run_started + end_s, 3)
+    await evidence.record(fields(action="toxic_added", at_s=start_at))
     with trio.CancelScope(shield=True):
         # shielded: an apply abandoned half way could leave a toxic nobody lifts
         problem = await _try_proxy_call(driver.apply, proxy, fault, name)
     if problem is not None:
         await evidence.record(fields(action="toxic_failed", at_s=start_s, error=problem))
         return
-    end_at = math.inf if end_s is None else run_started + end_s
+    end_at = math.inf if end_s is None else origin + end_s
     try:
         await trio.sleep_until(end_at)
     finally:
         with trio.CancelScope(shield=True):
             problem = await _try_proxy_call(driver.lift, proxy, fault, name)
             now = trio.current_time()
-            extra: dict = {"at_s": end_s}
+            extra: dict = {"at_s": end_at_s}
             if now < end_at:  # the run ended inside the window
                 extra = {"at_s": round(now - run_started, 3), "teardown": True}
             if problem is not None:

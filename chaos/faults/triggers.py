@@ -46,7 +46,7 @@ class EventTriggers:
         self._done: set[str] = set()
 
     def timers(self) -> list[tuple[float, Fault]]:
-        """(seconds after the run's start, fault) for each time-only fault, in time order."""
+        """(seconds after its origin: the run's start, or its `after call N`), per time-only fault."""
         return sorted(((fire_time(f), f) for f in self._timers), key=lambda x: x[0])
 
     def on_event(self, event: dict, elapsed_s: float) -> list[tuple[Fault, int]]:
