@@ -1,5 +1,7 @@
 """Sessions: `nox -s gameday` (the main job), `tests` (the suite), `lint`, `bench`,
-`report-check` (the game-day report in a headless browser), `demo`, `slow`.
+`report-check` (the game-day report in a headless browser), `demo`, `slow`,
+`gameday-load` (the nine phases N times under CPU load), `gameday-toxiproxy` (a game
+day and a chaos scenario against the real Toxiproxy server).
 
 Each session makes its own virtualenv and installs what it needs, so a fresh
 machine with only Python and pip runs any of them after `pip install nox`.
@@ -23,9 +25,19 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def slow(session: nox.Session) -> None:
-    """The long loops in full (kill-anywhere, soak)."""
+    """The long loops in full (tests/test_slow_loops.py: the supervisor killed at 200
+    points; the nine phases under two CPU hogs, DOCKET_LOAD_RUNS times, default 3)."""
     session.install("-e", ".[test]")
     session.run("pytest", "-q", "-m", "slow", *session.posargs)
+
+
+@nox.session(name="gameday-load")
+def gameday_load(session: nox.Session) -> None:
+    """The nine phases N times (default 20) while two processes spin on the CPU; per
+    phase, how many runs gave each verdict. Fails if any phase's verdict changed.
+    `nox -s gameday-load -- --runs 2`, `-- --phase partition`, `-- --keep DIR`."""
+    session.install(".")
+    session.run("python", "-m", "chaos.gameday.load", *session.posargs)
 
 
 @nox.session

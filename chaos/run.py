@@ -90,6 +90,7 @@ def repro_command(scenario: Scenario, seed: int, toxiproxy_url: str | None = Non
             argv += ["--agent", agent.mode]
     if toxiproxy_url:
         argv += ["--toxiproxy", toxiproxy_url]
+    argv += scenario.hosts.flags()
     return shlex.join(argv)
 
 

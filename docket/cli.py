@@ -173,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--agent", default=None, metavar="MODE", help="the reference agent's mode")
     p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
+    _host_flags(p)
     p.add_argument("--dir", default=None, help="the run's folder (default: under ./docket-runs/)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (your own agent)")
     p.set_defaults(func=cmd_chaos)
@@ -212,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=None, help="every phase with this seed")
     p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
+    _host_flags(p)
     p.add_argument(
         "--report",
         default="gameday-report",
@@ -222,6 +224,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, metavar="FILE", help="the results as JSON here instead")
     p.set_defaults(func=cmd_game_day)
     return parser
+
+
+def _host_flags(p: argparse.ArgumentParser) -> None:
+    """Where the harness binds (and what it tells others to dial): loopback by default;
+    in staging, addresses a Toxiproxy on another host can reach (docs/gamedays.md)."""
+    p.add_argument(
+        "--stub-host",
+        default=None,
+        metavar="HOST",
+        help="the stub providers listen here (default 127.0.0.1, or the scenario's hosts.stubs)",
+    )
+    p.add_argument(
+        "--proxy-host",
+        default=None,
+        metavar="HOST",
+        help="the fault proxies listen here (default 127.0.0.1, or hosts.proxies)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
