@@ -10,6 +10,7 @@ agent starts late, read from the chain on disk.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from chaos.faults.net import schedule_roll, toxic_name
 from chaos.grammar import FaultSyntaxError, Instant, Window, parse_fault
 from chaos.run import run_chaos
-from chaos.scenario import AgentSpec, Scenario
+from chaos.scenario import AgentSpec, Scenario, load_scenario
 from chaos.schedule import FaultSchedule
 
 DEADLINE = 60
@@ -115,3 +116,43 @@ async def test_an_anchored_black_hole_meets_an_agent_that_starts_late(tmp_path):
     timed_out = [e for e in events if e["type"] == "model.error" and e.get("reason") == "timeout"]
     assert timed_out, "no call met the black hole"
     assert added["seq"] < timed_out[0]["seq"]
+
+
+def shipped_faults():
+    from chaos.data.locate import folder
+    from chaos.gameday.phase import load_phases
+
+    for path in sorted(Path(str(folder("scenarios"))).glob("*.yaml")):
+        for text in load_scenario(path).faults:
+            yield f"scenarios/{path.name}", text
+    for phase in load_phases():
+        for spec in phase.runs:
+            for text in spec.scenario.faults:
+                yield f"gamedays/{phase.name}", text
+
+
+def test_no_shipped_fault_window_counts_from_the_run_s_start_alone():
+    # The machine's speed decides whether such a window meets any call (issue 12): the
+    # shipped scenarios and phases anchor their windows to the traffic.
+    from_start = [
+        (where, text)
+        for where, text in shipped_faults()
+        if (timed := parse_fault(text).trigger.timed) is not None and timed.after_call is None
+    ]
+    assert from_start == []
+    assert any("after call" in text for _, text in shipped_faults())  # the check saw them
+
+
+async def test_the_partition_scenario_performs_its_black_hole(tmp_path):
+    # It performed 0 faults in 3 of 4 runs when its window was `@t 500ms..2s`: the agent
+    # was done in ~70 ms. Now the window opens at the first request, and a call meets it.
+    from chaos.data.locate import folder
+
+    scenario = load_scenario(Path(str(folder("scenarios"))) / "partition.yaml")
+    with trio.fail_after(DEADLINE):
+        result = await run_chaos(scenario, seed=1004, folder=tmp_path / "r")
+    assert result.exit_status == 0, result.reason
+    events = read_chain(result.ledger_path)
+    actions = [e["action"] for e in events if e["type"] == "fault.injected"]
+    assert actions == ["toxic_added", "toxic_removed"]
+    assert any(e["type"] == "model.error" and e.get("reason") == "timeout" for e in events)
