@@ -52,7 +52,12 @@ def build_scenario(args) -> Scenario:
     elif command:
         changes["agents"] = (AgentSpec(name="agent", mode=None, command=tuple(command)),)
     scenario = dataclasses.replace(scenario, **changes)
-    return with_hosts(scenario, getattr(args, "stub_host", None), getattr(args, "proxy_host", None))
+    return with_hosts(
+        scenario,
+        getattr(args, "stub_host", None),
+        getattr(args, "proxy_host", None),
+        getattr(args, "boundary_host", None),
+    )
 
 
 def pick_seed(args, scenario: Scenario) -> tuple[int, bool]:
@@ -102,7 +107,12 @@ def repro_argv(args, seed: int) -> list[str]:
         argv += ["--agent", args.agent]
     if args.toxiproxy:
         argv += ["--toxiproxy", args.toxiproxy]
-    for flag, value in (("--stub-host", args.stub_host), ("--proxy-host", args.proxy_host)):
+    hosts = (
+        ("--stub-host", args.stub_host),
+        ("--proxy-host", args.proxy_host),
+        ("--boundary-host", args.boundary_host),
+    )
+    for flag, value in hosts:
         if value is not None:
             argv += [flag, value]
     command = [c for c in (args.command or []) if c != "--"]

@@ -53,6 +53,7 @@ from chaos.grammar import Fault
 from chaos.scenario import Scenario
 from chaos.schedule import FaultSchedule
 from chaos.upstreams import (
+    ADDRESSES_FILE,
     Upstreams,
     arm_net_faults,
     check_toxiproxy,
@@ -303,6 +304,7 @@ class _Run:
 
     async def _before_spawn(self, handle: RunHandle) -> None:
         self.evidence.open(handle)
+        note_boundary(self.folder, handle.boundary_url)
         await arm_net_faults(self.scenario, self.schedule, self.upstreams, evidence=self.evidence)
 
     async def _started(self, handle: RunHandle) -> None:
@@ -407,6 +409,14 @@ class _Run:
             target.write_text(answer.text)
         except (httpx.HTTPError, trio.TooSlowError) as exc:
             (self.folder / "metrics.error").write_text(f"{type(exc).__name__}: {exc}\n")
+
+
+def note_boundary(folder: Path, url: str) -> None:
+    """Add where the boundary listens to the run's addresses.json (chaos.upstreams)."""
+    path = folder / ADDRESSES_FILE
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data["boundary"] = url
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
 def _json_or_text(answer) -> object:

@@ -90,14 +90,26 @@ def check_host(value: object) -> str | None:
     return None
 
 
-def with_hosts(scenario: Scenario, stubs: str | None, proxies: str | None) -> Scenario:
-    """The scenario with the hosts given on the command line (None: as the file says)."""
-    for flag, value in (("--stub-host", stubs), ("--proxy-host", proxies)):
+def with_hosts(
+    scenario: Scenario, stubs: str | None, proxies: str | None, boundary: str | None = None
+) -> Scenario:
+    """The scenario with the hosts given on the command line (None: as the file says).
+    `boundary` is the policy's `boundary.host` (where the agents dial the boundary)."""
+    flags = (("--stub-host", stubs), ("--proxy-host", proxies), ("--boundary-host", boundary))
+    for flag, value in flags:
         problem = None if value is None else check_host(value)
         if problem is not None:
             raise InputError(f"{flag} {problem}")
     hosts = Hosts(stubs=stubs or scenario.hosts.stubs, proxies=proxies or scenario.hosts.proxies)
-    return dataclasses.replace(scenario, hosts=hosts)
+    policy = scenario.policy
+    if boundary is not None:
+        policy = copy.deepcopy(dict(policy))
+        policy["boundary"] = {**policy.get("boundary", {}), "host": boundary}
+        try:
+            policy_from_dict(copy.deepcopy(policy), source="--boundary-host")
+        except InputError as exc:
+            raise InputError(f"--boundary-host {boundary}: {exc}") from None
+    return dataclasses.replace(scenario, hosts=hosts, policy=policy)
 
 
 @dataclass(frozen=True)

@@ -241,6 +241,12 @@ def _host_flags(p: argparse.ArgumentParser) -> None:
         metavar="HOST",
         help="the fault proxies listen here (default 127.0.0.1, or hosts.proxies)",
     )
+    p.add_argument(
+        "--boundary-host",
+        default=None,
+        metavar="HOST",
+        help="the boundary listens here (default 127.0.0.1, or the policy's boundary.host)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

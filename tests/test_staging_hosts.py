@@ -26,25 +26,27 @@ from chaos.scenario import AgentSpec, Hosts, Scenario, load_scenario
 from chaos.toxiproxy import real
 
 DEADLINE = 60
-TOXIPROXY_HOST, STUB_HOST = "127.0.0.2", "127.0.0.3"
+TOXIPROXY_HOST, STUB_HOST, BOUNDARY_HOST = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 BLACK_HOLE = "net:timeout(0)@t 0..600ms after call 1"
 
 
-def staging_scenario() -> Scenario:
+def staging_scenario(boundary: str = "127.0.0.1") -> Scenario:
     agent = AgentSpec(name="looper", mode="loop", calls=8, timeout=5.0)
+    timeouts = {"upstream_timeout": 0.3, "connect_timeout": 0.3}
     return Scenario(
         faults=(BLACK_HOLE,),
         agents=(agent,),
-        policy={"boundary": {"upstream_timeout": 0.3, "connect_timeout": 0.3}},
+        policy={"boundary": timeouts | {"host": boundary}},
         max_wall_clock=30.0,
-        probe_every=0,
+        probe_every=0.1,
         hosts=Hosts(stubs=STUB_HOST, proxies=TOXIPROXY_HOST),
     )
 
 
-def check_addresses(folder, toxiproxy_host: str) -> dict:
+def check_addresses(folder, toxiproxy_host: str, boundary: str = "127.0.0.1") -> dict:
     addresses = json.loads((folder / "addresses.json").read_text())
     assert urlsplit(addresses["toxiproxy"]).hostname == toxiproxy_host
+    assert urlsplit(addresses["boundary"]).hostname == boundary
     assert urlsplit(addresses["stubs"]["openai"]).hostname == STUB_HOST
     proxy = addresses["proxies"]["openai"]
     assert proxy["listen"].startswith(f"{TOXIPROXY_HOST}:")
@@ -68,11 +70,13 @@ def check_the_traffic_crossed_both_hosts(result, proxy: dict) -> None:
     assert result.agent_reports["looper"]["ok"] >= 1
 
 
-async def test_embedded_proxy_on_one_address_stubs_on_another(tmp_path):
+async def test_embedded_proxy_on_one_address_stubs_on_another_boundary_on_a_third(tmp_path):
     folder = tmp_path / "run"
     with trio.fail_after(DEADLINE):
-        result = await run_chaos(staging_scenario(), seed=5, folder=folder)
-    proxy = check_addresses(folder, TOXIPROXY_HOST)
+        result = await run_chaos(staging_scenario(BOUNDARY_HOST), seed=5, folder=folder)
+    proxy = check_addresses(folder, TOXIPROXY_HOST, BOUNDARY_HOST)
+    # the harness's own probes reached the boundary where it was
+    assert result.probes and all(p["healthz"] == 200 for p in result.probes)
     check_the_traffic_crossed_both_hosts(result, proxy)
 
 
@@ -102,11 +106,13 @@ def test_the_flags_set_the_hosts_and_the_repro_keeps_them(tmp_path):
     folder = tmp_path / "run"
     argv = [sys.executable, "-m", "docket", "chaos", "--seed", "3", "--agent", "once"]
     argv += ["--fault", "net:latency(5ms)", "--stub-host", STUB_HOST]
-    argv += ["--proxy-host", TOXIPROXY_HOST, "--dir", str(folder)]
+    argv += ["--proxy-host", TOXIPROXY_HOST, "--boundary-host", BOUNDARY_HOST]
+    argv += ["--dir", str(folder)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    check_addresses(folder, TOXIPROXY_HOST)
-    assert f"--stub-host {STUB_HOST} --proxy-host {TOXIPROXY_HOST}" in done.stdout
+    check_addresses(folder, TOXIPROXY_HOST, BOUNDARY_HOST)
+    flags = f"--stub-host {STUB_HOST} --proxy-host {TOXIPROXY_HOST} --boundary-host {BOUNDARY_HOST}"
+    assert flags in done.stdout
 
 
 def test_a_bad_host_is_one_line_and_exit_2(tmp_path):
@@ -130,3 +136,38 @@ def test_the_hosts_cross_into_a_worker_process():
 
     scenario = staging_scenario()
     assert scenario_from_json(json.loads(json.dumps(scenario_to_json(scenario)))) == scenario
+
+
+def test_the_game_day_flags_reach_every_run_of_every_phase():
+    from chaos.gameday.phase import load_phases
+    from chaos.gameday.runner import phases_on_hosts
+
+    phases = phases_on_hosts(load_phases(), STUB_HOST, TOXIPROXY_HOST, BOUNDARY_HOST)
+    specs = [spec for phase in phases for spec in phase.runs]
+    assert len(phases) == 9 and len(specs) > 9
+    for spec in specs:
+        assert spec.scenario.hosts == Hosts(stubs=STUB_HOST, proxies=TOXIPROXY_HOST)
+        assert spec.scenario.policy["boundary"]["host"] == BOUNDARY_HOST
+        # a subprocess phase hands its block to `docket chaos`: the hosts go with it
+        assert spec.data["hosts"] == {"stubs": STUB_HOST, "proxies": TOXIPROXY_HOST}
+        assert spec.data["policy"]["boundary"]["host"] == BOUNDARY_HOST
+    assert phases_on_hosts(phases, None, None) is phases
+
+
+def test_a_game_day_against_the_real_toxiproxy_on_its_own_address(
+    tmp_path, real_toxiproxy_on_its_own_address
+):
+    # the partition phase (in-process, net faults on the real server) and the
+    # supervisor-killed phase (`docket chaos` in a child process), hosts split three ways
+    url = real_toxiproxy_on_its_own_address
+    argv = [sys.executable, "-m", "docket", "game-day", "--toxiproxy", url]
+    argv += ["--phase", "partition", "--phase", "supervisor-killed:kill"]
+    argv += ["--stub-host", STUB_HOST, "--proxy-host", TOXIPROXY_HOST]
+    argv += ["--boundary-host", BOUNDARY_HOST, "--report", str(tmp_path / "report")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((tmp_path / "report" / "gameday.json").read_text())
+    assert [(p["name"], p["verdict"]) for p in results["phases"]] == [
+        ("partition", "pass"),
+        ("supervisor-killed", "pass"),
+    ]
