@@ -385,9 +385,9 @@ async def hold_window(
     serves and the run's ledger is open (chaos.run: the supervisor's `started`
     hook, cancelled when the agent is reaped). A window the run outlives is
     lifted then, and its `toxic_removed` says `teardown: true`. A window that
-    had not begun leaves nothing (nor does an anchored one whose call never came). A proxy call that fails is recorded with its
-    error, and the run goes on: the chain then says the fault was not (or no
-    longer) in place.
+    had not begun leaves nothing (nor does an anchored one whose call never
+    came). A proxy call that fails is recorded with its error, and the run goes
+    on: the chain then says the fault was not (or no longer) in place.
     """
     index, fault, proxy = window
     span = time_window(fault)
@@ -412,7 +412,7 @@ async def hold_window(
         # shielded: an apply abandoned half way could leave a toxic nobody lifts
         problem = await _try_proxy_call(driver.apply, proxy, fault, name)
     if problem is not None:
-        await evidence.record(fields(action="toxic_failed", at_s=start_s, error=problem))
+        await evidence.record(fields(action="toxic_failed", at_s=start_at, error=problem))
         return
     end_at = math.inf if end_s is None else origin + end_s
     try:
