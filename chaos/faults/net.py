@@ -21,10 +21,11 @@ active, by `rand < toxicity`, once, when the toxic meets the connection.
   must add and remove it around the calls it observes, which is only as exact
   as its view of which call uses which connection (pooled connections blur it).
 - `@t A..B` / `@t A`: the harness adds the toxic at A and removes it at B
-  (`time_window`), counted from the run's start or, with `after call N`, from the
-  moment the run's ledger records its N-th model.request (chaos.run); connections opened before A or kept after B see the toxic
-  only while it exists, as on a real Toxiproxy. With the embedded proxy the
-  roll also asks the elapsed time, when given a clock.
+  (`time_window`), counted from the run's start or, with `after call N`, from
+  the moment the run's ledger records its N-th model.request (chaos.run);
+  connections opened before A or kept after B see the toxic only while it
+  exists, as on a real Toxiproxy. With the embedded proxy the roll also asks
+  the elapsed time, when given a clock (an anchored toxic: its presence alone).
 - `down` is the whole proxy (enabled=false), not a per-connection toxic: it
   takes `always` or a `@t` window; `check_performable` refuses a chance or an
   ordinal on it.

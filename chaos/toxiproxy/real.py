@@ -10,8 +10,8 @@ starts the server on a free port of `--host`, runs each command (`;;` between
 commands) with `{url}` replaced by the server's API URL (also in $TOXIPROXY_URL),
 stops the server by its pid, and exits with the first failing command's status.
 Where the binary is: $TOXIPROXY_SERVER, else ../shared/tools/toxiproxy/toxiproxy-server
-beside the repository (where CI has it) or beside the current folder. No binary: a one-line message, exit 3,
-so a caller can tell "absent" from "failed".
+beside the repository (where CI has it) or beside the current folder. No binary:
+a one-line message, exit 3, so a caller can tell "absent" from "failed".
 """
 
 from __future__ import annotations
