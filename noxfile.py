@@ -75,9 +75,10 @@ def gameday_toxiproxy(session: nox.Session) -> None:
     else keeps the embedded proxy. Fails (exit 3, one line) where the server is absent.
     The report lands in gameday-report-toxiproxy/."""
     session.install(".")
-    run_dir = os.path.join(session.create_tmp(), f"partition-{time.time_ns()}")
+    tmp = session.create_tmp()
+    run_dir = os.path.join(tmp, f"partition-{time.time_ns()}")
     session.run(
-        "python", "-m", "chaos.toxiproxy.real", "--log", os.path.join(session.create_tmp(), "toxiproxy.log"), "--",
+        "python", "-m", "chaos.toxiproxy.real", "--log", os.path.join(tmp, "toxiproxy.log"), "--",
         "docket", "game-day", "--toxiproxy", "{url}", "--report", "gameday-report-toxiproxy",
         ";;",
         "docket", "chaos", "--scenario", "scenarios/partition.yaml", "--toxiproxy", "{url}",
