@@ -1,5 +1,7 @@
 """Sessions: `nox -s gameday` (the main job), `tests` (the suite), `lint`, `bench`,
-`report-check` (the game-day report in a headless browser), `demo`, `slow`, `attack`.
+`report-check` (the game-day report in a headless browser), `demo`, `slow`, `attack`,
+`gameday-load` (the nine phases N times under CPU load), `gameday-toxiproxy` (a game
+day and a chaos scenario against the real Toxiproxy server).
 
 Each session makes its own virtualenv and installs what it needs, so a fresh
 machine with only Python and pip runs any of them after `pip install nox`.
@@ -7,6 +9,7 @@ machine with only Python and pip runs any of them after `pip install nox`.
 
 import os
 import shutil
+import time
 
 import nox
 
@@ -23,9 +26,19 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def slow(session: nox.Session) -> None:
-    """The long loops in full (kill-anywhere, soak)."""
+    """The long loops in full (tests/test_slow_loops.py: the supervisor killed at 200
+    points; the nine phases under two CPU hogs, DOCKET_LOAD_RUNS times, default 3)."""
     session.install("-e", ".[test]")
     session.run("pytest", "-q", "-m", "slow", *session.posargs)
+
+
+@nox.session(name="gameday-load")
+def gameday_load(session: nox.Session) -> None:
+    """The nine phases N times (default 20) while two processes spin on the CPU; per
+    phase, how many runs gave each verdict. Fails if any phase's verdict changed.
+    `nox -s gameday-load -- --runs 2`, `-- --phase partition`, `-- --keep DIR`."""
+    session.install(".")
+    session.run("python", "-m", "chaos.gameday.load", *session.posargs)
 
 
 @nox.session
@@ -52,6 +65,38 @@ def gameday(session: nox.Session) -> None:
     """
     session.install(".")
     session.run("docket", "game-day", "--report", "gameday-report", *session.posargs)
+
+
+@nox.session(name="gameday-toxiproxy")
+def gameday_toxiproxy(session: nox.Session) -> None:
+    """The game day and a chaos scenario against the real Toxiproxy server (Shopify's
+    toxiproxy-server: $TOXIPROXY_SERVER, or ../shared/tools/toxiproxy/ beside the clone),
+    started on a free port of 127.0.0.1 and stopped by its pid afterwards. Everything
+    else keeps the embedded proxy. Fails (exit 3, one line) where the server is absent.
+    The report lands in gameday-report-toxiproxy/."""
+    session.install(".")
+    tmp = session.create_tmp()
+    run_dir = os.path.join(tmp, f"partition-{time.time_ns()}")
+    session.run(
+        "python", "-m", "chaos.toxiproxy.real", "--log", os.path.join(tmp, "toxiproxy.log"), "--",
+        "docket", "game-day", "--toxiproxy", "{url}", "--report", "gameday-report-toxiproxy",
+        ";;",
+        "docket", "chaos", "--scenario", "scenarios/partition.yaml", "--toxiproxy", "{url}",
+        "--dir", run_dir,
+    )  # fmt: skip
+    # the scenario's exit says the run ended well, not that the fault acted: check that
+    # its toxic was added and lifted on the real server, and that the receipt verifies
+    session.run("python", "-c", _PERFORMED, os.path.join(run_dir, "injected.jsonl"))
+    session.run("docket", "verify", os.path.join(run_dir, "receipt.json"))
+
+
+_PERFORMED = """
+import json, sys
+actions = [json.loads(line).get("action") for line in open(sys.argv[1])]
+if actions.count("toxic_added") < 1 or actions.count("toxic_removed") < 1:
+    sys.exit(f"the partition scenario performed no fault on the real Toxiproxy: {actions}")
+print(f"faults performed on the real Toxiproxy: {actions}")
+"""
 
 
 @nox.session(name="report-check")

@@ -21,7 +21,14 @@ from pathlib import Path
 import trio
 
 from chaos.run import RESOLVE_UP_TO, check_folder, run_chaos
-from chaos.scenario import SEED_LIMIT, AgentSpec, Scenario, check_faults, load_scenario
+from chaos.scenario import (
+    SEED_LIMIT,
+    AgentSpec,
+    Scenario,
+    check_faults,
+    load_scenario,
+    with_hosts,
+)
 from chaos.schedule import FaultSchedule
 from chaos.upstreams import check_real_toxiproxy, toxiproxy_driver
 from docket.agent import MODES
@@ -44,7 +51,13 @@ def build_scenario(args) -> Scenario:
         changes["agents"] = (AgentSpec(name="agent", mode=args.agent),)
     elif command:
         changes["agents"] = (AgentSpec(name="agent", mode=None, command=tuple(command)),)
-    return dataclasses.replace(scenario, **changes)
+    scenario = dataclasses.replace(scenario, **changes)
+    return with_hosts(
+        scenario,
+        getattr(args, "stub_host", None),
+        getattr(args, "proxy_host", None),
+        getattr(args, "boundary_host", None),
+    )
 
 
 def pick_seed(args, scenario: Scenario) -> tuple[int, bool]:
@@ -94,6 +107,14 @@ def repro_argv(args, seed: int) -> list[str]:
         argv += ["--agent", args.agent]
     if args.toxiproxy:
         argv += ["--toxiproxy", args.toxiproxy]
+    hosts = (
+        ("--stub-host", args.stub_host),
+        ("--proxy-host", args.proxy_host),
+        ("--boundary-host", args.boundary_host),
+    )
+    for flag, value in hosts:
+        if value is not None:
+            argv += [flag, value]
     command = [c for c in (args.command or []) if c != "--"]
     if command:
         argv += ["--", *command]

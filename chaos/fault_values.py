@@ -86,26 +86,34 @@ class Ordinals:
 
 @dataclass(frozen=True)
 class Window:
-    """`t A..B`: from A (inclusive) to B (exclusive) after the run's start."""
+    """`t A..B`: from A (inclusive) to B (exclusive) after the run's start, or, with
+    `after call N`, after the moment the run's boundary recorded its N-th request."""
 
     start_ms: int
     end_ms: int | None
+    after_call: int | None = None  # the anchor: None is the run's start
 
     @property
     def text(self) -> str:
         end = "" if self.end_ms is None else Duration(self.end_ms).text
-        return f"t {Duration(self.start_ms).text}..{end}"
+        return f"t {Duration(self.start_ms).text}..{end}{_anchor_text(self.after_call)}"
 
 
 @dataclass(frozen=True)
 class Instant:
-    """`t A`: the moment A after the run's start (a timer fires once; ordinals see A..)."""
+    """`t A`: the moment A after the run's start, or after call N with `after call N`
+    (a timer fires once; ordinals see A..)."""
 
     at_ms: int
+    after_call: int | None = None
 
     @property
     def text(self) -> str:
-        return f"t {Duration(self.at_ms).text}"
+        return f"t {Duration(self.at_ms).text}{_anchor_text(self.after_call)}"
+
+
+def _anchor_text(after_call: int | None) -> str:
+    return "" if after_call is None else f" after call {after_call}"
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,8 @@ def _digit_at(text: str, pos: int) -> bool:
 
 
 _VALUE_CHARS = re.compile(r"[^,()\s\"]+")
+# targets a timer performs, so a window may count from a call instead of the run's start
+ANCHORED_TARGETS = ("net", "clock", "process")
 
 
 class _Parser:
@@ -328,6 +330,19 @@ class _Parser:
             self.pos += 1
         if always_at and (conditions or len(always_at) > 1):
             raise self.fail("'always' cannot be combined with other conditions", always_at[0])
+        for condition, at in conditions:
+            if getattr(condition, "after_call", None) is None:
+                continue
+            # An anchored window is performed by a timer started at the anchor (net, clock,
+            # process); upstream and ledger faults are decided per call or seq instead.
+            if family.target not in ANCHORED_TARGETS:
+                raise self.fail(
+                    f"{family.target} faults are decided per ordinal: an 'after call' window "
+                    f"is for {', '.join(ANCHORED_TARGETS)} faults (use @call or @seq)",
+                    at,
+                )
+            if len(conditions) > 1:
+                raise self.fail("an 'after call' window stands alone in its trigger", at)
         seen: dict[int, int] = {}
         for condition, at in conditions:
             rank = CONDITION_ORDER[type(condition)]
@@ -383,15 +398,36 @@ class _Parser:
         self.require_space("t")
         start = self.trigger_duration()
         if not self.peek(".."):
-            return Instant(start)
+            return Instant(start, self.anchor())
         self.pos += 2
+        end: int | None = None
         if _digit_at(self.text, self.pos):
             end_at = self.pos
             end = self.trigger_duration()
             if end <= start:
                 raise self.fail("window end must be after its start", end_at)
-            return Window(start, end)
-        return Window(start, None)
+        return Window(start, end, self.anchor())
+
+    def anchor(self) -> int | None:
+        """An optional ` after call N`: the time counts from the run's N-th request."""
+        back = self.pos
+        self.skip_ws()
+        word = _WORD.match(self.text, self.pos)
+        if back == self.pos or not word or word.group() != "after":
+            self.pos = back  # not an anchor: the caller reads what follows
+            return None
+        self.pos = word.end()
+        self.require_space("after")
+        at = self.pos
+        word = _WORD.match(self.text, self.pos)
+        if not word or word.group() != "call":
+            raise self.expected("'call' after 'after'", at)
+        self.pos = word.end()
+        self.require_space("call")
+        ordinal, ordinal_at = self.whole_number("a call number")
+        if ordinal < 1:
+            raise self.fail("call numbers start at 1", ordinal_at)
+        return ordinal
 
     def trigger_duration(self) -> int:
         at = self.pos

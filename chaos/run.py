@@ -26,7 +26,8 @@ is read back from those files (chaos.collect), so a run whose supervisor was
 killed outright (which happens in a worker process: chaos.worker) is read the
 same way.
 
-`@t` faults count from one instant: when run_chaos starts.
+`@t` faults count from one instant: when run_chaos starts; a `@t ... after call N`
+fault counts from the moment the ledger recorded the run's N-th model.request.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from chaos.grammar import Fault
 from chaos.scenario import Scenario
 from chaos.schedule import FaultSchedule
 from chaos.upstreams import (
+    ADDRESSES_FILE,
     Upstreams,
     arm_net_faults,
     check_toxiproxy,
@@ -89,6 +91,7 @@ def repro_command(scenario: Scenario, seed: int, toxiproxy_url: str | None = Non
             argv += ["--agent", agent.mode]
     if toxiproxy_url:
         argv += ["--toxiproxy", toxiproxy_url]
+    argv += scenario.hosts.flags()
     return shlex.join(argv)
 
 
@@ -213,11 +216,20 @@ class _Run:
         self.process_triggers = EventTriggers(schedule, faults_of["process"], once=True)
         self.watching = bool(faults_of["clock"] or faults_of["process"])
         self._events_in, self._events_out = trio.open_memory_channel[dict](math.inf)
+        # the run's requests as the ledger records them: `@t ... after call N` windows
+        # start from the moment call N is durable (trio time), not from the run's start
+        self._call_times: list[float] = []
+        self._call_waiters: dict[int, trio.Event] = {}
 
     def elapsed(self) -> float:
         return trio.current_time() - self.t0
 
     def _observe(self, event: dict) -> None:
+        if event["type"] == "model.request":
+            self._call_times.append(trio.current_time())
+            waiter = self._call_waiters.pop(len(self._call_times), None)
+            if waiter is not None:
+                waiter.set()
         if self.watching:
             self._events_in.send_nowait(event)
 
@@ -284,8 +296,17 @@ class _Run:
 
     # -- the hooks
 
+    async def call_seen(self, ordinal: int) -> float:
+        """Wait until the ledger holds the run's `ordinal`-th model.request (1-based);
+        return the trio time it was recorded. Never returns if that call never comes:
+        the task waiting is cancelled with the run, and its fault leaves no record."""
+        if ordinal > len(self._call_times):
+            await self._call_waiters.setdefault(ordinal, trio.Event()).wait()
+        return self._call_times[ordinal - 1]
+
     async def _before_spawn(self, handle: RunHandle) -> None:
         self.evidence.open(handle)
+        note_boundary(self.folder, handle.boundary_url)
         await arm_net_faults(self.scenario, self.schedule, self.upstreams, evidence=self.evidence)
 
     async def _started(self, handle: RunHandle) -> None:
@@ -308,6 +329,7 @@ class _Run:
                             schedule=self.schedule,
                             run_started=self.t0,
                             evidence=self.evidence,
+                            call_seen=self.call_seen,
                         )
                     )
                 if self.watching:
@@ -335,7 +357,9 @@ class _Run:
                 await self._perform(handle, fault, ordinal)
 
     async def _at_time(self, handle: RunHandle, at: float, fault: Fault) -> None:
-        await trio.sleep_until(self.t0 + at)
+        after_call = fault.trigger.timed.after_call  # type: ignore[union-attr]
+        origin = self.t0 if after_call is None else await self.call_seen(after_call)
+        await trio.sleep_until(origin + at)
         await self._perform(handle, fault, None)
 
     async def _perform(self, handle: RunHandle, fault: Fault, ordinal: int | None) -> None:
@@ -387,6 +411,14 @@ class _Run:
             target.write_text(answer.text)
         except (httpx.HTTPError, trio.TooSlowError) as exc:
             (self.folder / "metrics.error").write_text(f"{type(exc).__name__}: {exc}\n")
+
+
+def note_boundary(folder: Path, url: str) -> None:
+    """Add where the boundary listens to the run's addresses.json (chaos.upstreams)."""
+    path = folder / ADDRESSES_FILE
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data["boundary"] = url
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
 def _json_or_text(answer) -> object:

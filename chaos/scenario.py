@@ -10,6 +10,7 @@ PATH reason` (chaos.yamldoc), exit 2.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,73 @@ class ProviderSpec:
     token_delay: float = 0.0  # between streamed tokens
     via_proxy: bool = True  # through the fault proxy (net faults act only then)
     faults: bool = True  # whether the scenario's upstream and net faults act on it
+
+
+LOOPBACK = "127.0.0.1"
+_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\Z")
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """Where the harness binds, which is also the address it gives others.
+
+    `stubs`: the stub providers listen here, and a Toxiproxy is told to forward to
+    it, so a Toxiproxy on another host must be able to reach it. `proxies`: the
+    fault proxies listen here (created with listen HOST:0 on a real Toxiproxy; the
+    embedded one also serves its API here), and the boundary dials it. Loopback by
+    default; in staging, addresses the other host can reach (docs/gamedays.md).
+    The boundary's own address is the policy's `boundary.host`.
+    """
+
+    stubs: str = LOOPBACK
+    proxies: str = LOOPBACK
+
+    def flags(self) -> list[str]:
+        """The `docket chaos` flags that give these hosts (none for the defaults)."""
+        out = []
+        if self.stubs != LOOPBACK:
+            out += ["--stub-host", self.stubs]
+        if self.proxies != LOOPBACK:
+            out += ["--proxy-host", self.proxies]
+        return out
+
+
+def check_host(value: object) -> str | None:
+    """The problem with a bind address, or None: an IP address or a host name."""
+    import ipaddress
+
+    if not isinstance(value, str) or not value:
+        return f"must be an IP address or a host name, got {value!r}"
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    if not _HOST_NAME.match(value):
+        return f"must be an IP address or a host name, got {value!r}"
+    return None
+
+
+def with_hosts(
+    scenario: Scenario, stubs: str | None, proxies: str | None, boundary: str | None = None
+) -> Scenario:
+    """The scenario with the hosts given on the command line (None: as the file says).
+    `boundary` is the policy's `boundary.host` (where the agents dial the boundary)."""
+    flags = (("--stub-host", stubs), ("--proxy-host", proxies), ("--boundary-host", boundary))
+    for flag, value in flags:
+        problem = None if value is None else check_host(value)
+        if problem is not None:
+            raise InputError(f"{flag} {problem}")
+    hosts = Hosts(stubs=stubs or scenario.hosts.stubs, proxies=proxies or scenario.hosts.proxies)
+    policy = scenario.policy
+    if boundary is not None:
+        policy = copy.deepcopy(dict(policy))
+        policy["boundary"] = {**policy.get("boundary", {}), "host": boundary}
+        try:
+            policy_from_dict(copy.deepcopy(policy), source="--boundary-host")
+        except InputError as exc:
+            raise InputError(f"--boundary-host {boundary}: {exc}") from None
+    return dataclasses.replace(scenario, hosts=hosts, policy=policy)
 
 
 @dataclass(frozen=True)
@@ -82,6 +150,7 @@ class Scenario:
     max_wall_clock: float = DEFAULT_WALL_CLOCK
     probe_every: float = DEFAULT_PROBE_EVERY
     source: str | None = None  # the file it came from, for the repro command
+    hosts: Hosts = Hosts()
 
     def provider(self, name: str | None) -> ProviderSpec:
         if name is None:
@@ -172,7 +241,10 @@ def _kind(value: object) -> str:
     )
 
 
-_TOP = ("seed", "faults", "providers", "agents", "policy", "max_wall_clock", "probe_every")
+_TOP = (
+    "seed", "faults", "providers", "agents", "policy", "max_wall_clock", "probe_every", "hosts",
+)  # fmt: skip
+_HOSTS_KEYS = ("stubs", "proxies")
 _PROVIDER_KEYS = ("name", "kind", "latency", "token_delay", "via_proxy", "faults")
 _AGENT_KEYS = (
     "name", "mode", "command", "provider", "calls", "concurrency", "timeout", "max_tokens", "env",
@@ -208,7 +280,19 @@ def scenario_from_data(data: object, where: Where, path: tuple = ()) -> Scenario
         max_wall_clock=top.seconds("max_wall_clock", DEFAULT_WALL_CLOCK, positive=True),
         probe_every=top.seconds("probe_every", DEFAULT_PROBE_EVERY),
         source=where.file,
+        hosts=_hosts(top),
     )
+
+
+def _hosts(top: _Check) -> Hosts:
+    if not top.has("hosts"):
+        return Hosts()
+    c = _Check(top.data["hosts"], top.where, (*top.path, "hosts"), _HOSTS_KEYS)
+    for key in _HOSTS_KEYS:
+        problem = check_host(c.data[key]) if key in c.data else None
+        if problem is not None:
+            raise c.fail(key, problem)
+    return Hosts(**{k: c.data[k] for k in _HOSTS_KEYS if k in c.data})
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -74,8 +74,9 @@ class FaultSchedule:
     def decide(self, fault: Fault | int, ordinal: int, *, elapsed_s: float | None = None) -> bool:
         """Whether `fault` fires at `ordinal` (of its counter: see Fault.counter).
 
-        `elapsed_s` (seconds since the run's start) is needed only when the
-        trigger has a `@t` condition; asking such a fault without it is an error.
+        `elapsed_s` (seconds since the run's start, or since the anchor of a
+        `@t ... after call N` window) is needed only when the trigger has a `@t`
+        condition; asking such a fault without it is an error.
         """
         fault = self._fault(fault)
         _check_ordinal(fault, ordinal)

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 import secrets
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -47,6 +48,7 @@ PROXY_TIMEOUT = 10.0  # seconds for one Toxiproxy API call
 PROXY_PREFIX = "docket_"  # every proxy a docket run makes starts so
 TAG_BYTES = 3  # a run's tag on a shared Toxiproxy: 6 hex digits
 PROXIES_FILE = "proxies.txt"  # a run's proxies on a real Toxiproxy, one a line
+ADDRESSES_FILE = "addresses.json"  # where the run's stubs and proxies listened
 
 
 def key_env(index: int) -> str:
@@ -62,6 +64,8 @@ class Upstreams:
     stubs: dict[str, Stub] = field(default_factory=dict)
     base_urls: dict[str, str] = field(default_factory=dict)  # what the policy points at
     proxies: dict[str, str] = field(default_factory=dict)  # provider -> its proxy's name
+    stub_urls: dict[str, str] = field(default_factory=dict)  # provider -> where its stub listens
+    addresses: dict[str, dict] = field(default_factory=dict)  # provider -> its proxy's addresses
     driver: ToxiproxyDriver | None = None
     embedded: bool = True
     logs: list[RequestLog] = field(default_factory=list)
@@ -122,9 +126,10 @@ async def start_stubs(
             await evidence.record(fields | {"provider": name})
 
         stub = Stub(config, choose=choose, log=log, record_fault=record)
-        listening = await nursery.start(stub.serve)
+        listening = await nursery.start(partial(stub.serve, host=scenario.hosts.stubs))
         upstreams.stubs[provider.name] = stub
         upstreams.base_urls[provider.name] = listening.url
+        upstreams.stub_urls[provider.name] = listening.url
 
 
 def net_faults(schedule: FaultSchedule) -> list[tuple[int, Fault]]:
@@ -205,11 +210,14 @@ async def start_proxies(
     `folder`/PROXIES_FILE before it is made."""
     proxied = [p for p in scenario.providers if p.via_proxy]
     if not proxied:
+        write_addresses(folder, upstreams, toxiproxy_url)
         return
     tag = None
     if toxiproxy_url is None:
         roll = _recording_roll(schedule, elapsed, evidence)
-        server = await nursery.start(partial(serve_toxiproxy, port=0, roll=roll))
+        server = await nursery.start(
+            partial(serve_toxiproxy, host=scenario.hosts.proxies, port=0, roll=roll)
+        )
         upstreams.driver = ToxiproxyDriver(server.url)
     else:
         check_real_toxiproxy(schedule)
@@ -226,9 +234,33 @@ async def start_proxies(
         if tag is not None:
             with (folder / PROXIES_FILE).open("a", encoding="utf-8") as listed:
                 listed.write(name + "\n")
-        info = await _proxy_call(upstreams.driver.create_proxy, name, stub_address)
+        listen = f"{_bracketed(scenario.hosts.proxies)}:0"
+        info = await _proxy_call(upstreams.driver.create_proxy, name, stub_address, listen)
         upstreams.proxies[provider.name] = name
         upstreams.base_urls[provider.name] = f"http://{info.listen}"
+        upstreams.addresses[provider.name] = {
+            "proxy": name,
+            "listen": info.listen,
+            "upstream": stub_address,
+        }
+    write_addresses(folder, upstreams, toxiproxy_url)
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def write_addresses(folder: Path, upstreams: Upstreams, toxiproxy_url: str | None) -> None:
+    """addresses.json in the run's folder: where each stub and proxy listened, and which
+    Toxiproxy held the proxies: what a staging run reads when a host could not reach
+    another (docs/gamedays.md)."""
+    data = {
+        "toxiproxy": toxiproxy_url or (upstreams.driver.url if upstreams.driver else None),
+        "embedded": upstreams.embedded,
+        "stubs": {n: s for n, s in upstreams.stub_urls.items()},
+        "proxies": upstreams.addresses,
+    }
+    (folder / ADDRESSES_FILE).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
 def proxy_name(provider: str, tag: str | None = None) -> str:
@@ -344,6 +376,7 @@ async def hold_window(
     schedule: FaultSchedule,
     run_started: float,
     evidence: FaultEvidence,
+    call_seen: Callable[[int], Awaitable[float]] | None = None,
 ) -> None:
     """Perform a `@t` net fault over its window: `toxic_added` is recorded before the
     toxic acts, `toxic_removed` after it is lifted.
@@ -352,9 +385,9 @@ async def hold_window(
     serves and the run's ledger is open (chaos.run: the supervisor's `started`
     hook, cancelled when the agent is reaped). A window the run outlives is
     lifted then, and its `toxic_removed` says `teardown: true`. A window that
-    had not begun leaves nothing. A proxy call that fails is recorded with its
-    error, and the run goes on: the chain then says the fault was not (or no
-    longer) in place.
+    had not begun leaves nothing (nor does an anchored one whose call never
+    came). A proxy call that fails is recorded with its error, and the run goes
+    on: the chain then says the fault was not (or no longer) in place.
     """
     index, fault, proxy = window
     span = time_window(fault)
@@ -363,23 +396,32 @@ async def hold_window(
     name = toxic_name(index, fault)
     driver = upstreams.driver
     assert driver is not None
-    await trio.sleep_until(run_started + start_s)
+    origin = run_started
+    after_call = fault.trigger.timed.after_call  # type: ignore[union-attr]
+    if after_call is not None:
+        # anchored to the traffic: the window counts from the run's N-th request,
+        # however long the agents took to send it (a busy machine, a slow start)
+        assert call_seen is not None, f"{fault.text}: hold_window needs call_seen"
+        origin = await call_seen(after_call)
+    await trio.sleep_until(origin + start_s)
     fields = partial(injection_fields, schedule, fault, None, proxy=proxy)
-    await evidence.record(fields(action="toxic_added", at_s=start_s))
+    start_at = round(origin - run_started + start_s, 3)
+    end_at_s = None if end_s is None else round(origin - run_started + end_s, 3)
+    await evidence.record(fields(action="toxic_added", at_s=start_at))
     with trio.CancelScope(shield=True):
         # shielded: an apply abandoned half way could leave a toxic nobody lifts
         problem = await _try_proxy_call(driver.apply, proxy, fault, name)
     if problem is not None:
-        await evidence.record(fields(action="toxic_failed", at_s=start_s, error=problem))
+        await evidence.record(fields(action="toxic_failed", at_s=start_at, error=problem))
         return
-    end_at = math.inf if end_s is None else run_started + end_s
+    end_at = math.inf if end_s is None else origin + end_s
     try:
         await trio.sleep_until(end_at)
     finally:
         with trio.CancelScope(shield=True):
             problem = await _try_proxy_call(driver.lift, proxy, fault, name)
             now = trio.current_time()
-            extra: dict = {"at_s": end_s}
+            extra: dict = {"at_s": end_at_s}
             if now < end_at:  # the run ended inside the window
                 extra = {"at_s": round(now - run_started, 3), "teardown": True}
             if problem is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import trio
 
 from chaos.collect import RunResult, collect
-from chaos.scenario import AgentSpec, ProviderSpec, Scenario
+from chaos.scenario import AgentSpec, Hosts, ProviderSpec, Scenario
 from chaos.schedule import FaultSchedule
 
 SPARE_SECONDS = 30.0  # beyond the scenario's wall clock, for start-up and teardown
@@ -37,6 +37,7 @@ def scenario_from_json(data: dict) -> Scenario:
             **data,
             "faults": tuple(data["faults"]),
             "providers": tuple(ProviderSpec(**p) for p in data["providers"]),
+            "hosts": Hosts(**data["hosts"]),
             "agents": tuple(
                 AgentSpec(**{**a, "command": tuple(a["command"])}) for a in data["agents"]
             ),

@@ -25,11 +25,12 @@ refusal (a cap ends a runaway loop); hammer counts refusals and goes on.
 
 SIGTERM or SIGINT (a supervisor stopping the run: a cap kill, a full ledger,
 Ctrl-C) stops the agent: it makes no further call, abandons those in flight
-(counted as `interrupted`), prints its summary with `"stopped": "sigterm"` (or
-"sigint") and exits 128 + the signal (143, 130), as a process killed by it
-would: the mode did not finish, and the summary is what it did until then. A
-signal that arrives while Python is still starting, before the handler is in
-place, kills it without a summary.
+(counted as `interrupted` once their request was sent in full, so the boundary
+has it; as `unsent` if the signal came while it was still being written), prints
+its summary with `"stopped": "sigterm"` (or "sigint") and exits 128 + the signal
+(143, 130), as a process killed by it would: the mode did not finish, and the
+summary is what it did until then. A signal that arrives while Python is still
+starting, before the handler is in place, kills it without a summary.
 
 The agent deliberately uses raw HTTP, not the provider SDKs: the SDKs retry on
 their own, and a reference agent whose retries are hidden cannot be the client

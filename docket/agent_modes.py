@@ -37,13 +37,18 @@ class Agent:
         self.stream_timing: dict[str, float | int] = {}
         self._warned: set[str] = set()
         self._route_missing = False
+        # Calls begun and not settled, and among them those whose request has left in
+        # full: only those can be in the boundary's ledger. A call stopped while its
+        # request was still being written never reached it (counted as `unsent`).
         self.in_flight = 0
+        self.sent_in_flight = 0
 
     def stop(self, signum: int) -> None:
         """A stop signal: the mode is about to be cancelled; the summary says why."""
         if self.tally.stopped not in STOP_SIGNALS.values():
             self.tally.stopped = STOP_SIGNALS[signal.Signals(signum)]
-            self.tally.interrupted = self.in_flight
+            self.tally.interrupted = self.sent_in_flight
+            self.tally.unsent = self.in_flight - self.sent_in_flight
 
     def warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -60,12 +65,24 @@ class Agent:
             "content-type": "application/json",
             "user-agent": f"docket-agent/{__version__}",
         }
+        sent = False
+
+        async def trace(event: str, info: dict) -> None:
+            # httpcore's trace: the request's last byte is on the wire
+            nonlocal sent
+            if event == "http11.send_request_body.complete" and not sent:
+                sent = True
+                self.sent_in_flight += 1
+
+        extensions = {"trace": trace}
         self.in_flight += 1
         try:
             if stream:
-                outcome = await self._stream(body, headers)
+                outcome = await self._stream(body, headers, extensions)
             else:
-                r = await self.client.post(config.endpoint, content=body, headers=headers)
+                r = await self.client.post(
+                    config.endpoint, content=body, headers=headers, extensions=extensions
+                )
                 outcome = classify(
                     config.provider, r.status_code, r.content, r.headers.get("retry-after")
                 )
@@ -73,16 +90,17 @@ class Agent:
             outcome = Outcome("error", reason=type(exc).__name__, detail=str(exc) or repr(exc))
         finally:
             self.in_flight -= 1
+            self.sent_in_flight -= sent
         self.tally.record(outcome)
         return outcome
 
-    async def _stream(self, body: bytes, headers: dict[str, str]) -> Outcome:
+    async def _stream(self, body: bytes, headers: dict[str, str], extensions: dict) -> Outcome:
         import trio
 
         started = trio.current_time()
         first_byte: float | None = None
         async with self.client.stream(
-            "POST", self.config.endpoint, content=body, headers=headers
+            "POST", self.config.endpoint, content=body, headers=headers, extensions=extensions
         ) as r:
             if r.status_code >= 300:
                 data = await r.aread()

@@ -33,7 +33,8 @@ class Tally:
     gave_up: Counter = field(default_factory=Counter)
     reports: Counter = field(default_factory=Counter)  # "sent" | "failed" | "unreported"
     stopped: str = "done"
-    interrupted: int = 0  # calls in flight when a signal stopped the agent
+    interrupted: int = 0  # calls whose request had been sent when a signal stopped the agent
+    unsent: int = 0  # calls stopped by the signal before their request was sent in full
 
     def record(self, outcome: Outcome) -> None:
         self.calls += 1
@@ -67,6 +68,7 @@ class Tally:
         }
         if self.stopped in STOP_SIGNALS.values():
             out["interrupted"] = self.interrupted
+            out["unsent"] = self.unsent
         if self.first_error is not None:
             out["first_error"] = self.first_error
         if config.mode == "backoff":

@@ -177,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--agent", default=None, metavar="MODE", help="the reference agent's mode")
     p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
+    _host_flags(p)
     p.add_argument("--dir", default=None, help="the run's folder (default: under ./docket-runs/)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (your own agent)")
     p.set_defaults(func=cmd_chaos)
@@ -216,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=integer_arg, default=None, help="every phase with this seed")
     p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
+    _host_flags(p)
     p.add_argument(
         "--report",
         default="gameday-report",
@@ -233,6 +235,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_game_day)
     return parser
+
+
+def _host_flags(p: argparse.ArgumentParser) -> None:
+    """Where the harness binds (and what it tells others to dial): loopback by default;
+    in staging, addresses a Toxiproxy on another host can reach (docs/gamedays.md)."""
+    p.add_argument(
+        "--stub-host",
+        default=None,
+        metavar="HOST",
+        help="the stub providers listen here (default 127.0.0.1, or the scenario's hosts.stubs)",
+    )
+    p.add_argument(
+        "--proxy-host",
+        default=None,
+        metavar="HOST",
+        help="the fault proxies listen here (default 127.0.0.1, or hosts.proxies)",
+    )
+    p.add_argument(
+        "--boundary-host",
+        default=None,
+        metavar="HOST",
+        help="the boundary listens here (default 127.0.0.1, or the policy's boundary.host)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

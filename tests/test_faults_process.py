@@ -74,6 +74,8 @@ async def test_sigterm_to_the_agent_is_recorded_before_it_lands(tmp_path):
     # the agent stopped on the signal and still said what it had done
     report = result.agent_reports["looper"]
     assert report["stopped"] == "sigterm"
+    # a call counts as reaching the boundary once its request was sent in full: the
+    # ledger has exactly those (a call stopped mid-write is `unsent`, not in the ledger)
     assert report["calls"] + report["interrupted"] == types.count("model.request")
 
 

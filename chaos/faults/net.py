@@ -21,9 +21,11 @@ active, by `rand < toxicity`, once, when the toxic meets the connection.
   must add and remove it around the calls it observes, which is only as exact
   as its view of which call uses which connection (pooled connections blur it).
 - `@t A..B` / `@t A`: the harness adds the toxic at A and removes it at B
-  (`time_window`); connections opened before A or kept after B see the toxic
-  only while it exists, as on a real Toxiproxy. With the embedded proxy the
-  roll also asks the elapsed time, when given a clock.
+  (`time_window`), counted from the run's start or, with `after call N`, from
+  the moment the run's ledger records its N-th model.request (chaos.run);
+  connections opened before A or kept after B see the toxic only while it
+  exists, as on a real Toxiproxy. With the embedded proxy the roll also asks
+  the elapsed time, when given a clock (an anchored toxic: its presence alone).
 - `down` is the whole proxy (enabled=false), not a per-connection toxic: it
   takes `always` or a `@t` window; `check_performable` refuses a chance or an
   ordinal on it.
@@ -145,6 +147,16 @@ def time_window(fault: Fault) -> tuple[float, float | None] | None:
     return timed.start_ms / 1000, None if timed.end_ms is None else timed.end_ms / 1000
 
 
+def anchored(fault: Fault) -> bool:
+    """A `@t ... after call N` fault: its window counts from the run's N-th request."""
+    timed = fault.trigger.timed
+    return timed is not None and timed.after_call is not None
+
+
+def _timed_from_start(fault: Fault) -> bool:
+    return fault.trigger.timed is not None and not anchored(fault)
+
+
 Roll = Callable[[str, int, str], float]
 
 
@@ -163,7 +175,7 @@ def schedule_roll(schedule: FaultSchedule, elapsed: Callable[[], float] | None =
         if fault.target == target and fault.kind != "down"
     }
     if elapsed is None:
-        timed = [f.text for f in by_name.values() if f.trigger.timed is not None]
+        timed = [f.text for f in by_name.values() if _timed_from_start(f)]
         if timed:
             raise ValueError(f"{timed[0]} is time-triggered: schedule_roll needs elapsed")
     key = schedule.seed.to_bytes(8, "big")
@@ -175,6 +187,10 @@ def schedule_roll(schedule: FaultSchedule, elapsed: Callable[[], float] | None =
                 f"roll\0{name}\0{ordinal}\0{direction}".encode(), key=key, digest_size=8
             ).digest()
             return (int.from_bytes(digest, "big") >> 11) / (1 << 53)
+        if anchored(fault):
+            # hold_window adds its toxic at the anchor's time and lifts it at the window's
+            # end: while the toxic exists, every connection it meets is in the window
+            return 0.0
         seconds = elapsed() if elapsed is not None and fault.trigger.timed else None
         return 0.0 if schedule.decide(fault, ordinal + 1, elapsed_s=seconds) else 1.0
 

@@ -46,7 +46,8 @@ class EventTriggers:
         self._done: set[str] = set()
 
     def timers(self) -> list[tuple[float, Fault]]:
-        """(seconds after the run's start, fault) for each time-only fault, in time order."""
+        """(seconds after its origin, fault) per time-only fault, in time order; the
+        origin is the run's start, or call N's record for `after call N`."""
         return sorted(((fire_time(f), f) for f in self._timers), key=lambda x: x[0])
 
     def on_event(self, event: dict, elapsed_s: float) -> list[tuple[Fault, int]]:

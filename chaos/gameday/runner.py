@@ -502,6 +502,29 @@ async def check_toxiproxy_for(phases: Sequence[Phase], seed: int | None, url: st
     return await left_alone_notes(url)
 
 
+def phases_on_hosts(
+    phases: list, stubs: str | None, proxies: str | None, boundary: str | None = None
+) -> list:
+    """Every run of every phase with the hosts given on the command line (the flags win
+    over a phase's `hosts:`); a subprocess phase's block carries them to `docket chaos`."""
+    import dataclasses
+
+    from chaos.scenario import with_hosts
+
+    if stubs is None and proxies is None and boundary is None:
+        return phases
+    out = []
+    for phase in phases:
+        runs = []
+        for spec in phase.runs:
+            scenario = with_hosts(spec.scenario, stubs, proxies, boundary)
+            hosts = {"stubs": scenario.hosts.stubs, "proxies": scenario.hosts.proxies}
+            data = {**spec.data, "hosts": hosts, "policy": dict(scenario.policy)}
+            runs.append(dataclasses.replace(spec, scenario=scenario, data=data))
+        out.append(dataclasses.replace(phase, runs=tuple(runs)))
+    return out
+
+
 def game_day_command(args) -> int:
     from chaos.gameday.phase import load_phases
     from chaos.gameday.progress import Progress
@@ -511,6 +534,12 @@ def game_day_command(args) -> int:
     if args.seed is not None and not 0 <= args.seed < (1 << 53):
         raise InputError(f"--seed {args.seed}: a seed is a whole number from 0 to 2**53 - 1")
     phases = load_phases(args.phase or ())  # every phase file is checked before any runs
+    phases = phases_on_hosts(
+        phases,
+        getattr(args, "stub_host", None),
+        getattr(args, "proxy_host", None),
+        getattr(args, "boundary_host", None),
+    )
     rows = fmea_rows()  # and the FMEA table the report links to
     # and where the results go, and the Toxiproxy: a bad path or URL is found now,
     # not after the phases ran
