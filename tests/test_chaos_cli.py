@@ -27,7 +27,7 @@ TIMEOUT = 60
         (["--fault", "ledger:eio@call 3"], "ledger faults cannot count 'call'"),
         (["--agent", "sprint"], "--agent 'sprint': not one of once"),
         (["--seed", "-3"], "--seed -3: must be in [0, 2**53)"),
-        (["--seed", "x"], "invalid int value"),
+        (["--seed", "x"], "invalid whole number value"),
         (["--agent", "once", "--", "python3", "a.py"], "give --agent MODE or -- CMD, not both"),
         (["--scenario", "{missing}"], "no such file"),
         (["--scenario", "{empty}"], "empty"),

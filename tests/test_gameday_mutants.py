@@ -135,8 +135,9 @@ MUTANTS = [
         "runaway-loop",
         frozenset(
             {
-                # deny mode: nothing is ever refused, and the spend runs past the cap
-                "the spend cap was breached and a call refused",
+                # deny mode: the spend runs past the cap. (Whether a call is refused
+                # afterwards depends on timing: the breach, seen when a call is charged,
+                # still stops later ones once it is recorded; so that check is not named.)
                 "eight callers at once did not push the spend past the cap ($0.001 = 1000000 nUSD)",
                 # kill mode: the breach is seen only when the 21st call is charged, so
                 # it was forwarded (the kill itself still happens: the guard stops the run)

