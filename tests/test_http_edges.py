@@ -396,3 +396,21 @@ async def test_the_boundary_answers_malformed_http_in_the_providers_shape(
     # Refused before any request was parsed: nothing is recorded (a flood of broken
     # requests would otherwise fill the ledger), and nothing failed inside.
     assert [e for e in events if e["type"] == "policy.denied"] == []
+
+
+# ---------------------------------------------------------------- the attack probe's judge
+
+
+def test_the_attack_probe_takes_a_4xx_as_good_only_in_the_providers_shape():
+    from chaos.attack import http as attack_http
+
+    shaped = (
+        b"HTTP/1.1 400 Bad Request\r\ncontent-length: 27\r\n\r\n" + b'{"error": {"message": "x"}}'
+    )
+    plain = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 12\r\n\r\nbad request\n"
+    assert attack_http.good_answer(attack_http.FOUR_XX, [400], shaped)
+    assert not attack_http.good_answer(attack_http.FOUR_XX, [400], plain)
+    assert not attack_http.good_answer(attack_http.FOUR_XX, [200], b"HTTP/1.1 200 OK\r\n\r\n")
+    # An answer that is not a 4xx is judged by what was wanted alone (a 501, a close).
+    assert attack_http.good_answer(attack_http.FOUR_XX_OR_501, [501], b"HTTP/1.1 501 x\r\n\r\n")
+    assert attack_http.good_answer(attack_http.CLOSE, [], b"")
