@@ -7,8 +7,9 @@ address, or a reg-name (unreserved characters, sub-delims, %XX escapes; an IPv4
 address is one of those too). A reg-name may be empty: a client whose target has
 no authority sends an empty Host. h11 already refuses a missing or repeated Host.
 
-One compiled regular expression does it: about 0.2 us a request (see
-test_http_edges.py's figure), so every request pays it.
+Every request pays for it, so the common case (a name or an IPv4 address, a
+port) is one small regular expression, plain_host, about 0.2 us; the whole
+grammar (0.4 us) and an IPv6 literal's own check run only when that fails.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ import re
 _REG_NAME = rb"(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*"
 _IP_LITERAL = rb"\[(?:[0-9A-Fa-f:.]+|[vV][0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+)\]"
 _HOST = re.compile(rb"(?:(%s)|%s)(?::[0-9]*)?" % (_IP_LITERAL, _REG_NAME))
+# A subset of the valid values, the usual one: match it first (server.py inlines it).
+plain_host = re.compile(rb"[A-Za-z0-9.\-]*(?::[0-9]*)?").fullmatch
 
 
 def valid_host(value: bytes) -> bool:
     """Whether `value` is a Host header's valid value (RFC 9110 7.2, RFC 3986 3.2.2)."""
+    if plain_host(value) is not None:
+        return True
     match = _HOST.fullmatch(value)
     if match is None:
         return False

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from docket.http.host import valid_host
+from docket.http.host import plain_host, valid_host
 from docket.http.protocol import h11
 from docket.http.server_connection import RECEIVE_SIZE, ErrorShape, ServerConfig, _Connection
 from docket.http.server_errors import (
@@ -238,7 +238,7 @@ def _refused_head(event: h11.Request, max_header_bytes: int) -> tuple[int, str, 
     size = 0
     for name, value in event.headers:
         size += len(name) + len(value) + 4
-        if name == b"host" and not valid_host(value):
+        if name == b"host" and plain_host(value) is None and not valid_host(value):
             # RFC 9112 3.2: a Host field with an invalid value is answered 400.
             return 400, "bad_host", f"invalid Host header {bytes(value)[:100]!r}"
     # h11 caps only a head still arriving; one read can bring a whole big one.
