@@ -36,8 +36,12 @@ CHAT = b"/openai/v1/chat/completions"
 MESSAGES = b"/anthropic/v1/messages"
 GOOD = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 
+UNKNOWN_SECRET = b"sk-live-nobody-told-docket-about-this-0f3c"
 BAD_CHUNKS = {
     "chunk size not hex": b"zz\r\nhello\r\n0\r\n\r\n",
+    # The refused bytes are not copied into the record: the redactor knows only the
+    # run's own secrets, and a chunk header can carry anything.
+    "chunk header holding a secret": UNKNOWN_SECRET + b"\r\nhello\r\n0\r\n\r\n",
     "chunk size overflow": b"f" * 40 + b"\r\nhello\r\n0\r\n\r\n",
     "chunk longer than its size": b"5\r\nhelloXX\r\n0\r\n\r\n",
 }
@@ -123,8 +127,10 @@ async def test_a_body_that_breaks_chunked_framing_is_a_400_in_the_providers_shap
             served = await exchange(port, request(json.dumps(GOOD).encode()))
             forwarded = len(up.log)
         events = rig.events()
+        raw = rig.raw()
     assert served.status == 200
     assert forwarded == 1  # only the well-formed call went upstream
+    assert UNKNOWN_SECRET not in raw
     for name, answer in answers.items():
         assert answer.status == 400, (name, answer.status, answer.body)
         assert answer.headers[b"connection"] == b"close"
