@@ -226,7 +226,7 @@ def test_query_string_and_trailing_slash_are_ignored_and_unknown_paths_are_other
     [
         ("openai", "/v1/chat/completions", b"", "is empty"),
         ("openai", "/v1/chat/completions", b"{not json", "not valid JSON"),
-        ("openai", "/v1/chat/completions", b"\xff\xfe{}", "not valid JSON"),
+        ("openai", "/v1/chat/completions", b"\xff\xfe{}", "is not UTF-8"),
         ("openai", "/v1/responses", b"[1, 2]", "not an array"),
         ("openai", "/v1/embeddings", b'"text"', "not a string"),
         ("openai", "/v1/chat/completions", b'{"messages": []}', 'has no "model"'),

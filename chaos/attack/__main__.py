@@ -23,7 +23,10 @@ from chaos.attack import Figures
 
 # family -> (module, what its good figure counts)
 FAMILIES = {
-    "http": ("chaos.attack.http", "answered 4xx (or the close wanted), boundary still serving"),
+    "http": (
+        "chaos.attack.http",
+        "answered 4xx in the provider's shape (or the close wanted), boundary still serving",
+    ),
     "mutations": ("chaos.attack.mutations", "detected by docket verify"),
     "secrets": ("chaos.attack.secrets", "secrets planted and found nowhere on disk"),
     "inputs": ("chaos.attack.inputs", "exit 2, one stderr line, no traceback"),

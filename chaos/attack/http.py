@@ -5,10 +5,10 @@ Each probe opens a fresh connection to a real `docket run`'s boundary on
 broken framing, hostile JSON, bad proxy targets), reads what comes back, and
 then checks on a new connection that the boundary still answers
 /docket/healthz. Good: the answer wanted (a 4xx for a bad request; for a
-socket closed before a request, no answer) and the boundary still serving.
-Reported beside it: how many 4xx came in the provider's error shape (a JSON
-`error` object), since a client's SDK parses only that. A control request (the
-template the probes spoil, unspoiled) must be answered 200 first.
+socket closed before a request, no answer), a 4xx in the provider's error shape
+(a JSON `error` object: a client's SDK parses only that, so a text/plain 400 is
+not good), and the boundary still serving. A control request (the template the
+probes spoil, unspoiled) must be answered 200 first.
 """
 
 from __future__ import annotations
@@ -264,6 +264,13 @@ def judge(expect: str, statuses: list[int]) -> bool:
     }[expect]
 
 
+def good_answer(expect: str, statuses: list[int], data: bytes) -> bool:
+    """The answer wanted, and a 4xx (when it is one) in the provider's shape."""
+    last = statuses[-1] if statuses else None
+    four = last is not None and 400 <= last < 500
+    return judge(expect, statuses) and (not four or provider_shaped(data))
+
+
 def run(folder: Path, quick: bool) -> Figures:
     figures = Figures("http")
     answered = shaped = still = 0
@@ -283,7 +290,7 @@ def run(folder: Path, quick: bool) -> Figures:
             except OSError as exc:
                 statuses, data = [], f"[connect failed: {exc}]".encode()
             alive = serving(port)
-            good = judge(probe.expect, statuses)
+            good = good_answer(probe.expect, statuses, data)
             answered += bool(statuses) and 400 <= statuses[-1] < 500
             still += alive
             if statuses and 400 <= statuses[-1] < 500:
@@ -292,6 +299,8 @@ def run(folder: Path, quick: bool) -> Figures:
                 else:
                     plain.append(probe.name)
             got = "/".join(map(str, statuses)) or "no answer"
+            if statuses and 400 <= statuses[-1] < 500 and not provider_shaped(data):
+                got += " (not in the provider's shape)"
             figures.add(
                 good and alive,
                 f"http {probe.name!r}: sent {_show(probe.data)} to 127.0.0.1:PORT"

@@ -38,7 +38,7 @@ from docket.guards.deadline import BadDeadline, caller_budget
 from docket.guards.redact import Redactor, sanitize_url
 from docket.guards.scrub import relay_keys
 from docket.http.client import UpstreamPool
-from docket.http.server import BodyTooLarge, ClientGone, serve
+from docket.http.server import BodyTooLarge, ClientGone, RequestError, ServerConfig, serve
 from docket.ledger.writer import EvidenceLost, LedgerFull
 
 MAX_REQUEST_BYTES = 32 << 20
@@ -157,6 +157,9 @@ class Boundary:
                         self.handle,
                         host=self.policy.boundary.host,
                         port=self.policy.boundary.port,
+                        # Malformed HTTP the server refuses itself is answered in the
+                        # provider's shape too: an agent's SDK parses only that.
+                        config=ServerConfig(error_shape=self.error_shape),
                     )
                 )
                 self.url = listening.url
@@ -165,6 +168,25 @@ class Boundary:
             with trio.CancelScope(shield=True):
                 for route in self.routes.values():
                     await route.pool.aclose()
+
+    def error_shape(self, status: int, code: str, message: str, target: bytes | None):
+        """The body of an answer the HTTP server makes itself (malformed HTTP, an invalid
+        Host, a stalled or oversized request: docket.http.server), in the shape of the
+        provider the target names: a configured route's kind, else OpenAI's (what
+        most SDKs and a request too broken to name a route get). Not recorded: no
+        request was parsed, and an event per malformed request would let any local
+        process fill the ledger."""
+        kind = "openai"
+        if target is not None:
+            path = target.partition(b"?")[0].decode("latin-1")
+            if path.startswith(("http://", "https://")):
+                path = urlsplit(path).path
+            route = self.routes.get(path.lstrip("/").partition("/")[0])
+            if route is not None:
+                kind = route.kind
+        error_type = "docket_bad_request" if status < 500 else "docket_internal_error"
+        body = providers.error_body(kind, status, error_type, self.scrub(message), {"code": code})
+        return b"application/json", body
 
     # ------------------------------------------------------------------ recording
 
@@ -237,10 +259,12 @@ class Boundary:
         retry_after_s: float | None = None,
         record: bool = True,
         close: bool = False,
+        status: int | None = None,
     ) -> None:
         """Answer a docket_* refusal in the provider's shape and record it. `close`:
         the request's body is left unread, so the connection may not carry another
-        request; say so, or a keep-alive client sends its next one into a closing socket."""
+        request; say so, or a keep-alive client sends its next one into a closing socket.
+        `status`: the HTTP status, when not the error type's own (a 408 docket_bad_request)."""
         if record:
             try:
                 await self.record(
@@ -256,7 +280,7 @@ class Boundary:
                 pass_through = "the refusal itself could not be recorded"
                 message = f"{message} ({pass_through})"
         answer = providers.refusal(
-            kind, error_type, message, extra=extra, retry_after_s=retry_after_s
+            kind, error_type, message, extra=extra, retry_after_s=retry_after_s, status=status
         )
         self.metrics.refused(provider, error_type)
         headers = [*answer.headers, (b"connection", b"close")] if close else answer.headers
@@ -363,6 +387,23 @@ class Boundary:
                 provider=route.name,
                 model=None,
                 close=True,
+            )
+            return
+        except RequestError as exc:
+            # A body that breaks HTTP's framing (a chunk size not in hex, a chunk longer
+            # than its size) or stops arriving: the client's fault, refused like any bad
+            # request (never an internal error). Nothing was reserved or forwarded.
+            await self.refuse(
+                respond,
+                kind,
+                "docket_bad_request",
+                self.scrub(str(exc)),
+                rule="bad_request",
+                provider=route.name,
+                model=None,
+                extra={"code": exc.code},
+                close=True,
+                status=exc.status,
             )
             return
         try:

@@ -12,9 +12,15 @@ write to the socket (TCP_NODELAY is on), so a server-sent-event stream reaches
 the client chunk by chunk, as the handler produces it.
 
 What the server answers by itself, always closing the connection afterwards:
-400 (malformed HTTP), 408 (a request that stalls), 413 (a body over the limit,
-raised as BodyTooLarge from read_body and not caught), 431 (headers too big),
-500 (the handler raised, or returned without answering; one line is logged).
+400 (malformed HTTP, a Host header with an invalid value, a malformed body raised
+as BadRequest from read_body and not caught), 408 (a request that stalls), 413
+(a body over the limit, raised as BodyTooLarge), 431 (headers too big), 500 (the
+handler raised, or returned without answering; one line is logged). Their body
+is text/plain, unless ServerConfig.error_shape gives the application's own shape
+(the boundary answers in the provider's): it is handed the status, a code naming
+the fault (http_400, bad_host, bad_framing, request_timeout, body_too_large,
+headers_too_large, internal_error) and the message, and the request's target
+when one was read.
 A client that goes away surfaces as ClientGone from `send` and from body
 reads. A handler that waits on something else first (the boundary, on an
 upstream) hands `respond.cancel_on_disconnect(scope)` the cancel scope of that
@@ -44,8 +50,9 @@ from dataclasses import dataclass, field
 
 import trio
 
+from docket.http.host import plain_host, valid_host
 from docket.http.protocol import h11
-from docket.http.server_connection import RECEIVE_SIZE, ServerConfig, _Connection
+from docket.http.server_connection import RECEIVE_SIZE, ErrorShape, ServerConfig, _Connection
 from docket.http.server_errors import (
     BadRequest,
     BodyTooLarge,
@@ -60,6 +67,7 @@ __all__ = [
     "BadRequest",
     "BodyTooLarge",
     "ClientGone",
+    "ErrorShape",
     "Handler",
     "HeaderPairs",
     "Listening",
@@ -139,21 +147,26 @@ async def _exchange_loop(conn: _Connection, handler: Handler, stats: ServerStats
                 event = await conn.next_event(config.request_timeout)
         except h11.RemoteProtocolError as exc:
             status = exc.error_status_hint
-            await conn.answer_error(status, _REASONS.get(status, "Bad Request"), str(exc))
+            code = "headers_too_large" if status == 431 else f"http_{status}"
+            await conn.answer_error(
+                status, _REASONS.get(status, "Bad Request"), str(exc), code=code
+            )
             return
         except RequestTimeout:
             if conn.h11.their_state is h11.IDLE and not conn.h11.trailing_data[0]:
                 return  # an idle keep-alive connection timed out: just close
-            await conn.answer_error(408, _REASONS[408], "request timed out")
+            await conn.answer_error(
+                408, _REASONS[408], "request timed out", code=RequestTimeout.code
+            )
             return
         if isinstance(event, h11.ConnectionClosed):
             return
-        # h11 caps only a head still arriving; one read can bring a whole big one.
-        if (
-            sum(len(name) + len(value) + 4 for name, value in event.headers)
-            > config.max_header_bytes
-        ):
-            await conn.answer_error(431, _REASONS[431], "request headers are too large")
+        refused = _refused_head(event, config.max_header_bytes)
+        if refused is not None:
+            status, code, message = refused
+            await conn.answer_error(
+                status, _REASONS[status], message, code=code, target=event.target
+            )
             return
         stats.requests += 1
         if not await _run_handler(conn, handler, event, stats):
@@ -189,7 +202,19 @@ async def _run_handler(
             "ending" if respond.started else "starting",
         )
         if not respond.started:
-            await conn.answer_error(500, _REASONS[500], "the handler gave no response")
+            await conn.answer_error(
+                500,
+                _REASONS[500],
+                "the handler gave no response",
+                code="internal_error",
+                target=request.target,
+            )
+        return False
+    if conn.h11.their_state is h11.ERROR:
+        # The body broke HTTP's framing and the handler answered (a 400): what the client
+        # still sends is read and dropped before the close, so its answer is not reset away.
+        if not conn.peer_closed:
+            await conn.close_after_answer()
         return False
     try:
         if await conn.drain_request_body():
@@ -205,6 +230,21 @@ async def _run_handler(
         # reset the connection, and the client, still sending, would lose the answer.
         await conn.close_after_answer()
     return False
+
+
+def _refused_head(event: h11.Request, max_header_bytes: int) -> tuple[int, str, str] | None:
+    """(status, code, message) for a request head the server refuses itself, else None.
+    One pass over the headers: their size, and the Host value's validity."""
+    size = 0
+    for name, value in event.headers:
+        size += len(name) + len(value) + 4
+        if name == b"host" and plain_host(value) is None and not valid_host(value):
+            # RFC 9112 3.2: a Host field with an invalid value is answered 400.
+            return 400, "bad_host", f"invalid Host header {bytes(value)[:100]!r}"
+    # h11 caps only a head still arriving; one read can bring a whole big one.
+    if size > max_header_bytes:
+        return 431, "headers_too_large", "request headers are too large"
+    return None
 
 
 def _declares_no_body(request: Request) -> bool:
@@ -227,14 +267,22 @@ async def _handler_failed(
     if _only(exc, ClientGone) or conn.aborted:
         return False  # the handler saw the client leave (or cut the response on purpose)
     if isinstance(exc, RequestError) and not respond.started:
-        await conn.answer_error(exc.status, exc.reason, str(exc))
+        await conn.answer_error(
+            exc.status, exc.reason, str(exc), code=exc.code, target=request.target
+        )
         return False
     stats.handler_errors += 1
     log.error(
         "http %s %s: handler failed: %s: %s", request.method, request.path, type(exc).__name__, exc
     )
     if not respond.started:
-        await conn.answer_error(500, _REASONS[500], "internal error in the handler")
+        await conn.answer_error(
+            500,
+            _REASONS[500],
+            "internal error in the handler",
+            code="internal_error",
+            target=request.target,
+        )
     return False
 
 

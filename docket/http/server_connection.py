@@ -9,7 +9,10 @@ re-exported by server.py.
 
 from __future__ import annotations
 
+import logging
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -19,6 +22,13 @@ from docket.http.server_errors import ClientGone, RequestTimeout
 from docket.http.sockio import StreamIO
 
 RECEIVE_SIZE = 65536
+log = logging.getLogger("docket.http")
+
+# An application's shape for the answers the server makes itself (see ServerConfig):
+# (status, code, message, the request's target or None) -> (content-type, body).
+ErrorShape = Callable[[int, str, str, bytes | None], tuple[bytes, bytes]]
+# A request line in the bytes last read: how a head h11 refused still names its target.
+_REQUEST_LINE = re.compile(rb"(?:\A|\n)[!#$%&'*+.^_`|~0-9A-Za-z-]+ ([!-~]+) HTTP/")
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,10 @@ class ServerConfig:
     # client still sending its body would lose the answer it has not read yet.
     linger_bytes: int = 256 * 1024 * 1024
     linger_max_seconds: float = 10.0
+    # The body of the answers the server makes itself (400 for malformed HTTP, 408, 413,
+    # 431, 500): None is text/plain with the message; an application whose clients parse
+    # only their own error shape (the boundary: the provider's) supplies an ErrorShape.
+    error_shape: ErrorShape | None = None
 
 
 class _Reader:
@@ -118,6 +132,7 @@ class _Connection:
         self.config = config
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_header_bytes)
         self.peer_closed = False  # EOF or reset seen from the client
+        self.last_read = b""  # the latest bytes read: a refused head's target is looked up there
         self.aborted = False
         self.tunnelled = False  # a CONNECT was accepted: the handler owns the raw stream
         self.body_done = trio.Event()
@@ -164,6 +179,8 @@ class _Connection:
     def received(self, data: bytes) -> None:
         if not data:
             self.peer_closed = True
+        else:
+            self.last_read = data  # a reference, not a copy: nothing to pay per read
         self.h11.receive_data(data)
 
     async def write(self, data: bytes | None) -> None:
@@ -180,20 +197,45 @@ class _Connection:
             self.peer_closed = True
             raise ClientGone(f"client read nothing for {self.config.send_timeout:g}s") from None
 
-    async def answer_error(self, status: int, reason: str, message: str) -> None:
+    async def answer_error(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        *,
+        code: str | None = None,
+        target: bytes | None = None,
+    ) -> None:
         """A server-made error answer, then close. Written raw: h11's own state may
         be the thing that broke. The client's unread bytes are drained first so
-        the kernel does not answer them with a reset that would eat our reply."""
-        body = (message + "\n").encode()
+        the kernel does not answer them with a reset that would eat our reply.
+        `code` names the fault (http_400 when not given) and `target` the request it
+        answers, for the application's error_shape; a head h11 refused has no target,
+        so the last bytes read are searched for its request line."""
+        ctype, body = self._error_body(status, code or f"http_{status}", message, target)
         head = (
-            f"HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype.decode('latin-1')}\r\n"
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-        ).encode()
+        ).encode("latin-1")
         try:
             await self.write(head + body)
         except ClientGone:
             return  # nobody left to tell
         await self.close_after_answer()
+
+    def _error_body(
+        self, status: int, code: str, message: str, target: bytes | None
+    ) -> tuple[bytes, bytes]:
+        shape = self.config.error_shape
+        if shape is not None:
+            if target is None:
+                found = _REQUEST_LINE.findall(self.last_read)
+                target = found[-1] if found else None
+            try:
+                return shape(status, code, message, target)
+            except Exception as exc:  # noqa: BLE001 - the answer still goes out, in plain text
+                log.error("http error_shape failed: %s: %s", type(exc).__name__, exc)
+        return b"text/plain; charset=utf-8", (message + "\n").encode()
 
     async def close_after_answer(self) -> None:
         """The answer is written; the request's body may still be arriving. Half-close

@@ -21,10 +21,13 @@ class RequestError(Exception):
 
     status = 400
     reason = "Bad Request"
+    code = "bad_request"  # names the fault in an answer an application shapes (error_shape)
 
 
 class BadRequest(RequestError):
     """The request's framing is malformed (a bad chunk, a body cut short)."""
+
+    code = "bad_framing"
 
 
 class RequestTimeout(RequestError):
@@ -32,6 +35,7 @@ class RequestTimeout(RequestError):
 
     status = 408
     reason = "Request Timeout"
+    code = "request_timeout"
 
 
 class BodyTooLarge(RequestError):
@@ -39,6 +43,7 @@ class BodyTooLarge(RequestError):
 
     status = 413
     reason = "Content Too Large"
+    code = "body_too_large"
 
     def __init__(self, limit: int) -> None:
         super().__init__(f"request body is larger than {limit} bytes")

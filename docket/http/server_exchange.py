@@ -91,7 +91,10 @@ class _BodyChunks:
         except h11.RemoteProtocolError as exc:
             if conn.peer_closed:
                 raise ClientGone("client closed the connection during the request body") from None
-            raise BadRequest(f"malformed request body: {exc}") from None
+            # h11 quotes the bytes it refused ("illegal chunk header: b'...'"): only its
+            # words are kept, since a handler may record this message and the bytes may
+            # carry anything the client sent.
+            raise BadRequest(f"malformed request body: {str(exc).partition(': ')[0]}") from None
         if isinstance(event, h11.Data):
             request._body_read += len(event.data)
             if request._body_read > self._limit:

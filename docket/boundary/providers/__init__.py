@@ -173,14 +173,17 @@ def refusal(
     *,
     extra: dict | None = None,
     retry_after_s: float | None = None,
+    status: int | None = None,
 ) -> Refusal:
-    """A complete answer for a docket_* refusal: status from DOCKET_ERRORS, JSON body,
+    """A complete answer for a docket_* refusal: status from DOCKET_ERRORS (or `status`,
+    a 4xx or 5xx of the caller's, such as 408 for a request that stalled), JSON body,
     Content-Length, Retry-After when given (whole seconds, rounded up), and `x-should-retry: false` when no
     retry can succeed."""
     spec = DOCKET_ERRORS.get(error_type)
     if spec is None:
         raise ValueError(f"unknown docket error type {error_type!r}")
-    body = error_body(kind, spec.status, error_type, message, extra)
+    status = spec.status if status is None else status
+    body = error_body(kind, status, error_type, message, extra)
     headers: Headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode("ascii")),
@@ -189,4 +192,4 @@ def refusal(
         headers.append((b"retry-after", str(max(0, math.ceil(retry_after_s))).encode("ascii")))
     if not spec.retryable:
         headers.append((b"x-should-retry", b"false"))
-    return Refusal(spec.status, headers, body)
+    return Refusal(status, headers, body)
