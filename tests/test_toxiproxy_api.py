@@ -282,3 +282,52 @@ async def test_update_proxy_upstream_and_bad_values():
             for bad in ({"upstream": 5}, {"upstream": "no-port"}, {"enabled": "yes"}):
                 answer = await r.http("POST", "/proxies/p", json=bad)
                 assert answer.status_code == 400, bad
+
+
+async def test_a_toxic_added_while_connections_end_is_never_a_500():
+    """A connection whose last byte has gone has a nursery trio is about to close;
+    a toxic added in that gap used to raise "Nursery is closed to new arrivals" in
+    the API's handler, a 500 with a text body (seen in the partition phase as a
+    `toxic_failed` under load). Short connections churn through the proxy while
+    toxics are swapped; every API answer must be the documented one."""
+    client = toxiproxy.Toxiproxy()
+    with trio.fail_after(60):
+        async with rig() as r, trio.open_nursery() as churn:
+            await r.call(client.create, upstream=r.upstream, name="p")
+            port = port_of((await r.http("GET", "/proxies/p")).json()["listen"])
+
+            async def connect_and_leave() -> None:
+                while True:
+                    try:
+                        stream = await trio.open_tcp_stream("127.0.0.1", port)
+                    except OSError:
+                        await trio.sleep(0.001)
+                        continue
+                    async with stream:
+                        with trio.move_on_after(0.02):
+                            try:
+                                await stream.send_all(b"x" * 64)
+                                await stream.receive_some(64)
+                            except trio.BrokenResourceError:
+                                resets.append(1)  # reset_peer at work: the toxic's effect
+
+            resets: list[int] = []
+            for _ in range(6):
+                churn.start_soon(connect_and_leave)
+            statuses = []
+            for i in range(60):
+                for kind, name in (("timeout", f"t{i}"), ("reset_peer", f"r{i}")):
+                    added = await r.http(
+                        "POST",
+                        "/proxies/p/toxics",
+                        json={"name": name, "type": kind, "attributes": {"timeout": 0}},
+                    )
+                    statuses.append(added.status_code)
+                    assert added.status_code == 200, (i, kind, added.text)
+                    assert added.json()["name"] == name
+                await trio.sleep(0.005)
+                for name in (f"t{i}", f"r{i}"):
+                    removed = await r.http("DELETE", f"/proxies/p/toxics/{name}")
+                    assert removed.status_code == 204, (i, name, removed.text)
+            churn.cancel_scope.cancel()
+    assert statuses.count(200) == 120

@@ -167,8 +167,20 @@ class Connection:
                     self._nursery = nursery
                     for spec in self.proxy.toxics.values():
                         self.toxic_added(spec)
+                    links_done = trio.Event()
+                    running = [len(self.links)]
                     for link in self.links.values():
-                        nursery.start_soon(link.run)
+                        nursery.start_soon(self._run_link, link, running, links_done)
+                    # The body outlives the links and clears `_nursery` before it ends.
+                    # Trio closes a nursery when its last task ends, before this task
+                    # runs again: a toxic added through the API in that gap found
+                    # `_nursery` set and closed ("Nursery is closed to new arrivals",
+                    # a 500 to the client). Once the links are done no byte flows, so a
+                    # toxic added later has nothing to act on.
+                    try:
+                        await links_done.wait()
+                    finally:
+                        self._nursery = None
         finally:
             self._nursery = None
             with trio.CancelScope(shield=True):
@@ -179,6 +191,14 @@ class Connection:
                 self.ordinal,
                 self.close_reason or "both sides finished",
             )
+
+    async def _run_link(self, link: Link, running: list[int], links_done: trio.Event) -> None:
+        try:
+            await link.run()
+        finally:
+            running[0] -= 1
+            if running[0] == 0:
+                links_done.set()
 
     async def _close_streams(self) -> None:
         for stream in (self.client, self.upstream):
