@@ -21,12 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import docket.receipt as receipt_module
+import docket.ledger.strict_json as strict_json_module
 from docket import __version__
 from docket.clock import rfc3339
 from docket.ledger.chain import GENESIS, ChainVerifier, encode_body, encode_line, line_hash
-from docket.receipt import build_receipt, decode_json, verify, write_receipt
-from docket.tally import Tally
+from docket.ledger.strict_json import decode_json
+from docket.receipts.receipt import build_receipt, write_receipt
+from docket.receipts.tally import Tally
+from docket.receipts.verify import verify
 
 MODELS = {
     "gpt-4o": {"input": "2.50", "output": "10.00", "cached_input": "1.25"},
@@ -223,22 +225,22 @@ def run(quick: bool) -> dict:
                 v.feed(line)
 
         # The same parser with and without its duplicate-key check: that check's cost.
-        if receipt_module.jiter is not None:
+        if strict_json_module.jiter is not None:
             decoder = "jiter"
             options = {"allow_inf_nan": False, "cache_mode": "keys", "float_mode": "decimal"}
             checked = functools.partial(
-                receipt_module.jiter.from_json, catch_duplicate_keys=True, **options
+                strict_json_module.jiter.from_json, catch_duplicate_keys=True, **options
             )
-            unchecked = functools.partial(receipt_module.jiter.from_json, **options)
+            unchecked = functools.partial(strict_json_module.jiter.from_json, **options)
         else:
             decoder = "stdlib"
-            checked = receipt_module.decode_json_stdlib
+            checked = strict_json_module.decode_json_stdlib
             plain = json.JSONDecoder().scan_once
             unchecked = lambda line: plain(line.decode("utf-8"), 0)  # noqa: E731
 
         _, ref_cpu = _best(reference_chain, repeats)
         _, strict_cpu = _best(each(decode_json), repeats)
-        _, stdlib_cpu = _best(each(receipt_module.decode_json_stdlib), repeats)
+        _, stdlib_cpu = _best(each(strict_json_module.decode_json_stdlib), repeats)
         _, checked_cpu = _best(each(checked), repeats)
         _, unchecked_cpu = _best(each(unchecked), repeats)
         _, sha_cpu = _best(each(lambda line: hashlib.sha256(line).hexdigest()), repeats)

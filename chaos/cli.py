@@ -20,7 +20,10 @@ from pathlib import Path
 
 import trio
 
-from chaos.run import RESOLVE_UP_TO, check_folder, run_chaos
+from chaos.faults.schedule import FaultSchedule
+from chaos.run.engine import run_chaos
+from chaos.run.here import RESOLVE_UP_TO, check_folder
+from chaos.run.upstreams import check_real_toxiproxy, toxiproxy_driver
 from chaos.scenario import (
     SEED_LIMIT,
     AgentSpec,
@@ -29,9 +32,7 @@ from chaos.scenario import (
     load_scenario,
     with_hosts,
 )
-from chaos.schedule import FaultSchedule
-from chaos.upstreams import check_real_toxiproxy, toxiproxy_driver
-from docket.agent import MODES
+from docket.agent.config import MODES
 from docket.errors import InputError
 
 

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chaos.faults.grammar import parse_fault
 from chaos.faults.net import check_performable
-from chaos.grammar import parse_fault
-from chaos.schedule import FaultSchedule
+from chaos.faults.schedule import FaultSchedule
 from chaos.yamldoc import Where, load
-from docket.agent import MODES
+from docket.agent.config import MODES
 from docket.errors import InputError
 from docket.inputs import parse_duration
 from docket.policy import policy_from_dict

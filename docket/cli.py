@@ -33,7 +33,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from docket.receipt import verify_command
+    from docket.receipts.verify import verify_command
 
     return verify_command(args.receipt, args.ledger)
 
@@ -51,7 +51,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from docket.supervisor import run_command
+    from docket.run.supervisor import run_command
 
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
@@ -83,7 +83,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from docket.agent import FLAGS, agent_command
+    from docket.agent.command import agent_command
+    from docket.agent.config import FLAGS
 
     return agent_command(
         {env: getattr(args, flag[2:].replace("-", "_")) for env, flag in FLAGS.items()}

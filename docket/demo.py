@@ -37,8 +37,8 @@ CALLS = [  # (model, input tokens, cached, output tokens)
 async def record_run(folder: Path) -> tuple[Path, Path]:
     from docket.ledger.writer import open_ledger
     from docket.pricing import load_price_table
-    from docket.receipt import build_receipt, write_receipt
-    from docket.tally import Tally
+    from docket.receipts.receipt import build_receipt, write_receipt
+    from docket.receipts.tally import Tally
 
     prices = load_price_table()
     ledger_path = folder / "ledger.jsonl"
@@ -184,7 +184,7 @@ def demo_command(directory: str | None) -> int:
     from rich.console import Console
 
     from docket.ledger.doctor import classify
-    from docket.receipt import verify
+    from docket.receipts.verify import verify
 
     console = Console(highlight=False, soft_wrap=True)
     folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="docket-demo-"))

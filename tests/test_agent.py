@@ -25,8 +25,9 @@ from helpers import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from docket.agent import SseDecoder, classify, config_from
-from docket.backoff import BackoffPolicy
+from docket.agent.backoff import BackoffPolicy
+from docket.agent.calls import SseDecoder, classify
+from docket.agent.config import config_from
 from docket.cli import main as cli_main
 from docket.errors import InputError
 
@@ -407,7 +408,7 @@ def test_a_stop_signal_ends_the_calls_and_the_agent_still_reports(sig, name):
 def test_a_signal_while_the_agent_starts_still_gets_a_report(monkeypatch, capsys):
     # agent_command catches the stop signals before it reads its settings or starts
     # trio; one that arrives then stops the run before its first call.
-    import docket.agent as agent_module
+    import docket.agent.command as agent_module
 
     real_config_from = agent_module.config_from
 

@@ -19,8 +19,8 @@ import httpx
 import trio
 import trio.testing
 
-from docket.agent_config import config_from
-from docket.agent_modes import Agent
+from docket.agent.config import config_from
+from docket.agent.modes import Agent
 
 DEADLINE = 10
 

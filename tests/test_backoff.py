@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from docket.backoff import BackoffPolicy, GiveUp, Wait, parse_retry_after
+from docket.agent.backoff import BackoffPolicy, GiveUp, Wait, parse_retry_after
 
 policies = st.builds(
     BackoffPolicy,

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from docket.boundary.wiring import breaker_for
 from docket.guards.breaker import (
     CLOSED,
     COOLDOWN_ELAPSED,
@@ -225,7 +226,7 @@ def test_misuse_is_an_error_not_a_silent_miscount():
 
 
 def test_from_policy_uses_the_resilience_keys():
-    b = CircuitBreaker.from_policy("openai", ResiliencePolicy())
+    b = breaker_for("openai", ResiliencePolicy())
     assert (b.threshold, b.base_cooldown, b.max_cooldown, b.failure_rate, b.min_calls) == (
         5,
         30.0,
@@ -245,7 +246,7 @@ def test_from_policy_uses_the_resilience_keys():
         },
         source="test",
     )
-    b = CircuitBreaker.from_policy("x", policy.resilience)
+    b = breaker_for("x", policy.resilience)
     assert (b.threshold, b.base_cooldown, b.max_cooldown, b.failure_rate, b.min_calls) == (
         2,
         2.0,

@@ -13,6 +13,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from docket.boundary.wiring import bulkhead_core_for
 from docket.guards.bulkhead import (
     DEADLINE,
     QUEUE_FULL,
@@ -135,14 +136,14 @@ def test_misuse_is_an_error():
 
 
 def test_from_policy():
-    assert BulkheadCore.from_policy("u", ResiliencePolicy()) is None
+    assert bulkhead_core_for("u", ResiliencePolicy()) is None
     only_slots = ResiliencePolicy(max_concurrent_upstream=6)
-    core = BulkheadCore.from_policy("u", only_slots)
+    core = bulkhead_core_for("u", only_slots)
     assert (core.slots, core.max_queue) == (6, 6)  # never unbounded
     policy = policy_from_dict(
         {"resilience": {"max_concurrent_upstream": 4, "max_queue": 0}}, "test"
     ).resilience
-    core = BulkheadCore.from_policy("anthropic", policy)
+    core = bulkhead_core_for("anthropic", policy)
     assert (core.upstream, core.slots, core.max_queue) == ("anthropic", 4, 0)
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from docket.ledger import chain, doctor, strict_json
 from docket.ledger.book import LedgerBook, LedgerLimits
 from docket.ledger.writer import LedgerDamaged, open_ledger
-from docket.verify import scan_ledger
+from docket.receipts.verify import scan_ledger
 
 
 def build(n: int, body=lambda i: {"i": i}) -> list[bytes]:

@@ -1,11 +1,11 @@
-"""Reading a run folder back (chaos.collect): what a killed writer leaves is a note,
+"""Reading a run folder back (chaos.run.collect): what a killed writer leaves is a note,
 anything else that is not what the harness wrote is an error naming file and line."""
 
 from __future__ import annotations
 
 import pytest
 
-from chaos.collect import read_agent_pids, read_jsonl
+from chaos.run.collect import read_agent_pids, read_jsonl
 from docket.errors import InputError
 
 

@@ -14,17 +14,18 @@ from functools import partial
 import trio
 from helpers import read_chain
 
-from chaos.collect import parse_metrics
 from chaos.data.locate import folder as data_folder
-from chaos.run import run_chaos
+from chaos.run.collect import parse_metrics
+from chaos.run.engine import run_chaos
 from chaos.scenario import AgentSpec, Scenario, load_scenario
 from chaos.toxiproxy import serve_toxiproxy
 from chaos.toxiproxy.driver import ToxiproxyDriver
 from docket.clock import Clock
-from docket.hooks import RunHooks
 from docket.ledger.faults import FailOrdinals
 from docket.policy import policy_from_dict
-from docket.supervisor import RunOptions, Supervisor
+from docket.run.hooks import RunHooks
+from docket.run.supervisor import Supervisor
+from docket.run.values import RunOptions
 
 DEADLINE = 60
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from chaos.cli import agent_lines
-from chaos.collect import RunResult, refusals_by_rule
+from chaos.run.collect import RunResult, refusals_by_rule
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""`@t` net windows (chaos.upstreams.hold_window) against a real fault proxy: lifted
+"""`@t` net windows (chaos.run.upstreams.hold_window) against a real fault proxy: lifted
 at their end or when cancelled, and a proxy that fails is recorded, never fatal."""
 
 from __future__ import annotations
@@ -8,17 +8,17 @@ from functools import partial
 
 import trio
 
-from chaos.evidence import FaultEvidence
-from chaos.schedule import FaultSchedule
+from chaos.faults.schedule import FaultSchedule
+from chaos.run.evidence import FaultEvidence
+from chaos.run.upstreams import Upstreams, hold_window
 from chaos.toxiproxy import serve_toxiproxy
 from chaos.toxiproxy.driver import ToxiproxyDriver
-from chaos.upstreams import Upstreams, hold_window
 
 DEADLINE = 10
 
 
 class Handle:
-    """The part of docket.hooks.RunHandle the evidence uses: records, in order."""
+    """The part of docket.run.hooks.RunHandle the evidence uses: records, in order."""
 
     def __init__(self) -> None:
         self.records: list[dict] = []

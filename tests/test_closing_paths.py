@@ -14,7 +14,7 @@ import httpx
 import pytest
 import trio
 
-from docket.hooks import CALL_POINTS
+from docket.run.hooks import CALL_POINTS
 
 CHAT = "/openai/v1/chat/completions"
 DEADLINE = 20

@@ -22,11 +22,11 @@ import trio
 from helpers import read_chain, read_events, running, wait_until
 
 from docket.cli import main
-from docket.hooks import CALL_POINTS, RunHooks
 from docket.ledger.faults import os_error
-from docket.receipt import verify
-from docket.supervisor import Supervisor
-from docket.supervisor_values import RunOptions
+from docket.receipts.verify import verify
+from docket.run.hooks import CALL_POINTS, RunHooks
+from docket.run.supervisor import Supervisor
+from docket.run.values import RunOptions
 
 DEADLINE = 90  # one supervised run on a shared 2-core machine
 REAL_KEY = "sk-real-upstream-key-closing-0a1b2c3d"

@@ -31,7 +31,8 @@ from helpers import read_events, with_keys
 from chaos.stub import Stub, StubConfig
 from docket.cli import main as docket_main
 from docket.ledger.faults import FailOrdinals
-from docket.supervisor import RunOptions, Supervisor, last_line
+from docket.run.supervisor import Supervisor, last_line
+from docket.run.values import RunOptions
 
 TIMEOUT = 90  # one supervised run on a shared 2-core machine
 REAL_KEY = "sk-disk-full-provider-key-0123456789"

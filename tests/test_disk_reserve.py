@@ -225,7 +225,7 @@ def batch_records(batch: Batch) -> tuple[str, ...]:
 def test_the_receipt_reserve_takes_real_blocks_and_is_written_on_a_full_volume(tmp_path):
     import json
 
-    from docket.receipt import RECEIPT_RESERVE_BYTES, reserve_receipt, write_receipt_into
+    from docket.receipts.receipt import RECEIPT_RESERVE_BYTES, reserve_receipt, write_receipt_into
 
     with tmpfs(tmp_path / "vol", "1m") as vol:
 

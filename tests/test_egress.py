@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from docket.boundary.wiring import egress_rule_for
 from docket.guards.egress import (
     RULE_ALLOW,
     RULE_HOST,
@@ -243,7 +244,7 @@ def test_from_policy_takes_the_allow_list_and_every_provider():
         },
         source="<test>",
     )
-    rule = EgressRule.from_policy(policy)
+    rule = egress_rule_for(policy)
     shown = sorted((e.rule, e.shown()) for e in rule.entries)
     assert shown == [
         ("egress.allow[0]", "pypi.org"),
@@ -256,7 +257,7 @@ def test_from_policy_takes_the_allow_list_and_every_provider():
 
 
 def test_with_an_empty_allow_list_only_the_providers_are_reachable():
-    rule = EgressRule.from_policy(policy_from_dict({}, source="<test>"))
+    rule = egress_rule_for(policy_from_dict({}, source="<test>"))
     assert {e.shown() for e in rule.entries} == {"api.openai.com:443", "api.anthropic.com:443"}
     assert isinstance(rule.check("api.anthropic.com", 443), Allowed)
     assert isinstance(rule.check("pypi.org", 443), Denied)

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.faults.clock import ChaosClock, effect
+from chaos.faults.grammar import parse_fault
+from chaos.faults.schedule import FaultSchedule
 from chaos.faults.triggers import EventTriggers
-from chaos.grammar import parse_fault
-from chaos.schedule import FaultSchedule
 from docket.clock import rfc3339
 from docket.ledger.writer import open_ledger
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.faults.ledger import ERRNOS, LedgerFaults, choose
-from chaos.schedule import FaultSchedule
+from chaos.faults.schedule import FaultSchedule
 from docket.ledger.writer import open_ledger
 
 

@@ -16,6 +16,7 @@ from helpers import tcp_echo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chaos.faults.grammar import parse_fault
 from chaos.faults.net import (
     check_performable,
     schedule_roll,
@@ -24,8 +25,7 @@ from chaos.faults.net import (
     toxic_request,
     toxicity,
 )
-from chaos.grammar import parse_fault
-from chaos.schedule import FaultSchedule
+from chaos.faults.schedule import FaultSchedule
 from chaos.toxiproxy import serve_toxiproxy
 from chaos.toxiproxy.driver import ProxyInfo, ToxiproxyDriver, ToxiproxyError, hold_window
 from docket.errors import InputError

@@ -14,13 +14,13 @@ import sys
 import trio
 from helpers import read_chain, running, wait_until
 
+from chaos.faults.grammar import parse_fault
 from chaos.faults.process import kills_supervisor, signal_of
+from chaos.faults.schedule import FaultSchedule
 from chaos.faults.triggers import EventTriggers
 from chaos.gameday import aftermath
-from chaos.grammar import parse_fault
-from chaos.run import run_chaos
+from chaos.run.engine import run_chaos
 from chaos.scenario import AgentSpec, Scenario
-from chaos.schedule import FaultSchedule
 from docket.ledger.lock import holder_pid
 
 DEADLINE = 60

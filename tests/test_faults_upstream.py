@@ -12,8 +12,8 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chaos.faults.schedule import FaultSchedule
 from chaos.faults.upstream import chooser, plan
-from chaos.schedule import FaultSchedule
 from chaos.stub import Arrival, RequestLog, Stub, StubConfig
 
 DEADLINE = 10

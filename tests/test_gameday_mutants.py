@@ -3,7 +3,7 @@ phase exercises, must each end that phase as FAIL with exit 1, naming the checks
 caught it, never as "unknown" (exit 2) and never as a pass.
 
 Every planted phase is an in-process phase: its boundary (breaker, caps), its stub
-providers and its embedded fault proxy all run in this process (chaos.run.run_here),
+providers and its embedded fault proxy all run in this process (chaos.run.here.run_here),
 and only the agents are child processes. So each regression is planted with
 pytest's monkeypatch on the real class or function, the phase runs through the real
 runner (chaos.gameday.runner.game_day), and the patch is gone when the test ends.
@@ -27,16 +27,16 @@ from chaos.gameday.runner import game_day
 
 def breaker_never_opens(monkeypatch):
     """The breaker counts failures but its thresholds are out of reach."""
-    from docket.guards.breaker import CircuitBreaker
+    from docket.boundary import wiring
 
-    made = CircuitBreaker.from_policy.__func__
+    made = wiring.breaker_for
 
-    def from_policy(cls, upstream, policy):
-        b = made(cls, upstream, policy)
+    def breaker_for(upstream, policy):
+        b = made(upstream, policy)
         b.threshold = b.min_calls = 10**9
         return b
 
-    monkeypatch.setattr(CircuitBreaker, "from_policy", classmethod(from_policy))
+    monkeypatch.setattr(wiring, "breaker_for", breaker_for)
 
 
 def status_503_not_a_failure(monkeypatch):

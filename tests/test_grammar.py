@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.faults import VALUE_TYPES
-from chaos.grammar import (
+from chaos.faults.grammar import (
     FAMILIES,
     Chance,
     Duration,

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.grammar import FaultSyntaxError, parse_fault
+from chaos.faults.grammar import FaultSyntaxError, parse_fault
 from chaos.yamldoc import YamlError, loads
 from docket.errors import InputError, one_line
 from docket.guards.egress import provider_entry

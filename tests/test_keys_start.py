@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from docket.guards.keys import WELL_KNOWN_KEY_ENV, agent_drops, key_problem
 from docket.policy import Policy, policy_from_dict
-from docket.supervisor_child import child_env
+from docket.run.child import child_env
 
 KEY = "sk-proj-a-perfectly-good-key-123456"
 

@@ -166,11 +166,11 @@ def test_a_detached_process_does_not_outlive_the_run_and_is_recorded(tmp_path, c
 
 
 def test_prctl_elsewhere_degrades_with_a_stated_reason(monkeypatch):
-    from docket import supervisor_os
+    from docket.run import hardening
 
-    monkeypatch.setattr(supervisor_os.sys, "platform", "darwin")
-    assert supervisor_os.make_non_dumpable() == "prctl is Linux only (this is darwin)"
-    assert supervisor_os.set_subreaper() == "prctl is Linux only (this is darwin)"
+    monkeypatch.setattr(hardening.sys, "platform", "darwin")
+    assert hardening.make_non_dumpable() == "prctl is Linux only (this is darwin)"
+    assert hardening.set_subreaper() == "prctl is Linux only (this is darwin)"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="prctl is Linux only")
@@ -179,12 +179,12 @@ def test_prctl_on_linux_is_granted_and_read_back():
     code = textwrap.dedent(
         """
         import ctypes
-        from docket import supervisor_os
+        from docket.run import hardening
         libc = ctypes.CDLL(None)
-        assert libc.prctl(supervisor_os.PR_GET_DUMPABLE, 0, 0, 0, 0) == 1
-        assert supervisor_os.make_non_dumpable() is None
-        assert libc.prctl(supervisor_os.PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
-        assert supervisor_os.set_subreaper() is None
+        assert libc.prctl(hardening.PR_GET_DUMPABLE, 0, 0, 0, 0) == 1
+        assert hardening.make_non_dumpable() is None
+        assert libc.prctl(hardening.PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
+        assert hardening.set_subreaper() is None
         value = ctypes.c_int(-1)
         assert libc.prctl(37, ctypes.byref(value), 0, 0, 0) == 0  # PR_GET_CHILD_SUBREAPER
         assert value.value == 1

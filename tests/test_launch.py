@@ -1,4 +1,4 @@
-"""The child launcher (`python -m docket.launch PID -- CMD`), with real processes.
+"""The child launcher (`python -m docket.run.launch PID -- CMD`), with real processes.
 
 It must exec CMD in place (same pid), with the parent-death signal armed and
 surviving the exec, with SIGPIPE/SIGXFSZ back at their defaults (Python ignores
@@ -19,7 +19,7 @@ from pathlib import Path
 from helpers import running, wait_until
 
 TIMEOUT = 30  # seconds; generous for a shared 2-core machine
-LAUNCH = [sys.executable, "-m", "docket.launch"]
+LAUNCH = [sys.executable, "-m", "docket.run.launch"]
 
 
 def launch(*command: str, supervisor: int | None = None, **kw) -> subprocess.CompletedProcess:
@@ -134,7 +134,7 @@ def test_command_dies_with_its_supervisor(tmp_path):
     supervisor_code = textwrap.dedent(
         f"""
         import os, subprocess, sys, time
-        child = subprocess.Popen([sys.executable, "-m", "docket.launch", str(os.getpid()), "--",
+        child = subprocess.Popen([sys.executable, "-m", "docket.run.launch", str(os.getpid()), "--",
                                   "sleep", "60"], start_new_session=True)
         with open({str(pidfile)!r} + ".tmp", "w") as f:
             f.write(str(child.pid))

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from docket.boundary.wiring import limiter_for
 from docket.guards.limiter import PER_MINUTE, PER_SECOND, Admit, RateLimiter, Refuse, _delay_until
 from docket.policy import ResiliencePolicy, policy_from_dict
 
@@ -79,13 +80,13 @@ def test_when_both_limits_refuse_the_later_one_binds_the_retry():
 
 
 def test_no_limits_admits_everything_and_policy_wiring():
-    open_limiter = RateLimiter.from_policy(ResiliencePolicy())
+    open_limiter = limiter_for(ResiliencePolicy())
     assert not open_limiter.enabled
     assert admitted(open_limiter, T0, 1000) == 1000
     policy = policy_from_dict(
         {"resilience": {"max_calls_per_second": 2.5, "max_calls_per_minute": 100}}, "test"
     )
-    limiter = RateLimiter.from_policy(policy.resilience)
+    limiter = limiter_for(policy.resilience)
     assert (limiter.per_second, limiter.per_minute, limiter.capacity) == (2.5, 100, 2.5)
     assert admitted(limiter, T0, 10) == 2  # 2.5 tokens: two whole calls
 

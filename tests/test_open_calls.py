@@ -13,7 +13,8 @@ import json
 from test_receipt import end, events_of, start, write_run
 
 from docket.cli import main
-from docket.receipt import encode_receipt, verify
+from docket.receipts.receipt import encode_receipt
+from docket.receipts.verify import verify
 
 REQUEST = ("model.request", 10, {"call_id": "c1", "model": "gpt-4o-mini"})
 ANSWERED = [

@@ -81,7 +81,7 @@ ALLOWED = {
         {"trio.open_tcp_stream"},
         "the one door: every pool, the provider routes and the forward proxy reach it",
     ),
-    ("docket/agent.py", "run_agent"): (
+    ("docket/agent/command.py", "run_agent"): (
         {"httpx.AsyncClient"},
         "the reference agent is not the recorder: it is the process being recorded, run "
         "as `docket agent` (the child of `docket run`), and its client only talks to the "
@@ -233,7 +233,7 @@ def test_every_outbound_connection_goes_through_the_one_door():
 def test_the_walk_covers_the_whole_package():
     modules = package_modules()
     paths = {m.relative_to(ROOT).as_posix() for m in modules}
-    assert {"docket/http/client.py", "docket/boundary/proxy.py", "docket/agent.py"} <= paths
+    assert {"docket/http/client.py", "docket/boundary/proxy.py", "docket/agent/command.py"} <= paths
     assert len(modules) > 20
 
 
@@ -280,7 +280,7 @@ def test_the_exemptions_are_narrow():
     assert violations(openers_in(moved, "docket/http/client.py"))
     # ...and the agent may make its httpx client, not open raw sockets.
     agent = "import trio\nasync def run_agent():\n    await trio.open_tcp_stream('h', 1)\n"
-    assert violations(openers_in(agent, "docket/agent.py"))
+    assert violations(openers_in(agent, "docket/agent/command.py"))
 
 
 def test_listening_and_harmless_names_are_not_flagged():

@@ -17,16 +17,10 @@ import pytest
 
 from docket.cli import main
 from docket.ledger.chain import GENESIS, encode_body, encode_line, line_hash
-from docket.receipt import (
-    AmbiguousJSON,
-    VerifyInputError,
-    build_receipt,
-    decode_json,
-    encode_receipt,
-    verify,
-    write_receipt,
-)
-from docket.tally import UNBACKED, Tally, TallyError, usd
+from docket.ledger.strict_json import AmbiguousJSON, decode_json
+from docket.receipts.receipt import build_receipt, encode_receipt, write_receipt
+from docket.receipts.tally import UNBACKED, Tally, TallyError, usd
+from docket.receipts.verify import VerifyInputError, verify
 
 COMPLETE = {
     "ledger_complete": True,

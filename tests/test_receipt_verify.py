@@ -28,14 +28,9 @@ from docket.ledger.chain import (
     line_hash,
 )
 from docket.ledger.reader import LEDGER_MAGIC
-from docket.receipt import (
-    NOT_A_LEDGER,
-    VerifyInputError,
-    build_receipt,
-    verify,
-    write_receipt,
-)
-from docket.tally import Tally
+from docket.receipts.receipt import build_receipt, write_receipt
+from docket.receipts.tally import Tally
+from docket.receipts.verify import NOT_A_LEDGER, VerifyInputError, verify
 
 EXAMPLES = settings(
     max_examples=100,

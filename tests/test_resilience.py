@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from docket.agent import config_from, run_agent
+from docket.agent.command import run_agent
+from docket.agent.config import config_from
 from docket.boundary import forward
 from docket.boundary.guarded import (
     CLOSE_RESERVE_S,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from chaos.data.locate import folder as data_folder
+from chaos.faults.schedule import FaultSchedule
 from chaos.scenario import load_scenario
-from chaos.schedule import FaultSchedule
 from docket.errors import InputError
 
 SHIPPED = sorted(p.name for p in data_folder("scenarios").iterdir() if p.name.endswith(".yaml"))

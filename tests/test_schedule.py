@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.grammar import parse_fault
-from chaos.schedule import FaultSchedule
+from chaos.faults.grammar import parse_fault
+from chaos.faults.schedule import FaultSchedule
 
 TEXTS = (
     "upstream:status(503, retry_after=2s)@20%",

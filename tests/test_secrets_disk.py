@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 from docket.boundary import bodies
 from docket.guards.redact import Redactor
 from docket.guards.scrub import SCRUB_MARKER
-from docket.supervisor import RunOptions, Supervisor
+from docket.run.supervisor import Supervisor
+from docket.run.values import RunOptions
 
 DEADLINE = 20
 CHAT = "/openai/v1/chat/completions"
@@ -444,7 +445,7 @@ def test_json_bodies_are_the_bytes_as_sent_unless_a_secret_is_in_them(value, ind
 
 
 def test_a_chaos_run_folder_is_created_owner_only_whatever_the_umask(tmp_path):
-    from chaos.run import prepare_folder
+    from chaos.run.here import prepare_folder
 
     old = os.umask(0)
     try:

@@ -33,7 +33,8 @@ from hypothesis import strategies as st
 
 from docket.boundary import bodies
 from docket.http.server import serve
-from docket.supervisor import RunOptions, Supervisor
+from docket.run.supervisor import Supervisor
+from docket.run.values import RunOptions
 
 DEADLINE = 60
 RECORDED_CAP = 700  # bodies.RECORDED_BODY_BYTES for these runs: most bodies are cut

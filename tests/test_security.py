@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from docket.boundary import bodies, forward
 from docket.http.client import UpstreamPool
-from docket.receipt import verify
-from docket.supervisor import RunOptions, Supervisor
+from docket.receipts.verify import verify
+from docket.run.supervisor import Supervisor
+from docket.run.values import RunOptions
 
 DEADLINE = 20
 CHAT = "/openai/v1/chat/completions"

@@ -21,7 +21,7 @@ import trio
 from helpers import read_chain, running, wait_until
 
 from chaos.gameday import load
-from chaos.run import run_chaos
+from chaos.run.engine import run_chaos
 from chaos.scenario import AgentSpec, Scenario
 from docket.ledger.lock import holder_pid
 

@@ -21,7 +21,7 @@ import pytest
 import trio
 from helpers import read_chain
 
-from chaos.run import run_chaos
+from chaos.run.engine import run_chaos
 from chaos.scenario import AgentSpec, Hosts, Scenario, load_scenario
 from chaos.toxiproxy import real
 
@@ -131,8 +131,8 @@ def test_a_bad_host_is_one_line_and_exit_2(tmp_path):
 
 
 def test_the_hosts_cross_into_a_worker_process():
-    # a run whose supervisor may be killed runs in a worker (chaos.worker): same hosts there
-    from chaos.worker import scenario_from_json, scenario_to_json
+    # a run whose supervisor may be killed runs in a worker (chaos.run.worker): same hosts there
+    from chaos.run.worker import scenario_from_json, scenario_to_json
 
     scenario = staging_scenario()
     assert scenario_from_json(json.loads(json.dumps(scenario_to_json(scenario)))) == scenario

@@ -35,14 +35,9 @@ from docket.ledger.chain import TORN_TAIL
 from docket.ledger.faults import FailOrdinals
 from docket.ledger.lock import holder_pid
 from docket.policy import policy_from_dict
-from docket.supervisor import (
-    RunOptions,
-    Supervisor,
-    child_env,
-    command_missing,
-    describe_exit,
-    wait_status,
-)
+from docket.run.child import child_env, command_missing, describe_exit, wait_status
+from docket.run.supervisor import Supervisor
+from docket.run.values import RunOptions
 
 TIMEOUT = 60  # seconds for one supervised run; generous for a shared 2-core machine
 READY = 20  # seconds for a child to come up
@@ -466,7 +461,7 @@ def test_child_dies_with_a_sigkilled_supervisor(tmp_path, child, processes, caps
 
 def test_grandchildren_die_with_a_sigkilled_supervisor(tmp_path, child, processes):
     """The death signal takes the agent; the watcher the launcher leaves behind takes
-    what the agent started in its group (docket/launch.py keep_group)."""
+    what the agent started in its group (docket/run/launch.py keep_group)."""
     folder, out = tmp_path / "run", tmp_path / "out"
     supervisor = start_docket(
         processes, "run", "--ledger-dir", str(folder), "--", *child, "trap",

@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from toxiproxy_rig import port_of, rig
 
-from chaos.toxiproxy.toxics import Chunk, ToxicError, parse_toxic
+from chaos.toxiproxy.toxics import Chunk, ToxicError
 from chaos.toxiproxy.toxics.limit_data import LimitData
 from chaos.toxiproxy.toxics.slicer import Slicer
+from chaos.toxiproxy.toxics.spec import parse_toxic
 
 DEADLINE = 15
 SLACK = 0.08  # scheduling noise allowed on this shared 2-core machine, seconds

@@ -19,11 +19,11 @@ from pathlib import Path
 import trio
 from helpers import read_chain
 
-from chaos.run import run_chaos
+from chaos.run.engine import run_chaos
+from chaos.run.upstreams import PROXIES_FILE, left_alone, proxy_name, run_tag
 from chaos.scenario import AgentSpec, Scenario
 from chaos.toxiproxy import serve_toxiproxy
 from chaos.toxiproxy.driver import ToxiproxyDriver
-from chaos.upstreams import PROXIES_FILE, left_alone, proxy_name, run_tag
 
 DEADLINE = 90  # seconds for a test's processes: a bound, not an expectation
 TAGGED = re.compile(r"docket_[0-9a-f]{6}_openai")

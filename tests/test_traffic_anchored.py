@@ -18,11 +18,11 @@ from helpers import read_chain
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chaos.faults.grammar import FaultSyntaxError, Instant, Window, parse_fault
 from chaos.faults.net import schedule_roll, toxic_name
-from chaos.grammar import FaultSyntaxError, Instant, Window, parse_fault
-from chaos.run import run_chaos
+from chaos.faults.schedule import FaultSchedule
+from chaos.run.engine import run_chaos
 from chaos.scenario import AgentSpec, Scenario, load_scenario
-from chaos.schedule import FaultSchedule
 
 DEADLINE = 60
 

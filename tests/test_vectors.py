@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from docket.ledger import strict_json
-from docket.receipt import VerifyInputError, verify
+from docket.receipts.verify import VerifyInputError, verify
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "spec" / "vectors"

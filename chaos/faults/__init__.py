@@ -2,7 +2,7 @@
 
 One module per family (upstream, net, ledger, clock, process) implements a
 `FaultFamily`. The grammar validates a fault against the same `FamilySpec`
-table (chaos.grammar.FAMILIES) before a run starts, so a fault its layer
+table (chaos.faults.grammar.FAMILIES) before a run starts, so a fault its layer
 cannot perform is refused with a column, never discovered mid-run.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-# The value shapes an argument may take; chaos.grammar parses and prints each one.
+# The value shapes an argument may take; chaos.faults.grammar parses and prints each one.
 VALUE_TYPES = frozenset(
     {"int", "duration", "signed_duration", "size", "rate", "http_date", "choice"}
 )

@@ -1,6 +1,6 @@
 """The clock fault family: the recorder's clock steps forward or back, or pauses.
 
-Performed through the recorder's clock hook (docket.hooks.RunHooks.clock): the
+Performed through the recorder's clock hook (docket.run.hooks.RunHooks.clock): the
 engine hands the supervisor a `ChaosClock` and moves it when a fault fires.
 Only what the clock stamps is affected, the ledger's `ts` and `mono_ms`: every
 duration the recorder acts on (the wall-clock cap, timeouts) runs on trio's own
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from chaos.grammar import Duration, Fault
+from chaos.faults.grammar import Duration, Fault
 from docket.clock import Clock
 
 TARGET = "clock"

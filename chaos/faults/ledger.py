@@ -30,8 +30,8 @@ import os
 import signal
 from collections.abc import Callable, Iterable
 
-from chaos.grammar import Fault, Size
-from chaos.schedule import FaultSchedule
+from chaos.faults.grammar import Fault, Size
+from chaos.faults.schedule import FaultSchedule
 from docket.ledger.faults import TornWrite, os_error
 
 TARGET = "ledger"

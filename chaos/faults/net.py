@@ -22,7 +22,7 @@ active, by `rand < toxicity`, once, when the toxic meets the connection.
   as its view of which call uses which connection (pooled connections blur it).
 - `@t A..B` / `@t A`: the harness adds the toxic at A and removes it at B
   (`time_window`), counted from the run's start or, with `after call N`, from
-  the moment the run's ledger records its N-th model.request (chaos.run);
+  the moment the run's ledger records its N-th model.request (chaos.run.here);
   connections opened before A or kept after B see the toxic only while it
   exists, as on a real Toxiproxy. With the embedded proxy the roll also asks
   the elapsed time, when given a clock (an anchored toxic: its presence alone).
@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chaos.faults import KindSpec
-from chaos.grammar import FAMILIES, Duration, Fault, Instant, Rate, Size
-from chaos.schedule import FaultSchedule
+from chaos.faults.grammar import FAMILIES, Duration, Fault, Instant, Rate, Size
+from chaos.faults.schedule import FaultSchedule
 from docket.errors import InputError
 
 target = "net"

@@ -6,7 +6,7 @@ signals the process the recorder runs in. The supervisor handles SIGTERM (it
 forwards it to the agent and ends the run legibly); SIGKILL it cannot handle,
 which is the point: the ledger must then hold a clean prefix, no receipt, and
 a fault.injected saying why. A harness that runs the supervisor in its own
-process (chaos.run does, in a worker, for sigkill(supervisor)) survives that.
+process (chaos.run.here does, in a worker, for sigkill(supervisor)) survives that.
 
 Fired on the run's events or at a time (chaos.faults.triggers), at most once
 per fault. The `fault.injected` record is durable BEFORE the signal is sent.
@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import signal
 
-from chaos.grammar import Fault
-from docket.hooks import RunHandle
+from chaos.faults.grammar import Fault
+from docket.run.hooks import RunHandle
 
 TARGET = "process"
 SIGNALS = {"sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}

@@ -17,8 +17,8 @@ call 1). Pure: feed it events and elapsed seconds, it answers which faults fire.
 
 from __future__ import annotations
 
-from chaos.grammar import Fault, Instant, Window
-from chaos.schedule import FaultSchedule
+from chaos.faults.grammar import Fault, Instant, Window
+from chaos.faults.schedule import FaultSchedule
 
 INSIDE_TARGETS = ("clock", "process")
 

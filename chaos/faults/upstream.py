@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from chaos.grammar import Duration, Fault, HttpDate, Size
-from chaos.schedule import FaultSchedule
+from chaos.faults.grammar import Duration, Fault, HttpDate, Size
+from chaos.faults.schedule import FaultSchedule
 from chaos.stub.server import Arrival, Behaviour, Chooser
 
 TARGET = "upstream"

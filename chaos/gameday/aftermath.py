@@ -90,8 +90,8 @@ def _alive(pid: int) -> bool:
 def spawned_pids(events: Iterable[dict], folder: Path, notes: list[str]) -> list[int]:
     """The pids the supervisor spawned (process.spawn: the launcher) and every agent
     the launcher started (agents/NAME.pid, on file before each agent ran, read as
-    chaos.collect reads them for RunResult.agent_pids)."""
-    from chaos.collect import read_agent_pids
+    chaos.run.collect reads them for RunResult.agent_pids)."""
+    from chaos.run.collect import read_agent_pids
 
     pids = [e["pid"] for e in events if e.get("type") == "process.spawn" and _pid(e.get("pid"))]
     pids += read_agent_pids(folder, notes).values()

@@ -140,7 +140,7 @@ EVIDENCE_FILES = (
     ("probes", "probes.jsonl"),
     ("faults performed", "injected.jsonl"),
     ("notes", "notes.txt"),
-    ("worker's output", "worker.err"),  # a run in a process of its own (chaos.worker)
+    ("worker's output", "worker.err"),  # a run in a process of its own (chaos.run.worker)
 )
 
 

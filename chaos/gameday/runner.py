@@ -4,7 +4,7 @@ Each phase runs in a temporary directory of its own, removed when the phase
 ends, Ctrl-C included, under its own deadline (`budget:`). Its runs (one, or
 the several of `runs:`) go one after another, each in a folder inside it, each
 torn down by the engine before the next starts. An in-process phase calls the
-chaos engine (chaos.run.run_chaos) in this process; a subprocess phase runs
+chaos engine (chaos.run.engine.run_chaos) in this process; a subprocess phase runs
 `python -m docket chaos` as a child, because its fault kills the supervisor and
 that must be a real process (chaos.gameday.aftermath reads what it left). Then
 each run's evidence is completed with the derived facts (chaos.gameday.derive)
@@ -179,7 +179,7 @@ def _agent_view(agent) -> dict:
 
 
 def _outcome(result) -> Outcome:
-    """An Outcome from the engine's RunResult (chaos.collect)."""
+    """An Outcome from the engine's RunResult (chaos.run.collect)."""
     evidence = result.evidence()
     evidence["ledger_path"] = str(result.ledger_path)
     evidence["notes"] = list(getattr(result, "notes", ()))
@@ -196,7 +196,7 @@ def _outcome(result) -> Outcome:
 
 
 async def run_in_process(spec: RunSpec, seed: int, folder: Path, toxiproxy: str | None) -> Outcome:
-    from chaos.run import run_chaos
+    from chaos.run.engine import run_chaos
 
     run_dir = folder / "run"
     result = await run_chaos(spec.scenario, seed=seed, folder=run_dir, toxiproxy_url=toxiproxy)
@@ -223,8 +223,8 @@ async def run_in_subprocess(
     CLI path end to end, and a run whose supervisor may be killed outright."""
     import yaml
 
-    from chaos.collect import collect
-    from chaos.run import repro_command
+    from chaos.run.collect import collect
+    from chaos.run.here import repro_command
 
     scenario = folder / "run.yaml"
     scenario.write_text(yaml.safe_dump(dict(spec.data), sort_keys=False), encoding="utf-8")
@@ -490,8 +490,8 @@ def writable_folder(folder: Path, what: str) -> None:
 async def check_toxiproxy_for(phases: Sequence[Phase], seed: int | None, url: str) -> list[str]:
     """Every run's faults are ones a real Toxiproxy can perform, and it answers.
     Returns a note for each docket proxy already on it (other runs', left alone)."""
-    from chaos.schedule import FaultSchedule
-    from chaos.upstreams import check_toxiproxy, left_alone_notes
+    from chaos.faults.schedule import FaultSchedule
+    from chaos.run.upstreams import check_toxiproxy, left_alone_notes
 
     for phase in phases:
         for spec in phase.runs:

@@ -30,7 +30,8 @@ from urllib.parse import unquote
 import trio
 
 from chaos.toxiproxy.proxy import Proxy, Roll, default_roll, split_address
-from chaos.toxiproxy.toxics import ToxicError, parse_toxic
+from chaos.toxiproxy.toxics import ToxicError
+from chaos.toxiproxy.toxics.spec import parse_toxic
 from docket.http.server import Listening, Request, Responder, serve
 
 log = logging.getLogger("chaos.toxiproxy")

@@ -25,8 +25,8 @@ from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
+from chaos.faults.grammar import Fault
 from chaos.faults.net import ToxicRequest, check_performable, time_window, toxic_request
-from chaos.grammar import Fault
 from docket.errors import InputError
 
 T = TypeVar("T")

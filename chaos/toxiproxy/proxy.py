@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 import trio
 
-from chaos.toxiproxy.toxics import Chunk, ToxicSpec
+from chaos.toxiproxy.toxics import Chunk
+from chaos.toxiproxy.toxics.spec import ToxicSpec
 
 log = logging.getLogger("chaos.toxiproxy")
 

@@ -32,6 +32,7 @@ from docket.boundary.forward import (
 from docket.boundary.guarded import Guards
 from docket.boundary.metrics import Metrics
 from docket.boundary.proxy import handle_proxy, is_proxy_request
+from docket.boundary.stop import StopRequest
 from docket.errors import EXIT_EVIDENCE_LOST
 from docket.guards.caps import CapsGuard
 from docket.guards.deadline import BadDeadline, caller_budget
@@ -108,7 +109,6 @@ def make_route(
 class Boundary:
     def __init__(self, policy, ledger, *, token: str, clock, stop, prices=None, env=None) -> None:
         from docket.pricing import default_price_table
-        from docket.supervisor import StopRequest
 
         self.policy = policy
         self.ledger = ledger

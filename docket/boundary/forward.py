@@ -16,7 +16,7 @@ Whatever raises on the way (a bug, a body too odd to record, a harness's
 probe), the call is still closed: as model.error reason internal_error, charged
 its reservation, without the bodies (recording them may be what failed). The
 caps are charged once: a close that failed after charging is not charged again.
-`boundary.call_probe`, when set (docket.hooks.RunHooks.call_probe), is called
+`boundary.call_probe`, when set (docket.run.hooks.RunHooks.call_probe), is called
 with the name of each await point on the way (hooks.CALL_POINTS) and may raise.
 
 Split at its seams: closing.py (the call's record, usage fields and

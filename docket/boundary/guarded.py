@@ -33,11 +33,13 @@ from dataclasses import dataclass, field
 
 import trio
 
+# through the module, so a game-day mutant can swap how a breaker is built
+from docket.boundary import wiring
 from docket.guards import breaker as brk
-from docket.guards.bulkhead import DEADLINE, UNKNOWN_RETRY_S, BulkheadCore, Shed
+from docket.guards.bulkhead import DEADLINE, UNKNOWN_RETRY_S, Shed
 from docket.guards.bulkhead_trio import Bulkhead, Entered
 from docket.guards.deadline import Attempt, Spent, plan_attempt
-from docket.guards.limiter import RateLimiter, Refuse
+from docket.guards.limiter import Refuse
 from docket.ledger.writer import EvidenceLost, LedgerFull
 
 # Kept back from a caller's budget for the boundary's own work once the upstream
@@ -116,13 +118,13 @@ class Guards:
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
         self.now = clock
-        limiter = RateLimiter.from_policy(resilience)
+        limiter = wiring.limiter_for(resilience)
         self.limiter = limiter if limiter.enabled else None
         self.breakers: dict[str, brk.CircuitBreaker] = {}
         self.bulkheads: dict[str, Bulkhead] = {}
         for name in upstreams:
-            self.breakers[name] = brk.CircuitBreaker.from_policy(name, resilience)
-            core = BulkheadCore.from_policy(name, resilience)
+            self.breakers[name] = wiring.breaker_for(name, resilience)
+            core = wiring.bulkhead_core_for(name, resilience)
             if core is not None:
                 self.bulkheads[name] = Bulkhead(core, clock)
         self.pool_size: int | None = resilience.max_concurrent_upstream

@@ -53,7 +53,8 @@ from urllib.parse import quote, urlsplit
 import trio
 
 from docket.boundary.providers import token_matches
-from docket.guards.egress import Allowed, Denied, EgressRule
+from docket.boundary.wiring import egress_rule_for
+from docket.guards.egress import Allowed, Denied
 from docket.guards.redact import sanitize_url
 from docket.http.client import Origin, UpstreamError, UpstreamPool, open_upstream_stream
 from docket.http.server import ClientGone, RequestError
@@ -260,7 +261,7 @@ async def handle_proxy(boundary, request, respond, config: ProxyConfig | None = 
         await _deny(boundary, request, respond, denied, 407, url=url)
         return
     try:
-        decision = EgressRule.from_policy(boundary.policy).check(target.host, target.port)
+        decision = egress_rule_for(boundary.policy).check(target.host, target.port)
     except ValueError as exc:  # an entry the policy loader let through but the rule cannot use
         decision = Denied(target.host[:255], target.port, "egress.policy", str(exc))
     if isinstance(decision, Denied):

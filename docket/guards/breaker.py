@@ -40,8 +40,6 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from docket.policy import ResiliencePolicy
-
 CLOSED = "closed"
 HALF_OPEN = "half_open"
 OPEN = "open"
@@ -208,17 +206,6 @@ class CircuitBreaker:
         self._last_now = -math.inf
         self._refusals = 0
         self._stale = 0
-
-    @classmethod
-    def from_policy(cls, upstream: str, policy: ResiliencePolicy) -> CircuitBreaker:
-        return cls(
-            upstream,
-            threshold=policy.breaker_threshold,
-            cooldown=policy.breaker_cooldown_seconds,
-            max_cooldown=policy.breaker_max_cooldown_seconds,
-            failure_rate=policy.breaker_failure_rate,
-            min_calls=policy.breaker_min_calls,
-        )
 
     # ------------------------------------------------------------ calls
 

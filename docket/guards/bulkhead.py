@@ -33,8 +33,6 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from docket.policy import ResiliencePolicy
-
 QUEUE_FULL = "queue_full"
 DEADLINE = "deadline"
 EWMA_WEIGHT = 0.2  # weight of the newest duration: about the last ten calls count
@@ -127,22 +125,6 @@ class BulkheadCore:
         self._entered = 0
         self._shed = {QUEUE_FULL: 0, DEADLINE: 0}
         self._cancelled_waiting = 0
-
-    @classmethod
-    def from_policy(cls, upstream: str, policy: ResiliencePolicy) -> BulkheadCore | None:
-        """None when the policy sets no max_concurrent_upstream (no bulkhead).
-
-        Without max_queue the queue is as long as the slots: a bound is never
-        left out, since an unbounded queue turns overload into minutes of latency.
-        """
-        if policy.max_concurrent_upstream is None:
-            return None
-        queue = policy.max_queue
-        return cls(
-            upstream,
-            policy.max_concurrent_upstream,
-            policy.max_concurrent_upstream if queue is None else queue,
-        )
 
     def try_enter(self, now: float, deadline: float | None = None) -> Enter | Wait | Shed:
         now = self._clamp(now)

@@ -37,8 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from types import MappingProxyType
+from typing import Protocol
 
-from docket.policy import CapsPolicy
 from docket.pricing import ModelPrice, PriceTable, Usage, format_usd
 
 MAX_USD = "max_usd"
@@ -149,8 +149,34 @@ class Totals:
     by_model: Mapping[str, ModelTotals]
 
 
+class CapLimits(Protocol):
+    """The caps a CapsGuard enforces: what it reads of docket.policy.CapsPolicy.
+
+    Named here, not imported, so the guard takes plain values and the policy
+    module, which uses the guards' parsers, is never imported back."""
+
+    @property
+    def max_nusd(self) -> int | None: ...  # max_usd in nano-USD
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def max_model_calls(self) -> int | None: ...
+    @property
+    def max_wall_seconds(self) -> float | None: ...
+    @property
+    def warn_at(self) -> float: ...
+    @property
+    def on_breach(self) -> str: ...  # "deny" | "kill"
+    @property
+    def on_unpriced(self) -> str: ...  # "deny" | "allow"
+    @property
+    def budget_mode(self) -> str: ...  # "usd" | "quota"
+    @property
+    def default_max_output_tokens(self) -> int: ...
+
+
 class CapsGuard:
-    def __init__(self, caps: CapsPolicy, prices: PriceTable) -> None:
+    def __init__(self, caps: CapLimits, prices: PriceTable) -> None:
         self.caps = caps
         self.prices = prices
         self._usd_enforced = caps.budget_mode == "usd" and caps.max_nusd is not None

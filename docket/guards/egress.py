@@ -1,6 +1,6 @@
 """The egress allow-list: may the agent open a connection to host:port?
 
-    rule = EgressRule.from_policy(policy)
+    rule = EgressRule.from_lists(allow, {name: base_url})  # docket.boundary.wiring
     decision = rule.check("api.example.com", 443)   # Allowed(host, port, rule) | Denied(...)
 
 Pure: no sockets, no DNS, no clock. The forward proxy asks before it connects
@@ -162,14 +162,6 @@ class EgressRule:
         self._by_host: dict[str, list[Entry]] = {}
         for entry in self.entries:
             self._by_host.setdefault(entry.host, []).append(entry)
-
-    @classmethod
-    def from_policy(cls, policy) -> EgressRule:
-        """`[egress] allow` plus the configured providers; ValueError for an entry
-        the rule cannot use (the policy loader refuses most of them first)."""
-        return cls.from_lists(
-            policy.egress.allow, {name: p.base_url for name, p in policy.providers.items()}
-        )
 
     @classmethod
     def from_lists(cls, allow: Iterable[str], providers: Mapping[str, str]) -> EgressRule:

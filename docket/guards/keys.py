@@ -1,7 +1,7 @@
 """The provider keys at start: which the agent must not see, which are unusable.
 
 Pure: an environment and a policy in, names and problems out; the supervisor
-acts on them (docket.supervisor_child.child_env drops, `docket run` warns or
+acts on them (docket.run.child.child_env drops, `docket run` warns or
 refuses). The agent is given a per-run token, never a key, so its environment
 loses every configured provider's `key_env`, the well-known provider key names
 below (a key for a provider the policy does not configure is still a key), and

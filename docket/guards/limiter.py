@@ -40,8 +40,6 @@ import struct
 from collections import deque
 from dataclasses import dataclass
 
-from docket.policy import ResiliencePolicy
-
 PER_SECOND = "max_calls_per_second"
 PER_MINUTE = "max_calls_per_minute"
 WINDOW_SECONDS = 60.0
@@ -128,10 +126,6 @@ class RateLimiter:
         self._last_now = -math.inf
         self._admitted = 0
         self._refused = 0
-
-    @classmethod
-    def from_policy(cls, policy: ResiliencePolicy) -> RateLimiter:
-        return cls(policy.max_calls_per_second, policy.max_calls_per_minute)
 
     @property
     def enabled(self) -> bool:

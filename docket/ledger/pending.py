@@ -11,12 +11,8 @@ from book.py, which still re-exports every public name here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from docket.ledger.limits import EXEMPT_FROM_EVENT_CEILING
-
-if TYPE_CHECKING:
-    from docket.ledger.book import LedgerBook
 
 _UNASKED = object()
 
@@ -66,7 +62,9 @@ class ClosingSlot:
 
     __slots__ = ("book", "bytes", "held", "opening")
 
-    def __init__(self, book: LedgerBook, nbytes: int, opening: PendingEvent | None = None) -> None:
+    def __init__(self, book: object, nbytes: int, opening: PendingEvent | None = None) -> None:
+        # the LedgerBook that holds the room (only compared, never called: book.py
+        # imports this module, so this one names no type of it)
         self.book = book
         self.bytes = nbytes
         self.held = True

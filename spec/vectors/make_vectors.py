@@ -5,8 +5,8 @@ Each vector is a folder holding a ledger (ledger.jsonl) and a receipt
 seq and byte offset that verification must report. The expectations are
 declared here, from how each vector is made (which line was edited, where it
 starts), never by running a verifier. Honest runs are encoded with
-docket.ledger.chain.encode_line and their receipts built with docket.tally and
-docket.receipt, as the recorder does; tampered ones are edited afterwards, as
+docket.ledger.chain.encode_line and their receipts built with docket.receipts.tally and
+docket.receipts.receipt, as the recorder does; tampered ones are edited afterwards, as
 bytes or as events re-chained by a forger. Output is deterministic: the
 committed files must equal a fresh run (tests/test_vectors.py checks).
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 
 from docket.clock import rfc3339
 from docket.ledger.chain import GENESIS, encode_body, encode_line, line_hash
-from docket.receipt import build_receipt, encode_receipt
-from docket.tally import Tally
+from docket.receipts.receipt import build_receipt, encode_receipt
+from docket.receipts.tally import Tally
 
 HERE = Path(__file__).resolve().parent
 VERSION = "0.1.0"  # pinned: vectors must not change when the package version does

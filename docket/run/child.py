@@ -7,8 +7,7 @@ in shell terms and in words (`wait_status`, `describe_exit`, `signal_name`);
 the live members of its process group (`group_members`, read from /proc); and
 the processes that came back to the supervisor as orphans (`children_of`,
 `cmdline_of`, `reap_pid`).
-How it is spawned, signalled and stopped is docket.supervisor_control's;
-split from docket/supervisor.py, which still exports every name here.
+How it is spawned, signalled and stopped is docket.run.control's;
 """
 
 from __future__ import annotations
@@ -96,7 +95,7 @@ def group_members(pgid: int) -> list[int]:
 def children_of(ppid: int) -> dict[int, tuple[str, int]]:
     """Our children by pid, each with its state letter and session id, read from /proc.
 
-    With the supervisor a child subreaper (docket.supervisor_os), this includes
+    With the supervisor a child subreaper (docket.run.hardening), this includes
     every process the agent detached whose parent has gone.
     """
     children = {}

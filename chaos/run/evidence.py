@@ -1,7 +1,7 @@
 """The evidence of faults: every injection the harness performs, in the run's ledger.
 
 Each fault the harness performs becomes a `fault.injected` event in the same
-chain as its effects, through the recorder's hook (docket.hooks.RunHandle).
+chain as its effects, through the recorder's hook (docket.run.hooks.RunHandle).
 `record` is awaited by a layer that can wait (the stub, before it answers; a
 signal, before it is sent), so the record is durable before the effect.
 `record_soon` is for a layer that cannot wait (the fault proxy's toxicity roll
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import trio
 
-from docket.hooks import RunHandle
+from docket.run.hooks import RunHandle
 
 
 class FaultEvidence:

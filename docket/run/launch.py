@@ -1,6 +1,6 @@
 """The supervised child's first instant: bind its life to the supervisor's, then exec.
 
-`python -m docket.launch SUPERVISOR_PID -- CMD ...` asks the kernel to SIGKILL
+`python -m docket.run.launch SUPERVISOR_PID -- CMD ...` asks the kernel to SIGKILL
 this process when its parent dies (PR_SET_PDEATHSIG), checks the parent did not
 die before that request took effect, and execs CMD in place (the pid, the
 process group and the death signal carry over). Doing this here rather than in
@@ -16,7 +16,7 @@ started. So before the exec a small watcher is left behind (`keep_group`):
 when the supervisor dies, it SIGKILLs the agent's process group, and with it
 every process the agent started there.
 
-`python -m docket.launch PID --report-fd N -- CMD ...` also writes the
+`python -m docket.run.launch PID --report-fd N -- CMD ...` also writes the
 watcher's pid (a line) to file descriptor N, then closes it before the exec: the
 supervisor, a child subreaper, gets the watcher back as an orphan like any
 process the agent detaches, and must tell it from those (it is docket's own, not
@@ -119,7 +119,7 @@ def main(argv: list[str]) -> int:
         report_fd, argv = int(argv[2]), argv[:1] + argv[3:]
     if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
         print(
-            "docket launch: usage: python -m docket.launch PID [--report-fd N] -- CMD ...",
+            "docket launch: usage: python -m docket.run.launch PID [--report-fd N] -- CMD ...",
             file=sys.stderr,
         )
         return 2

@@ -1,6 +1,6 @@
 """The supervisor's hold on its child: spawn it, reap it, stop it.
 
-`ChildControl` is a part of `docket.supervisor.Supervisor` (a base class that
+`ChildControl` is a part of `docket.run.supervisor.Supervisor` (a base class that
 holds these methods, not an object of its own): it spawns the child from the
 main thread (ADR 0004), runs the `before_spawn` and `started` hooks, reaps the
 child and records its exit, forwards SIGINT/SIGTERM to its process group,
@@ -10,8 +10,7 @@ what the child left in its group (and, through OrphanSweep, what it detached).
 It uses the supervisor's state and its `_record` and `request_stop`:
   options, policy, env, token, hooks, hardening, stop_requested, signals_forwarded,
   signals_received, _stop, _child, _started, _escalating, _group_killed, _hooks_scope.
-`RunHandleOf` is the view of a supervisor its hooks get (docket.hooks.RunHandle).
-Split from docket/supervisor.py, which still exports every name here.
+`RunHandleOf` is the view of a supervisor its hooks get (docket.run.hooks.RunHandle).
 """
 
 from __future__ import annotations
@@ -20,12 +19,12 @@ import os
 import signal
 import subprocess
 import sys
-from typing import TYPE_CHECKING
 
 import trio
 
+from docket.boundary.stop import StopRequest
 from docket.guards.redact import redact_argv
-from docket.supervisor_child import (
+from docket.run.child import (
     EXIT_CANNOT_EXEC,
     EXIT_NOT_FOUND,
     Child,
@@ -36,11 +35,7 @@ from docket.supervisor_child import (
     signal_name,
     wait_status,
 )
-from docket.supervisor_orphans import OrphanSweep
-from docket.supervisor_values import StopRequest
-
-if TYPE_CHECKING:
-    from docket.supervisor import Supervisor
+from docket.run.orphans import OrphanSweep
 
 
 class ChildControl(OrphanSweep):
@@ -63,7 +58,7 @@ class ChildControl(OrphanSweep):
             return None
         self._note_children()
         report = self._open_report_pipe()  # the launcher writes its watcher's pid here
-        launch = [sys.executable, "-m", "docket.launch", str(os.getpid())]
+        launch = [sys.executable, "-m", "docket.run.launch", str(os.getpid())]
         argv = [*launch, "--report-fd", str(report), "--", *command]
         try:
             # Spawned here, in the thread that runs the whole supervisor, and not
@@ -219,9 +214,9 @@ class ChildControl(OrphanSweep):
 
 
 class RunHandleOf:
-    """The docket.hooks.RunHandle a supervisor gives its hooks."""
+    """The docket.run.hooks.RunHandle a supervisor gives its hooks."""
 
-    def __init__(self, supervisor: Supervisor) -> None:
+    def __init__(self, supervisor: ChildControl) -> None:  # a Supervisor, whose base it is
         self._supervisor = supervisor
 
     @property

@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from docket.backoff import BackoffPolicy
+from docket.agent.backoff import BackoffPolicy
 from docket.errors import InputError
 from docket.inputs import MAX_DURATION_SECONDS
 

@@ -29,8 +29,8 @@ from docket.ledger.chain import (
 )
 from docket.ledger.reader import LEDGER_MAGIC, Lines, LineTooLong
 from docket.ledger.strict_json import AmbiguousJSON, decode_json
-from docket.receipt import FORMAT, RECEIPT_SHAPE, join_path, plain_number, shape_problem
-from docket.tally import EVIDENCE_EXTRA, EVIDENCE_FIELDS, UNBACKED, Tally, TallyError
+from docket.receipts.receipt import FORMAT, RECEIPT_SHAPE, join_path, plain_number, shape_problem
+from docket.receipts.tally import EVIDENCE_EXTRA, EVIDENCE_FIELDS, UNBACKED, Tally, TallyError
 
 __all__ = [
     "BYTES_MISMATCH",

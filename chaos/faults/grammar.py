@@ -5,9 +5,9 @@ rule here. Parsing is pure; a bad fault raises `FaultSyntaxError`, one line that
 names the 1-based column and what was expected. Every `Fault` prints back
 (`.text`) to the canonical text that parses to the same `Fault`.
 
-The values live in chaos.fault_values, the table of targets and kinds in
-chaos.fault_table, the per-shape value converters in chaos.fault_converters;
-this module re-exports their public names so `chaos.grammar` stays the one door.
+The values live in chaos.faults.values, the table of targets and kinds in
+chaos.faults.table, the per-shape value converters in chaos.faults.converters;
+this module re-exports their public names so `chaos.faults.grammar` stays the one door.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from chaos.fault_converters import CONVERTERS, SHAPES
-from chaos.fault_table import FAMILIES
-from chaos.fault_values import (
+from chaos.faults import FamilySpec, KindSpec, Param
+from chaos.faults.converters import CONVERTERS, SHAPES
+from chaos.faults.table import FAMILIES
+from chaos.faults.values import (
     CONDITION_ORDER,
     Chance,
     Condition,
@@ -33,7 +34,6 @@ from chaos.fault_values import (
     Window,
     value_text,
 )
-from chaos.faults import FamilySpec, KindSpec, Param
 from docket.errors import InputError
 
 __all__ = [

@@ -3,7 +3,7 @@
 An agent that starts a process with setsid (or a double fork) puts it out of
 reach of its process group, so killing the group at the end of the run missed
 it and it outlived the run. The supervisor is a child subreaper for the run
-(docket.supervisor_os): when such a process's parent dies, the kernel hands it
+(docket.run.hardening): when such a process's parent dies, the kernel hands it
 to the supervisor instead of init. Once the agent is reaped, every process it
 left is the supervisor's child or a descendant of one, in a session of its own
 (the agent's, or one it made), never the supervisor's. `OrphanSweep` finds
@@ -11,7 +11,7 @@ them, SIGKILLs and reaps them, round after round (a process killed hands its
 own children over in turn), and records each as `process.orphan`: pid, argv
 (redacted), whether it was still running, and how it ended.
 
-Docket's own watcher (docket.launch.keep_group) comes back the same way; the
+Docket's own watcher (docket.run.launch.keep_group) comes back the same way; the
 launcher reports its pid on a pipe, and it is ended without being recorded as
 the agent's. Processes of the supervisor's own session (a harness running the
 supervisor in its process may have children of its own) and those that were
@@ -20,7 +20,7 @@ its children before the spawn are never touched.
 While the agent runs, an orphan that exits is reaped on SIGCHLD and recorded
 (`found: exited`), so none piles up as a zombie in a long run.
 
-`OrphanSweep` is a part of `docket.supervisor.Supervisor` (a base class of
+`OrphanSweep` is a part of `docket.run.supervisor.Supervisor` (a base class of
 ChildControl, like it a holder of methods); it uses `_record`.
 """
 
@@ -32,7 +32,7 @@ import signal
 import trio
 
 from docket.guards.redact import redact_argv
-from docket.supervisor_child import children_of, cmdline_of, describe_exit, reap_now, reap_pid
+from docket.run.child import children_of, cmdline_of, describe_exit, reap_now, reap_pid
 
 MAX_ORPHAN_EVENTS = 16  # each listed; past this one event counts the rest (the ledger's
 # control reserve is for the end of the record, not for an agent's thousand daemons)

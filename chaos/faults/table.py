@@ -7,8 +7,8 @@ family declares).
 
 from __future__ import annotations
 
-from chaos.fault_values import Duration
 from chaos.faults import FamilySpec, KindSpec, Param
+from chaos.faults.values import Duration
 
 _STREAM = Param("stream", ("choice",), default="downstream", choices=("upstream", "downstream"))
 _WHO = Param("who", ("choice",), required=True, positional=True, choices=("supervisor", "agent"))

@@ -1,4 +1,4 @@
-"""Several agents under one supervised command: `python -m chaos.launcher PLAN.json`.
+"""Several agents under one supervised command: `python -m chaos.run.launcher PLAN.json`.
 
 The supervisor runs one command; a chaos scenario may name several agents that
 run at once. This launcher is that command: it starts every agent of the plan
@@ -8,7 +8,7 @@ its last JSON line, from there), waits for all of them, and exits with the first
 non-zero status in plan order (128 + N for an agent killed by signal N), or 0.
 
 Each agent is bound to the launcher by PR_SET_PDEATHSIG, as the launcher is to
-the supervisor (docket.launch), so a killed supervisor leaves no agent behind.
+the supervisor (docket.run.launch), so a killed supervisor leaves no agent behind.
 Each agent's pid goes to its `pidfile` (agents/NAME.pid, the pid as text),
 written by the agent's own process between fork and exec: it is on disk before
 the agent runs a line of its own, so whoever checks afterwards that no agent
@@ -82,7 +82,7 @@ def shell_status(returncode: int) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("chaos launcher: usage: python -m chaos.launcher PLAN.json", file=sys.stderr)
+        print("chaos launcher: usage: python -m chaos.run.launcher PLAN.json", file=sys.stderr)
         return 2
     with open(argv[0], encoding="utf-8") as f:
         plan = json.load(f)

@@ -13,7 +13,7 @@ It reads the environment a supervisor gives an agent (flags override it):
   DOCKET_AGENT_MODEL, DOCKET_AGENT_MAX_TOKENS, DOCKET_AGENT_TIMEOUT (seconds per call)
   DOCKET_AGENT_SEED                      the jitter's random seed (default: drawn, and printed)
   DOCKET_AGENT_BACKOFF_BASE, DOCKET_AGENT_BACKOFF_CAP, DOCKET_AGENT_MAX_ATTEMPTS,
-  DOCKET_AGENT_MAX_RETRY_AFTER           the backoff policy (docket.backoff.BackoffPolicy)
+  DOCKET_AGENT_MAX_RETRY_AFTER           the backoff policy (docket.agent.backoff.BackoffPolicy)
   DOCKET_AGENT_BASE_URL                  (or --base-url) instead of the provider's base URL
 
 It ends with one JSON line on stdout (calls, ok, refusals by status, waited
@@ -37,12 +37,13 @@ their own, and a reference agent whose retries are hidden cannot be the client
 half of a game day. The decisions (what an answer means, how long to back off)
 are pure; the trio part only sends, reads and sleeps. The parts:
 
-  docket.agent_config   environment + flags -> a frozen AgentConfig (one-line errors)
-  docket.agent_calls    the body sent, and what an answer or a stream means (Outcome)
-  docket.agent_report   the running Tally, the summary line and the verdict
-  docket.agent_modes    Agent: the trio part that sends, reads and sleeps, one method a mode
-  docket.agent          this module: the client, the stop signals, `docket agent` itself;
-                        every public name above is importable from here too
+  docket.agent.config   environment + flags -> a frozen AgentConfig (one-line errors)
+  docket.agent.calls    the body sent, and what an answer or a stream means (Outcome)
+  docket.agent.report   the running Tally, the summary line and the verdict
+  docket.agent.modes    Agent: the trio part that sends, reads and sleeps, one method a mode
+  docket.agent.backoff  the retry policy: full-jitter waits, Retry-After honoured
+  docket.agent.command  this module: the client, the stop signals, `docket agent` itself
+Each name is imported from the module that defines it.
 """
 
 from __future__ import annotations
@@ -54,52 +55,13 @@ from collections.abc import Mapping
 from functools import partial
 from typing import TextIO
 
-from docket.agent_calls import (
-    MAX_SSE_LINE,
-    POLICY_DENIED,
-    Outcome,
-    SseDecoder,
-    classify,
-    request_body,
-)
-from docket.agent_config import (
-    ANTHROPIC_VERSION,
-    DEFAULT_MODELS,
-    FLAGS,
-    MODES,
-    PROVIDERS,
+from docket.agent.config import (
     AgentConfig,
     config_from,
 )
-from docket.agent_modes import BACKOFF_ROUTE, REPORT_TIMEOUT, Agent
-from docket.agent_report import STOP_SIGNALS, Tally, verdict
+from docket.agent.modes import Agent
+from docket.agent.report import STOP_SIGNALS, verdict
 from docket.errors import CheckFailed
-
-# The names callers import from docket.agent (docket/cli.py, chaos/, tests/);
-# they live in the parts above and stay importable from here.
-__all__ = [
-    "ANTHROPIC_VERSION",
-    "BACKOFF_ROUTE",
-    "DEFAULT_MODELS",
-    "FLAGS",
-    "MAX_SSE_LINE",
-    "MODES",
-    "POLICY_DENIED",
-    "PROVIDERS",
-    "REPORT_TIMEOUT",
-    "STOP_SIGNALS",
-    "Agent",
-    "AgentConfig",
-    "Outcome",
-    "SseDecoder",
-    "Tally",
-    "agent_command",
-    "classify",
-    "config_from",
-    "request_body",
-    "run_agent",
-    "verdict",
-]
 
 
 async def run_agent(

@@ -1,7 +1,7 @@
 """The values a fault text carries: argument values and trigger conditions.
 
 Each is a frozen value that prints (`.text`) its canonical spelling in the
-grammar of spec/fault-grammar.md; chaos.grammar parses text into them.
+grammar of spec/fault-grammar.md; chaos.faults.grammar parses text into them.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from chaos.grammar import Fault, Instant, Window, parse_fault
+from chaos.faults.grammar import Fault, Instant, Window, parse_fault
 
 SEED_LIMIT = 1 << 64  # the seed is a key of 8 bytes
 _UNIT = 1 << 64

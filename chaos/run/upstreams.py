@@ -12,7 +12,7 @@ run killed before its teardown. So there a run's proxies carry a tag of its own
 (`docket_TAG_PROVIDER`), it removes only those, and any other `docket_` proxy it
 finds is a note naming it, never deleted: it may belong to a run still going.
 Each of its proxies' names is on file (PROXIES_FILE) before the proxy is made, so
-when a run is killed outright by its own fault (a worker: chaos.worker), its
+when a run is killed outright by its own fault (a worker: chaos.run.worker), its
 caller can still take them away (remove_listed_proxies).
 """
 
@@ -30,13 +30,13 @@ from pathlib import Path
 
 import trio
 
-from chaos.evidence import FaultEvidence
+from chaos.faults.grammar import Fault
 from chaos.faults.net import schedule_roll, time_window, toxic_name
+from chaos.faults.schedule import FaultSchedule
 from chaos.faults.triggers import injection_fields, timer_only
 from chaos.faults.upstream import chooser
-from chaos.grammar import Fault
+from chaos.run.evidence import FaultEvidence
 from chaos.scenario import ProviderSpec, Scenario
-from chaos.schedule import FaultSchedule
 from chaos.stub import Behaviour, RequestLog, Stub, StubConfig
 from chaos.toxiproxy import serve_toxiproxy
 from chaos.toxiproxy.driver import ToxiproxyDriver, ToxiproxyError
@@ -382,7 +382,7 @@ async def hold_window(
     toxic acts, `toxic_removed` after it is lifted.
 
     The caller runs this in a nursery that is cancelled while the proxy still
-    serves and the run's ledger is open (chaos.run: the supervisor's `started`
+    serves and the run's ledger is open (chaos.run.here: the supervisor's `started`
     hook, cancelled when the agent is reaped). A window the run outlives is
     lifted then, and its `toxic_removed` says `teardown: true`. A window that
     had not begun leaves nothing (nor does an anchored one whose call never

@@ -2,9 +2,9 @@
 
 `process:sigkill(supervisor)` kills the process the recorder runs in; run in
 the caller's process it would kill the caller. So run_chaos hands such a run to
-`python -m chaos.worker SPEC.json`, which runs it (stubs, proxy, recorder and
+`python -m chaos.run.worker SPEC.json`, which runs it (stubs, proxy, recorder and
 all) and is killed by its own fault; the caller then reads the folder
-(chaos.collect) as for any run. The agents die with it (PR_SET_PDEATHSIG); the
+(chaos.run.collect) as for any run. The agents die with it (PR_SET_PDEATHSIG); the
 proxies it made on a real Toxiproxy do not, so the caller takes them away.
 """
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import trio
 
-from chaos.collect import RunResult, collect
+from chaos.faults.schedule import FaultSchedule
+from chaos.run.collect import RunResult, collect
 from chaos.scenario import AgentSpec, Hosts, ProviderSpec, Scenario
-from chaos.schedule import FaultSchedule
 
 SPARE_SECONDS = 30.0  # beyond the scenario's wall clock, for start-up and teardown
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -48,8 +48,8 @@ def scenario_from_json(data: dict) -> Scenario:
 async def run_in_worker(
     scenario: Scenario, *, seed: int, folder: Path, toxiproxy_url: str | None
 ) -> RunResult:
-    from chaos.run import add_note, repro_command
-    from chaos.upstreams import remove_listed_proxies
+    from chaos.run.here import add_note, repro_command
+    from chaos.run.upstreams import remove_listed_proxies
 
     spec = folder / "worker.json"
     spec.write_text(
@@ -63,7 +63,7 @@ async def run_in_worker(
         )
     )
     started = trio.current_time()
-    argv = [sys.executable, "-m", "chaos.worker", str(spec)]
+    argv = [sys.executable, "-m", "chaos.run.worker", str(spec)]
     try:
         with (
             trio.fail_after(scenario.max_wall_clock + SPARE_SECONDS),
@@ -108,7 +108,7 @@ async def _forward_signals(signals, worker: trio.Process) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from chaos.run import run_here
+    from chaos.run.here import run_here
 
     spec = json.loads(Path(argv[0]).read_text())
     scenario = scenario_from_json(spec["scenario"])

@@ -11,16 +11,21 @@ exist, Ctrl-C during start-up) still ends legibly: session.end says why and a
 receipt is written. Every duration here is read from a monotonic clock: the
 wall-clock cap sleeps on trio's, and the ledger's mono_ms come from `clock`.
 
-The parts:
-  docket.supervisor_values   RunOptions in, StopRequest (why a run ends early), Outcome out
-  docket.supervisor_child    the child at the OS level: its environment, Child (wait, reap),
-                             exit statuses in words, its process group's live members
-  docket.supervisor_control  ChildControl, Supervisor's base: spawn from the main thread
-                             (ADR 0004), reap, forward signals, grace then SIGKILL, the
-                             wall-clock cap, stragglers; RunHandleOf, the hooks' handle
-  docket.supervisor          this module: Supervisor (the order above, the session's
-                             events, the receipt) and `docket run` itself; every public
-                             name above is importable from here too
+The parts (docket/run/):
+  values.py      RunOptions in, Outcome out (StopRequest, why a run ends early, is
+                 docket.boundary.stop's: the boundary asks for most stops)
+  child.py       the child at the OS level: its environment, Child (wait, reap),
+                 exit statuses in words, its process group's live members
+  control.py     ChildControl, Supervisor's base: spawn from the main thread
+                 (ADR 0004), reap, forward signals, grace then SIGKILL, the
+                 wall-clock cap, stragglers; RunHandleOf, the hooks' handle
+  orphans.py     OrphanSweep: what the child detached, reaped as the subreaper
+  hardening.py   prctl: non-dumpable, child subreaper
+  launch.py      the child's first process (`python -m docket.run.launch`)
+  hooks.py       RunHooks, what a harness may hand a run
+  supervisor.py  this module: Supervisor (the order above, the session's events,
+                 the receipt) and `docket run` itself
+Each name is imported from the module that defines it.
 """
 
 from __future__ import annotations
@@ -38,47 +43,18 @@ from pathlib import Path
 import trio
 
 from docket import __version__
+from docket.boundary.stop import StopRequest
 from docket.clock import Clock, rfc3339
 from docket.errors import EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
 from docket.guards.redact import Redactor, redact_argv
-from docket.hooks import RunHooks
-from docket.supervisor_child import (
-    EXIT_CANNOT_EXEC,
-    EXIT_NOT_FOUND,
+from docket.run.child import (
     Child,
-    child_env,
-    command_missing,
     describe_exit,
-    group_members,
-    signal_name,
-    wait_status,
 )
-from docket.supervisor_control import ChildControl, RunHandleOf
-from docket.supervisor_os import make_non_dumpable, set_subreaper
-from docket.supervisor_values import GRACE_SECONDS, Outcome, RunOptions, StopRequest
-
-# The names callers import from docket.supervisor (docket/cli.py, docket/boundary/,
-# chaos/, tests/); those from the parts above stay importable from here.
-__all__ = [
-    "EXIT_CANNOT_EXEC",
-    "EXIT_NOT_FOUND",
-    "FORWARDED_SIGNALS",
-    "GRACE_SECONDS",
-    "Child",
-    "Outcome",
-    "RunHandleOf",
-    "RunOptions",
-    "StopRequest",
-    "Supervisor",
-    "child_env",
-    "command_missing",
-    "describe_exit",
-    "group_members",
-    "new_run_id",
-    "run_command",
-    "signal_name",
-    "wait_status",
-]
+from docket.run.control import ChildControl, RunHandleOf
+from docket.run.hardening import make_non_dumpable, set_subreaper
+from docket.run.hooks import RunHooks
+from docket.run.values import Outcome, RunOptions
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -97,7 +73,7 @@ def _os_error_in(exc: BaseException) -> OSError | None:
 class Supervisor(ChildControl):
     """Runs one command under a boundary and a ledger; `await run()` once, in the main thread.
 
-    `hooks` is the recorder's documented fault hook (docket.hooks.RunHooks);
+    `hooks` is the recorder's documented fault hook (docket.run.hooks.RunHooks);
     `clock` and `faults` are shorthands for its `clock` and `write_faults`.
     `env` is the environment the provider keys are read from and the child's is
     built from (default: os.environ). `policy`, a docket.policy.Policy, is used
@@ -154,7 +130,7 @@ class Supervisor(ChildControl):
 
     def _harden(self) -> None:
         """Close this process's environ and memory to the agent, and make it the
-        reaper of the agent's orphans (supervisor_os.py); where the kernel cannot,
+        reaper of the agent's orphans (hardening.py); where the kernel cannot,
         say why (session.start's hardening, and a warning line)."""
         if self.hardening:
             return  # done already (docket run does it before the run, to warn at start)
@@ -218,7 +194,7 @@ class Supervisor(ChildControl):
     async def _run(self, signals) -> Outcome:
         from docket.boundary.app import Boundary
         from docket.ledger.writer import open_ledger
-        from docket.tally import Tally
+        from docket.receipts.tally import Tally
 
         ledger_path = self._prepare_folder()
         reserve = self._reserve_receipt()
@@ -301,9 +277,9 @@ class Supervisor(ChildControl):
         )
 
     def _reserve_receipt(self) -> Path:
-        """Blocks for the receipt, taken before the run starts (docket.receipt.reserve_receipt)."""
+        """Blocks for the receipt, taken before the run starts (docket.receipts.receipt.reserve_receipt)."""
         from docket.ledger.writer import describe_os_error
-        from docket.receipt import RECEIPT_RESERVE_BYTES, reserve_receipt
+        from docket.receipts.receipt import RECEIPT_RESERVE_BYTES, reserve_receipt
 
         try:
             return reserve_receipt(self.folder)
@@ -322,7 +298,12 @@ class Supervisor(ChildControl):
         naming the ledger relative to that folder so `docket verify` takes it as is.
         """
         from docket.ledger.writer import describe_os_error
-        from docket.receipt import build_receipt, receipt_line, write_receipt, write_receipt_into
+        from docket.receipts.receipt import (
+            build_receipt,
+            receipt_line,
+            write_receipt,
+            write_receipt_into,
+        )
 
         receipt = build_receipt(tally, **facts)
         receipt_path = self.folder / "receipt.json"

@@ -1,10 +1,9 @@
 """The values a supervised run is given and gives back.
 
-`RunOptions` is what `docket run` (or a harness) asks for, `StopRequest` is why
-the supervisor ends a run early (a cap, a full ledger, lost evidence, a signal
-during start-up, a fault hook), and `Outcome` is what `Supervisor.run` returns
-once the receipt is written. Plain dataclasses, no I/O; split from
-docket/supervisor.py, which still exports every name here.
+`RunOptions` is what `docket run` (or a harness) asks for and `Outcome` is what
+`Supervisor.run` returns once the receipt is written (why a run ends early,
+StopRequest, is docket.boundary.stop's: the boundary makes most of them).
+Plain dataclasses, no I/O.
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
-
-from docket.errors import EXIT_CAP_KILL
 
 GRACE_SECONDS = 5.0  # SIGTERM to SIGKILL
 
@@ -29,15 +26,6 @@ class RunOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     stdout: IO | None = None  # the child's stdout (default: ours), e.g. a file to read its report
     stderr: IO | None = None
-
-
-@dataclass
-class StopRequest:
-    """Why the supervisor is ending the run early (a cap, a full ledger, lost evidence)."""
-
-    reason: str
-    cap: str | None = None
-    exit_status: int = EXIT_CAP_KILL
 
 
 @dataclass

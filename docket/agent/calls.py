@@ -3,7 +3,7 @@
 A complete answer is classified from its status, body and Retry-After header; a
 streamed one is fed to an SseDecoder chunk by chunk as it arrives. Either way the
 result is an Outcome (ok, refused, or error with its reason), decided from bytes
-alone, so it is tested without a socket; docket.agent_modes does the sending.
+alone, so it is tested without a socket; docket.agent.modes does the sending.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from docket.agent_config import AgentConfig
+from docket.agent.config import AgentConfig
 
 POLICY_DENIED = "docket_policy_denied"
 MAX_SSE_LINE = 1024 * 1024  # a stream that never sends a newline is broken, not long

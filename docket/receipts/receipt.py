@@ -1,9 +1,8 @@
 """Receipts: the format's shape, and building one from a tally and writing it durably.
 
-spec/docket-receipt-1.md is the normative text; this module and docket.verify
+spec/docket-receipt-1.md is the normative text; this module and docket.receipts.verify
 are its reference implementation. Verifying a receipt against its ledger lives
-in docket.verify; `verify`, `verify_command`, the failure codes and the strict
-JSON reader stay importable from here.
+in docket.receipts.verify, which imports this module (never the other way).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from docket.tally import COUNTERS, MAX_INT, PRICE_PATTERN, UNBACKED, Tally, check_evidence
+from docket.receipts.tally import COUNTERS, MAX_INT, PRICE_PATTERN, UNBACKED, Tally, check_evidence
 
 FORMAT = "docket-receipt-1"
 
@@ -356,22 +355,3 @@ def receipt_line(receipt: dict) -> str:
     return json.dumps(
         receipt, sort_keys=True, ensure_ascii=False, allow_nan=False, default=plain_number
     )
-
-
-_STRICT_JSON = frozenset({"AmbiguousJSON", "decode_json", "decode_json_stdlib", "jiter"})
-
-
-def __getattr__(name: str) -> object:
-    """Verifying and the strict JSON reader moved out; their names stay importable from here.
-
-    Resolved on first use, because docket.verify imports this module.
-    """
-    if name in _STRICT_JSON:
-        from docket.ledger import strict_json
-
-        return getattr(strict_json, name)
-    from docket import verify as verify_module
-
-    if name in verify_module.__all__:
-        return getattr(verify_module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,13 +1,11 @@
-"""The chaos engine: one supervised run under a seeded fault schedule.
-
-    result = await run_chaos(scenario, seed=1234, folder=Path("runs/x"))
+"""One chaos run in this process (`run_here`), as chaos.run.engine.run_chaos starts it.
 
 One trio run owns everything, in one nursery, torn down however it ends (an
 error, Ctrl-C, a cancelled caller): the stub providers and the fault proxy in
-front of them (chaos.upstreams), then the recorder (docket.supervisor) with
+front of them (chaos.run.upstreams), then the recorder (docket.run.supervisor) with
 the hooks that put faults inside it (a failing ledger write, a stepping clock,
 a signal) and their evidence in its chain, and under it the agents (one
-launcher process, chaos.launcher, running each agent of the scenario). While
+launcher process, chaos.run.launcher, running each agent of the scenario). While
 the agents run, healthz/readyz are sampled; once they have exited, and before
 the boundary stops, its metrics are scraped.
 
@@ -22,8 +20,8 @@ recorder's), stub-NAME.jsonl (what each stub saw), injected.jsonl (every fault
 the harness performed, with the seq of its record), probes.jsonl, metrics.txt,
 agents/NAME.out, .err and .pid, outcome.json (and notes.txt, if the run had
 something to say; proxies.txt, its proxies on a real Toxiproxy). `RunResult`
-is read back from those files (chaos.collect), so a run whose supervisor was
-killed outright (which happens in a worker process: chaos.worker) is read the
+is read back from those files (chaos.run.collect), so a run whose supervisor was
+killed outright (which happens in a worker process: chaos.run.worker) is read the
 same way.
 
 `@t` faults count from one instant: when run_chaos starts; a `@t ... after call N`
@@ -42,21 +40,18 @@ from pathlib import Path
 
 import trio
 
-from chaos.collect import NOTES, RunResult, collect
-from chaos.evidence import FaultEvidence
 from chaos.faults import clock as clock_faults
-from chaos.faults import ledger as ledger_faults
 from chaos.faults import process as process_faults
+from chaos.faults.grammar import Fault
 from chaos.faults.ledger import LedgerFaults
+from chaos.faults.schedule import FaultSchedule
 from chaos.faults.triggers import EventTriggers, injection_fields
-from chaos.grammar import Fault
-from chaos.scenario import Scenario
-from chaos.schedule import FaultSchedule
-from chaos.upstreams import (
+from chaos.run.collect import NOTES
+from chaos.run.evidence import FaultEvidence
+from chaos.run.upstreams import (
     ADDRESSES_FILE,
     Upstreams,
     arm_net_faults,
-    check_toxiproxy,
     hold_window,
     net_windows,
     remove_proxies,
@@ -64,11 +59,11 @@ from chaos.upstreams import (
     start_proxies,
     start_stubs,
 )
+from chaos.scenario import Scenario
 from docket.errors import InputError
-from docket.hooks import RunHandle, RunHooks
-from docket.supervisor import RunOptions, Supervisor
-
-__all__ = ["RunResult", "repro_command", "run_chaos"]
+from docket.run.hooks import RunHandle, RunHooks
+from docket.run.supervisor import Supervisor
+from docket.run.values import RunOptions
 
 GRACE_SECONDS = 2.0  # SIGTERM to SIGKILL for the agents when the run is stopped
 PROBE_TIMEOUT = 2.0
@@ -110,32 +105,6 @@ def prepare_folder(folder: Path) -> None:
     except OSError as exc:
         raise InputError(f"run folder {folder}: cannot create ({exc.strerror})") from None
     (folder / "agents").mkdir(exist_ok=True)
-
-
-async def run_chaos(
-    scenario: Scenario, *, seed: int, folder: Path, toxiproxy_url: str | None = None
-) -> RunResult:
-    """Run the scenario under `seed`; every file lands in `folder` (created; must be new)."""
-    folder = Path(folder)
-    schedule = FaultSchedule.parse(seed, scenario.faults)
-    repro = repro_command(scenario, seed, toxiproxy_url)
-    if toxiproxy_url is not None:
-        await check_toxiproxy(toxiproxy_url, schedule)
-    prepare_folder(folder)
-    if process_faults.kills_supervisor(schedule.faults) or ledger_faults.crashes(schedule.faults):
-        from chaos.worker import run_in_worker
-
-        return await run_in_worker(scenario, seed=seed, folder=folder, toxiproxy_url=toxiproxy_url)
-    started = trio.current_time()
-    await run_here(scenario, schedule, folder=folder, toxiproxy_url=toxiproxy_url)
-    return collect(
-        folder,
-        seed=seed,
-        schedule=[f.text for f in schedule.faults],
-        repro=repro,
-        agents=[a.name for a in scenario.agents],
-        duration_s=trio.current_time() - started,
-    )
 
 
 async def run_here(
@@ -259,7 +228,7 @@ class _Run:
             open(self.folder / "agents" / "launcher.err", "wb") as err,
         ):
             options = RunOptions(
-                command=[sys.executable, "-m", "chaos.launcher", str(plan)],
+                command=[sys.executable, "-m", "chaos.run.launcher", str(plan)],
                 ledger_dir=str(self.folder),
                 max_wall_clock=self.scenario.max_wall_clock,
                 grace_seconds=GRACE_SECONDS,
@@ -414,7 +383,7 @@ class _Run:
 
 
 def note_boundary(folder: Path, url: str) -> None:
-    """Add where the boundary listens to the run's addresses.json (chaos.upstreams)."""
+    """Add where the boundary listens to the run's addresses.json (chaos.run.upstreams)."""
     path = folder / ADDRESSES_FILE
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     data["boundary"] = url

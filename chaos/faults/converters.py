@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable
 from typing import Protocol
 
-from chaos.fault_values import Duration, HttpDate, Rate, Size, Value
 from chaos.faults import Param
+from chaos.faults.values import Duration, HttpDate, Rate, Size, Value
 from docket.errors import InputError
 
 # ASCII digits only: `\d` would also take "５" or "٣", which int() reads as numbers.

@@ -1,9 +1,9 @@
 """The trio part of the reference agent: it sends the calls a mode asks for, reads, sleeps.
 
-An Agent holds one httpx client (made by docket.agent.run_agent) and a Tally.
+An Agent holds one httpx client (made by docket.agent.command.run_agent) and a Tally.
 Each mode (once, stream, loop, hammer, backoff) is a method; every attempt
-becomes an Outcome decided by docket.agent_calls and recorded in the tally, and
-the backoff mode asks docket.backoff's pure policy how long to wait, reports the
+becomes an Outcome decided by docket.agent.calls and recorded in the tally, and
+the backoff mode asks docket.agent.backoff's pure policy how long to wait, reports the
 wait to the boundary, then sleeps it. Cancellation (a stop signal) comes from
 outside, through the nursery that runs the mode.
 """
@@ -16,10 +16,10 @@ from random import Random
 from typing import TextIO
 
 from docket import __version__
-from docket.agent_calls import POLICY_DENIED, Outcome, SseDecoder, classify, request_body
-from docket.agent_config import AgentConfig
-from docket.agent_report import STOP_SIGNALS, Tally
-from docket.backoff import RETRYABLE_STATUSES, GiveUp, parse_retry_after
+from docket.agent.backoff import RETRYABLE_STATUSES, GiveUp, parse_retry_after
+from docket.agent.calls import POLICY_DENIED, Outcome, SseDecoder, classify, request_body
+from docket.agent.config import AgentConfig
+from docket.agent.report import STOP_SIGNALS, Tally
 
 BACKOFF_ROUTE = "/docket/agent/backoff"
 REPORT_TIMEOUT = 5.0  # seconds: a report must not stretch the wait it reports

@@ -11,8 +11,8 @@ import signal
 from collections import Counter
 from dataclasses import dataclass, field
 
-from docket.agent_calls import Outcome
-from docket.agent_config import AgentConfig
+from docket.agent.calls import Outcome
+from docket.agent.config import AgentConfig
 
 STOP_SIGNALS = {signal.SIGTERM: "sigterm", signal.SIGINT: "sigint"}  # -> Tally.stopped
 
