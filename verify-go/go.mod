@@ -1,0 +1,3 @@
+module docket.dev/verify-go
+
+go 1.19

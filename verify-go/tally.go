@@ -1,0 +1,554 @@
+package main
+
+// The tally (spec section 5): a fold over the events that re-derives the
+// receipt's claims. Only the members section 5 lists are read; every other
+// member and every other event type is counted and otherwise ignored.
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+)
+
+// counters, in the receipt's order of section 6.4 (usd is rendered from cost).
+const (
+	cCalls = iota
+	cResponses
+	cErrors
+	cRefused
+	cInput
+	cOutput
+	cCached
+	cCost
+	cUnpriced
+	nCounters
+)
+
+var counterNames = [nCounters]string{"model_calls", "responses", "errors", "refused",
+	"input_tokens", "output_tokens", "cached_tokens", "cost_nusd", "unpriced_calls"}
+
+var pricePattern = regexp.MustCompile(`^(0|[1-9][0-9]{0,8})(\.[0-9]{1,3})?$`)
+
+// saturate is above every integer a receipt may state (2^53-1), so a sum
+// that reaches it can never equal a claim, and uint64 never wraps.
+const saturate = uint64(1) << 62
+
+func add(a, b uint64) uint64 {
+	if a+b > saturate {
+		return saturate
+	}
+	return a + b
+}
+
+type firstCap struct {
+	cap             string
+	seq             uint64
+	limit, observed *Value
+}
+
+type openCall struct {
+	callID string
+	seq    uint64
+	open   bool
+}
+
+type sessionStart struct {
+	runID, version, digest, ts *Value
+	tableDate, provenance      *Value
+	limits                     *Value
+	seed                       *Value // integer or null
+	plan                       *Value // object or null
+	mono                       uint64
+}
+
+type sessionEnd struct {
+	reason, status, cap, ts *Value
+	evidence                *Value // the evidence object, as checked
+	mono                    uint64
+}
+
+type Tally struct {
+	events    uint64
+	start     *sessionStart
+	end       *sessionEnd
+	models    map[string]*[nCounters]uint64
+	prices    map[string][3]string
+	warnings  map[string]*firstCap
+	breaches  map[string]*firstCap
+	faults    map[string]uint64
+	faultSeed *Value
+	gaps      uint64
+	lost      uint64
+	firstGap  *uint64
+	calls     []openCall     // every model.request with a call_id that opened a call, in seq order
+	open      map[string]int // call_id -> index in calls, while open
+}
+
+func NewTally() *Tally {
+	return &Tally{
+		models:   map[string]*[nCounters]uint64{},
+		prices:   map[string][3]string{},
+		warnings: map[string]*firstCap{},
+		breaches: map[string]*firstCap{},
+		faults:   map[string]uint64{},
+		open:     map[string]int{},
+	}
+}
+
+type tallyError string
+
+func bad(format string, args ...interface{}) { panic(tallyError(fmt.Sprintf(format, args...))) }
+
+func count(v *Value, where string) uint64 {
+	n, ok := v.Count()
+	if !ok {
+		bad("%s must be an integer from 0 to 2^53-1", where)
+	}
+	return n
+}
+
+func text(v *Value, where string) *Value {
+	if v == nil || v.Kind != String {
+		bad("%s must be a string", where)
+	}
+	return v
+}
+
+func textOrNull(v *Value, where string) *Value {
+	if v.IsNull() {
+		return null
+	}
+	return text(v, where)
+}
+
+func object(v *Value, where string) *Value {
+	if v == nil || v.Kind != Object {
+		bad("%s must be an object", where)
+	}
+	return v
+}
+
+func seedOrNull(v *Value, where string) *Value {
+	if v.IsNull() {
+		return null
+	}
+	if _, ok := v.SignedInt(); !ok {
+		bad("%s must be an integer or null", where)
+	}
+	return v
+}
+
+func modelOf(e *Value, kind string) string {
+	m := e.Get("model")
+	if m.IsNull() {
+		return "" // a call whose model is not known (a refusal before the body was read)
+	}
+	return text(m, kind+".model").Str
+}
+
+// callID: the call an event opens or closes; "" with ok false when it has none.
+func callID(e *Value, kind string) (string, bool) {
+	c := e.Get("call_id")
+	if c.IsNull() {
+		return "", false
+	}
+	return text(c, kind+".call_id").Str, true
+}
+
+func usageOf(e *Value, kind string) (uint64, uint64, uint64) {
+	u := e.Get("usage")
+	if u.IsNull() {
+		return 0, 0, 0
+	}
+	where := kind + ".usage"
+	object(u, where)
+	get := func(name string) uint64 {
+		v := u.Get(name)
+		if v == nil {
+			return 0
+		}
+		return count(v, where+"."+name)
+	}
+	return get("input_tokens"), get("output_tokens"), get("cached_tokens")
+}
+
+var evidenceFields = []string{"ledger_complete", "unwritten_events", "first_failing_seq", "write_failures"}
+var evidenceExtra = []string{"unrecorded_calls", "last_error", "unverified_tail", "unwritten_by_type"}
+
+func checkEvidence(v *Value, where string) *Value {
+	object(v, where)
+	for _, k := range evidenceFields {
+		if !v.Has(k) {
+			bad("%s lacks %s", where, k)
+		}
+	}
+	if v.Get("ledger_complete").Kind != Bool {
+		bad("%s.ledger_complete must be true or false", where)
+	}
+	count(v.Get("unwritten_events"), where+".unwritten_events")
+	count(v.Get("write_failures"), where+".write_failures")
+	if !v.Get("first_failing_seq").IsNull() {
+		count(v.Get("first_failing_seq"), where+".first_failing_seq")
+	}
+	if x := v.Get("unrecorded_calls"); x != nil {
+		count(x, where+".unrecorded_calls")
+	}
+	if x := v.Get("last_error"); x != nil {
+		textOrNull(x, where+".last_error")
+	}
+	if x := v.Get("unverified_tail"); x != nil && x.Kind != Bool {
+		bad("%s.unverified_tail must be true or false", where)
+	}
+	if x := v.Get("unwritten_by_type"); x != nil {
+		object(x, where+".unwritten_by_type")
+		for _, m := range x.Members {
+			count(m.Val, where+".unwritten_by_type."+m.Key)
+		}
+	}
+	return v
+}
+
+// Add folds one event (a line the chain accepted). It returns "" or why the
+// event is malformed_event; after the first such event the caller stops
+// folding, since the verdict is then that event whatever follows.
+func (t *Tally) Add(e *Value) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			te, ok := r.(tallyError)
+			if !ok {
+				panic(r)
+			}
+			msg = string(te)
+		}
+	}()
+	kind := e.Get("type").Str
+	if t.end != nil {
+		bad("%s after session.end, which must be the last event", kind)
+	}
+	switch kind {
+	case "session.start":
+		t.onStart(e)
+	case "session.end":
+		t.onEnd(e)
+	case "model.request":
+		t.onRequest(e)
+	case "model.response":
+		t.onCharge(e, kind, true)
+	case "model.error":
+		t.onCharge(e, kind, false)
+	case "policy.denied":
+		t.counters(modelOf(e, kind))[cRefused]++
+	case "cap.warning", "cap.exceeded":
+		t.onCap(e, kind)
+	case "fault.injected":
+		t.onFault(e)
+	case "evidence.gap":
+		t.onGap(e)
+	}
+	t.events++
+	return ""
+}
+
+func (t *Tally) counters(model string) *[nCounters]uint64 {
+	c := t.models[model]
+	if c == nil {
+		c = new([nCounters]uint64)
+		t.models[model] = c
+	}
+	return c
+}
+
+func (t *Tally) onStart(e *Value) {
+	const where = "session.start"
+	if t.events != 0 {
+		bad("session.start must be the first event, and there is only one")
+	}
+	s := &sessionStart{
+		runID:   text(e.Get("run_id"), where+".run_id"),
+		version: text(e.Get("docket_version"), where+".docket_version"),
+		digest:  text(e.Get("policy_digest"), where+".policy_digest"),
+	}
+	pricing := object(e.Get("pricing"), where+".pricing")
+	s.tableDate = textOrNull(pricing.Get("table_date"), where+".pricing.table_date")
+	s.provenance = textOrNull(pricing.Get("provenance"), where+".pricing.provenance")
+	s.limits = object(e.Get("caps"), where+".caps")
+	s.seed, s.plan = null, null
+	if chaos := e.Get("chaos"); !chaos.IsNull() {
+		object(chaos, where+".chaos")
+		s.seed = seedOrNull(chaos.Get("seed"), where+".chaos.seed")
+		plan := newObject()
+		for _, m := range chaos.Members {
+			if m.Key != "seed" {
+				plan.Set(m.Key, m.Val)
+			}
+		}
+		s.plan = plan
+	}
+	s.ts = e.Get("ts")
+	s.mono, _ = e.Get("mono_ms").Count()
+	t.start = s
+}
+
+func (t *Tally) onEnd(e *Value) {
+	const where = "session.end"
+	status := e.Get("exit_status")
+	if !status.IsNull() {
+		if _, ok := status.SignedInt(); !ok {
+			bad("%s.exit_status must be an integer or null", where)
+		}
+	} else {
+		status = null
+	}
+	end := &sessionEnd{
+		reason:   text(e.Get("reason"), where+".reason"),
+		status:   status,
+		cap:      textOrNull(e.Get("cap"), where+".cap"),
+		evidence: checkEvidence(e.Get("evidence"), where+".evidence"),
+		ts:       e.Get("ts"),
+	}
+	end.mono, _ = e.Get("mono_ms").Count()
+	t.end = end
+}
+
+func (t *Tally) onRequest(e *Value) {
+	id, has := callID(e, "model.request")
+	c := t.counters(modelOf(e, "model.request"))
+	c[cCalls]++
+	if has {
+		if _, open := t.open[id]; !open { // a second request with an open call's id keeps the first
+			seq, _ := e.Get("seq").Count()
+			id = string([]byte(id)) // its own copy: a slice would keep the whole line alive
+			t.open[id] = len(t.calls)
+			t.calls = append(t.calls, openCall{id, seq, true})
+			t.compact()
+		}
+	}
+}
+
+// compact drops closed calls from t.calls once they are most of it, so
+// memory follows the calls in flight, not every call the run made.
+func (t *Tally) compact() {
+	if len(t.calls) < 1024 || len(t.calls) < 4*len(t.open) {
+		return
+	}
+	kept := t.calls[:0]
+	for _, c := range t.calls {
+		if c.open {
+			t.open[c.callID] = len(kept)
+			kept = append(kept, c)
+		}
+	}
+	t.calls = kept
+}
+
+func checkPrices(p *Value) [3]string {
+	const where = "model.response.unit_prices"
+	object(p, where)
+	var out [3]string
+	for i, name := range [...]string{"input", "output", "cached_input"} {
+		v := p.Get(name)
+		if v == nil || v.Kind != String || !pricePattern.MatchString(v.Str) {
+			bad("%s.%s must be a decimal string with at most 3 decimals", where, name)
+		}
+		out[i] = v.Str
+	}
+	return out
+}
+
+func (t *Tally) onCharge(e *Value, kind string, response bool) {
+	id, has := callID(e, kind)
+	in, out, cached := usageOf(e, kind)
+	model := modelOf(e, kind)
+	cost := count(e.Get("cost_nusd"), kind+".cost_nusd")
+	priced := false
+	if response {
+		p := e.Get("priced")
+		if p == nil || p.Kind != Bool {
+			bad("model.response.priced must be true or false")
+		}
+		priced = p.B
+		if priced {
+			prices := checkPrices(e.Get("unit_prices"))
+			if known, seen := t.prices[model]; seen && known != prices {
+				bad("model.response.unit_prices for %q differ from an earlier response's", model)
+			}
+			t.prices[model] = prices
+		}
+	}
+	if has {
+		if i, open := t.open[id]; open {
+			t.calls[i].open = false
+			delete(t.open, id)
+		}
+	}
+	c := t.counters(model)
+	if response {
+		c[cResponses]++
+		if !priced {
+			c[cUnpriced]++
+		}
+	} else {
+		c[cErrors]++
+	}
+	c[cInput] = add(c[cInput], in)
+	c[cOutput] = add(c[cOutput], out)
+	c[cCached] = add(c[cCached], cached)
+	c[cCost] = add(c[cCost], cost)
+}
+
+func (t *Tally) onCap(e *Value, kind string) {
+	cap := text(e.Get("cap"), kind+".cap").Str
+	for _, name := range [...]string{"limit", "observed"} {
+		if !e.Has(name) {
+			bad("%s lacks %s", kind, name)
+		}
+	}
+	firsts := t.warnings
+	if kind == "cap.exceeded" {
+		firsts = t.breaches
+	}
+	if _, seen := firsts[cap]; !seen {
+		seq, _ := e.Get("seq").Count()
+		firsts[cap] = &firstCap{cap, seq, e.Get("limit"), e.Get("observed")}
+	}
+}
+
+func (t *Tally) onFault(e *Value) {
+	fault := text(e.Get("fault"), "fault.injected.fault").Str
+	seed := seedOrNull(e.Get("seed"), "fault.injected.seed")
+	// One run, one seed: the one session.start declares, else the first fault's.
+	if t.start != nil || len(t.faults) > 0 {
+		expected := t.faultSeed
+		if t.start != nil {
+			expected = t.start.seed
+		}
+		if !Equal(seed, expected) {
+			bad("fault.injected.seed %s is not the run's seed %s", Show(seed), Show(expected))
+		}
+	}
+	t.faultSeed = seed
+	t.faults[fault]++
+}
+
+func (t *Tally) onGap(e *Value) {
+	lost := count(e.Get("lost"), "evidence.gap.lost")
+	first := count(e.Get("first_failing_seq"), "evidence.gap.first_failing_seq")
+	if t.firstGap == nil {
+		t.firstGap = &first
+	}
+	t.gaps++
+	t.lost = add(t.lost, lost)
+}
+
+// OpenCalls: the calls no closing event follows, in seq order (section 7.5).
+func (t *Tally) OpenCalls() *Value {
+	list := &Value{Kind: Array}
+	for _, c := range t.calls {
+		if c.open {
+			list.Items = append(list.Items, newObject().Set("call_id", str(c.callID)).Set("seq", num(c.seq)))
+		}
+	}
+	return list
+}
+
+func usd(nusd uint64) string { return fmt.Sprintf("%d.%09d", nusd/1e9, nusd%1e9) }
+
+func counterObject(c *[nCounters]uint64) *Value {
+	o := newObject()
+	for i, name := range counterNames {
+		o.Set(name, num(c[i]))
+	}
+	return o.Set("usd", str(usd(c[cCost])))
+}
+
+func sortedNames(m interface{}) []string {
+	var names []string
+	switch m := m.(type) {
+	case map[string]*[nCounters]uint64:
+		for k := range m {
+			names = append(names, k)
+		}
+	case map[string][3]string:
+		for k := range m {
+			names = append(names, k)
+		}
+	case map[string]uint64:
+		for k := range m {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names) // byte order of UTF-8 is code point order
+	return names
+}
+
+func firstsList(m map[string]*firstCap) *Value {
+	var all []*firstCap
+	for _, f := range m {
+		all = append(all, f)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].seq < all[j].seq })
+	list := &Value{Kind: Array}
+	for _, f := range all {
+		list.Items = append(list.Items, newObject().Set("cap", str(f.cap)).Set("seq", num(f.seq)).
+			Set("limit", f.limit).Set("observed", f.observed))
+	}
+	return list
+}
+
+// Claims: the receipt's derivable members (section 7.1), Unbacked where the
+// event they come from is absent (section 7.2).
+func (t *Tally) Claims() *Value {
+	s, e := t.start, t.end
+	if s == nil {
+		seed := unbacked
+		if len(t.faults) > 0 { // a fault's seed is still on the faults' own lines
+			seed = t.faultSeed
+		}
+		s = &sessionStart{runID: unbacked, version: unbacked, digest: unbacked, ts: unbacked,
+			tableDate: unbacked, provenance: unbacked, limits: unbacked, seed: seed, plan: unbacked}
+	}
+	var totals [nCounters]uint64
+	byModel := newObject()
+	for _, m := range sortedNames(t.models) {
+		c := t.models[m]
+		for i := range totals {
+			totals[i] = add(totals[i], c[i])
+		}
+		byModel.Set(m, counterObject(c))
+	}
+	prices := newObject()
+	for _, m := range sortedNames(t.prices) {
+		p := t.prices[m]
+		prices.Set(m, newObject().Set("input", str(p[0])).Set("output", str(p[1])).Set("cached_input", str(p[2])))
+	}
+	var injected uint64
+	byFault := newObject()
+	for _, f := range sortedNames(t.faults) {
+		injected += t.faults[f]
+		byFault.Set(f, num(t.faults[f]))
+	}
+	claims := newObject().
+		Set("run_id", s.runID).
+		Set("docket_version", s.version).
+		Set("started_at", s.ts)
+	if e == nil {
+		claims.Set("ended_at", unbacked).Set("duration_ms", unbacked).Set("exit", unbacked)
+	} else {
+		claims.Set("ended_at", e.ts)
+		if t.start == nil {
+			claims.Set("duration_ms", unbacked)
+		} else {
+			claims.Set("duration_ms", numSigned(int64(e.mono)-int64(t.start.mono)))
+		}
+		claims.Set("exit", newObject().Set("status", e.status).Set("reason", e.reason).Set("cap", e.cap))
+	}
+	return claims.
+		Set("totals", counterObject(&totals).Set("by_model", byModel)).
+		Set("pricing", newObject().Set("table_date", s.tableDate).Set("provenance", s.provenance).
+			Set("unit_prices", prices)).
+		Set("caps", newObject().Set("limits", s.limits).Set("warnings", firstsList(t.warnings)).
+			Set("breaches", firstsList(t.breaches))).
+		Set("policy_digest", s.digest).
+		Set("faults", newObject().Set("seed", s.seed).Set("plan", s.plan).
+			Set("injected", num(injected)).Set("by_fault", byFault))
+}
