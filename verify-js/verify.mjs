@@ -320,14 +320,9 @@ function cmpNames(a, b) {
 }
 
 function join(prefix, name) {
-  const part = /^[A-Za-z0-9_-]+$/.test(name) ? name : `[${jsonString(name)}]`;
+  const part = /^[A-Za-z0-9_-]+$/.test(name) ? name : `[${JSON.stringify(name)}]`;
   if (prefix === '') return part;
   return part.startsWith('[') ? prefix + part : `${prefix}.${part}`;
-}
-
-// A name in JSON string syntax, non-ASCII as \u escapes, so a path is plain ASCII.
-function jsonString(s) {
-  return JSON.stringify(s).replace(/[\u007f-\uffff]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 const UNBACKED = Symbol('unbacked');
@@ -547,7 +542,9 @@ class Tally {
     this.byFault = new Map();
     this.faultSeed = undefined; // the first fault.injected's seed, when there is no session.start
     this.gaps = []; // [lost, first_failing_seq]
-    this.pending = new Map(); // call_id → [seq of a model.request still open]
+    // call_id → seq of its earliest model.request since its last closing event (section 7.5:
+    // calls are told apart by call_id, so a call_id is open once, however often it is asked).
+    this.pending = new Map();
     this.bad = null; // the first malformed_event: {seq, offset, message}
   }
 
@@ -593,11 +590,7 @@ class Tally {
         const callId = opt(ev, 'call_id');
         if (!isStrOrNull(callId)) return 'model.request: call_id is not a string';
         this.count(model, 'model_calls', 1n);
-        if (callId !== null) {
-          const open = this.pending.get(callId);
-          if (open) open.push(seq);
-          else this.pending.set(callId, [seq]);
-        }
+        if (callId !== null && !this.pending.has(callId)) this.pending.set(callId, seq);
         return undefined;
       }
       case 'model.response':
@@ -695,10 +688,8 @@ class Tally {
   }
 
   openCalls() {
-    const open = [];
-    for (const [callId, seqs] of this.pending) for (const seq of seqs) open.push([seq, callId]);
-    open.sort((a, b) => a[0] - b[0]);
-    return open.map(([seq, callId]) => obj([['call_id', callId], ['seq', seq]]));
+    const open = [...this.pending].sort((a, b) => a[1] - b[1]);
+    return open.map(([callId, seq]) => obj([['call_id', callId], ['seq', seq]]));
   }
 }
 
@@ -967,14 +958,14 @@ const CLAIMS = [
   ['faults', 'faults_mismatch'],
 ];
 
-// The unbacked claims, in the order of step 12.
+// The unbacked claims, in the order of step 12, and within a claim in the order of 7.3.
 function unbackedOf(claims) {
   const out = [];
-  for (const [name] of CLAIMS) {
-    const v = claims.get(name);
-    if (v === UNBACKED) out.push(name);
-    else if (isObj(v)) for (const [k, w] of v) if (w === UNBACKED) out.push(`${name}.${k}`);
-  }
+  const walk = (v, at) => {
+    if (v === UNBACKED) out.push(at);
+    else if (isObj(v)) for (const k of [...v.keys()].sort(cmpNames)) walk(v.get(k), join(at, k));
+  };
+  for (const [name] of CLAIMS) walk(claims.get(name), name);
   return out;
 }
 
