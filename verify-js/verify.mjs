@@ -13,6 +13,7 @@
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER; // 2^53 - 1
 const GENESIS = '0'.repeat(64);
@@ -1113,4 +1114,9 @@ function oneLine(s) {
   return String(s).replace(/[\r\n]+/g, ' ');
 }
 
-process.exitCode = main(process.argv.slice(2));
+export { parseStrict, JsonError, JNum, canon, firstDiff, verify };
+
+// Run as a command, not when imported (the tests import the strict JSON reader).
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  process.exitCode = main(process.argv.slice(2));
+}
