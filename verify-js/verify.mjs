@@ -112,12 +112,12 @@ function object() {
   for (;;) {
     if (S.charCodeAt(P) !== 34) jfail('expected a member name');
     const k = string();
-    if (m.has(k)) jfail(`duplicate member name ${JSON.stringify(k)}`, 'ambiguous');
     ws();
     if (S.charCodeAt(P) !== 58) jfail("expected ':'");
     P++;
     ws();
-    m.set(k, value());
+    const size = m.size;
+    if (m.set(k, value()).size === size) jfail(`duplicate member name ${JSON.stringify(k)}`, 'ambiguous');
     ws();
     const c = S.charCodeAt(P);
     if (c === 44) {
@@ -284,6 +284,14 @@ function kind(v) {
 }
 
 const isObj = (v) => v instanceof Map;
+function isHex64(v) {
+  if (typeof v !== 'string' || v.length !== 64) return false;
+  for (let i = 0; i < 64; i++) {
+    const c = v.charCodeAt(i);
+    if (!((c >= 48 && c <= 57) || (c >= 97 && c <= 102))) return false;
+  }
+  return true;
+}
 // Integers in [0, 2^53 − 1]: only in-range integer literals are JS numbers.
 const isUint = (v) => typeof v === 'number' && v >= 0;
 const isSint = (v) => typeof v === 'number'; // [−(2^53−1), 2^53−1]
@@ -590,7 +598,7 @@ class Tally {
         if (model === undefined) return 'model.request: model is not a string';
         const callId = opt(ev, 'call_id');
         if (!isStrOrNull(callId)) return 'model.request: call_id is not a string';
-        this.count(model, 'model_calls', 1n);
+        this.count(model, 'model_calls', 1);
         if (callId !== null && !this.pending.has(callId)) this.pending.set(callId, seq);
         return undefined;
       }
@@ -620,22 +628,22 @@ class Tally {
             const prices = obj(['input', 'output', 'cached_input'].map((n) => [n, up.get(n)]));
             const before = this.unitPrices.get(model);
             if (before === undefined) this.unitPrices.set(model, prices);
-            else if (firstDiff(prices, before, '') !== null) return `model.response: the unit prices of ${JSON.stringify(model)} differ from an earlier response's`;
+            else if (['input', 'output', 'cached_input'].some((n) => prices.get(n) !== before.get(n))) return `model.response: the unit prices of ${JSON.stringify(model)} differ from an earlier response's`;
           }
         }
-        this.count(model, type === 'model.response' ? 'responses' : 'errors', 1n);
-        this.count(model, 'input_tokens', BigInt(tokens[0]));
-        this.count(model, 'output_tokens', BigInt(tokens[1]));
-        this.count(model, 'cached_tokens', BigInt(tokens[2]));
-        this.count(model, 'cost_nusd', BigInt(cost));
-        if (priced === false) this.count(model, 'unpriced_calls', 1n);
+        this.count(model, type === 'model.response' ? 'responses' : 'errors', 1);
+        this.count(model, 'input_tokens', tokens[0]);
+        this.count(model, 'output_tokens', tokens[1]);
+        this.count(model, 'cached_tokens', tokens[2]);
+        this.count(model, 'cost_nusd', cost);
+        if (priced === false) this.count(model, 'unpriced_calls', 1);
         if (callId !== null) this.pending.delete(callId);
         return undefined;
       }
       case 'policy.denied': {
         const model = modelOf(ev);
         if (model === undefined) return 'policy.denied: model is not a string';
-        this.count(model, 'refused', 1n);
+        this.count(model, 'refused', 1);
         return undefined;
       }
       case 'cap.warning':
@@ -684,8 +692,8 @@ class Tally {
       c = newCounters();
       this.byModel.set(model, c);
     }
-    c[counter] += n;
-    this.totals[counter] += n;
+    c[counter] = sum(c[counter], n);
+    this.totals[counter] = sum(this.totals[counter], n);
   }
 
   openCalls() {
@@ -695,7 +703,17 @@ class Tally {
 }
 
 function newCounters() {
-  return Object.fromEntries(COUNTERS.map((n) => [n, 0n]));
+  return Object.fromEntries(COUNTERS.map((n) => [n, 0]));
+}
+
+// Exact sums: JS numbers while the result is a safe integer, BigInt beyond (costs are summed
+// exactly, section 6.3, and a forged ledger may push them past 2^53 - 1).
+function sum(a, b) {
+  if (typeof a === 'number') {
+    const r = a + b;
+    if (r <= MAX_SAFE) return r;
+  }
+  return BigInt(a) + BigInt(b);
 }
 
 // A member that is "absent or null: null".
@@ -726,7 +744,8 @@ function checkEvidence(e) {
   return undefined;
 }
 
-function usd(n) {
+function usd(nusd) {
+  const n = BigInt(nusd);
   const whole = n / 1_000_000_000n;
   const frac = (n % 1_000_000_000n).toString().padStart(9, '0');
   return `${whole}.${frac}`;
@@ -801,7 +820,7 @@ function verifyChain(fd, tally, stopAfter, mark) {
     const type = ev.get('type');
     if (typeof type !== 'string' || type === '') throw lineFail('malformed_line', 'type is not a non-empty string');
     const prev = ev.get('prev');
-    if (!T.hex64(prev)) throw lineFail('malformed_line', 'prev is not 64 lowercase hex digits');
+    if (!isHex64(prev)) throw lineFail('malformed_line', 'prev is not 64 lowercase hex digits');
     if (v !== 1) throw lineFail('unsupported_version', `v is ${v instanceof JNum ? v.raw : v}, not 1`);
     if (seq !== chain.count) throw lineFail('seq_gap', `seq is ${seq}, expected ${chain.count}`);
     if (prev !== chain.head) throw lineFail('chain_break', 'prev does not match the hash of the line before');
