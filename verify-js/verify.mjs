@@ -170,11 +170,17 @@ function hex4(i) {
   return u;
 }
 
+// A run of characters a string may hold as they are: no quote, backslash or control character.
+const PLAIN_RUN = /[^"\\\u0000-\u001f]*/y;
+
 function string() {
   P++;
   let start = P;
   let out = null;
   for (;;) {
+    PLAIN_RUN.lastIndex = P; // the regular expression engine skips the plain run natively
+    PLAIN_RUN.test(S);
+    P = PLAIN_RUN.lastIndex;
     const c = S.charCodeAt(P);
     if (c === 34) {
       const tail = S.slice(start, P);
