@@ -1141,7 +1141,14 @@ function oneLine(s) {
 
 export { parseStrict, JsonError, JNum, canon, firstDiff, verify };
 
-// Run as a command, not when imported (the tests import the strict JSON reader).
-if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  process.exitCode = main(process.argv.slice(2));
+// Run as a command, not when imported (the tests import the strict JSON reader). Real paths,
+// so that a symlink to this file (node ~/bin/verify.mjs) still runs it rather than exit 0 silently.
+function invokedAsCommand() {
+  try {
+    return !!process.argv[1] && fs.realpathSync(process.argv[1]) === fs.realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
 }
+
+if (invokedAsCommand()) process.exitCode = main(process.argv.slice(2));
