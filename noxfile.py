@@ -1,7 +1,8 @@
 """Sessions: `nox -s gameday` (the main job), `tests` (the suite), `lint`, `bench`,
 `report-check` (the game-day report in a headless browser), `demo`, `slow`, `attack`,
 `gameday-load` (the nine phases N times under CPU load), `gameday-toxiproxy` (a game
-day and a chaos scenario against the real Toxiproxy server).
+day and a chaos scenario against the real Toxiproxy server), `verifiers` (the Python,
+JavaScript and Go verifiers over the vectors and 1,000 mutations).
 
 Each session makes its own virtualenv and installs what it needs, so a fresh
 machine with only Python and pip runs any of them after `pip install nox`.
@@ -30,6 +31,31 @@ def slow(session: nox.Session) -> None:
     points; the nine phases under two CPU hogs, DOCKET_LOAD_RUNS times, default 3)."""
     session.install("-e", ".[test]")
     session.run("pytest", "-q", "-m", "slow", *session.posargs)
+
+
+@nox.session
+def verifiers(session: nox.Session) -> None:
+    """The three verifiers of spec/docket-receipt-1.md: `go test` in verify-go/ (its own
+    run over the vectors), then tests/test_verifiers_differential.py with 1,000 seeded
+    mutations of real pairs (the suite runs 200) plus every vector through node and the
+    Go binary, and tests/test_vectors.py for Python. A verifier whose folder or tool is
+    missing is skipped with the reason (pytest's summary names it); disagreements are
+    written under vector-candidates/. DOCKET_DIFFERENTIAL_CASES=N for another count."""
+    session.install("-e", ".[test]")
+    cases = os.environ.get("DOCKET_DIFFERENTIAL_CASES", "1000")
+    go = shutil.which("go")
+    if go and os.path.isdir("verify-go"):
+        with session.chdir("verify-go"):
+            session.run(go, "test", "./...", external=True, env={"GOPROXY": "off"})
+    else:
+        why = (
+            "no verify-go/ in this tree" if go else "go is not on PATH (apt-get install golang-go)"
+        )
+        session.log(f"go test skipped: {why}")
+    session.run(
+        "pytest", "-q", "-s", "tests/test_verifiers_differential.py", "tests/test_vectors.py",
+        *session.posargs, env={"DOCKET_DIFFERENTIAL_CASES": cases},
+    )  # fmt: skip
 
 
 @nox.session(name="gameday-load")

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from docket.ledger.chain import GENESIS, encode_body, encode_line, line_hash
-from docket.receipt import build_receipt, verify, write_receipt
-from docket.tally import Tally
+from docket.receipts.receipt import build_receipt, write_receipt
+from docket.receipts.tally import Tally
+from docket.receipts.verify import verify
 
 ROOT = Path(__file__).resolve().parent.parent
 VERIFIER = ROOT / "verify-js" / "verify.mjs"
@@ -252,7 +253,7 @@ def test_a_verifier_with_a_check_removed_fails_its_vector(tmp_path, check, disab
 
 
 def reference(receipt: Path, ledger: Path | None) -> tuple:
-    from docket.receipt import VerifyInputError
+    from docket.receipts.verify import VerifyInputError
 
     try:
         v = verify(receipt, ledger)
