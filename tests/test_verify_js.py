@@ -217,6 +217,21 @@ def test_bytes_after_an_unverified_tail_are_not_read(tmp_path):
     assert "25 bytes past the record" in out["message"]
 
 
+def test_docket_verify_reads_no_byte_after_an_unverified_tail(tmp_path):
+    """The same case through the Python verifier (no node needed): it used to say
+    torn_tail at seq 2, failing the one run unverified_tail exists for (a write that
+    failed and could not be cut back), where the spec says those bytes are not read."""
+    receipt = write_run(tmp_path, [START, ("x.note", {})], LOST | {"first_failing_seq": 2})
+    doc = json.loads(receipt.read_text())
+    doc["ops"]["evidence"]["unverified_tail"] = True
+    receipt.write_text(json.dumps(doc))
+    with open(tmp_path / "ledger.jsonl", "ab") as f:
+        f.write(b'{"v":1,"seq":2,"ts":"2026')
+    result = verify(receipt)
+    assert result.ok, result
+    assert result.tail_bytes == 25
+
+
 def test_a_receipt_with_a_duplicate_name_and_a_syntax_error_is_not_json(tmp_path):
     """Section 8 step 2: whether it is JSON is decided over the whole text first."""
     (tmp_path / "r.json").write_text('{"format":"docket-receipt-1","format":"x"} trailing')

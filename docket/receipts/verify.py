@@ -132,6 +132,17 @@ class LedgerScan:
     stopped: bool = False  # `stop_at` lines were read and the file goes on
 
 
+def _until(lines: Lines, verifier: ChainVerifier, stop_at: int | None):
+    """The file's lines, up to `stop_at` of them: the line after is never read, so
+    a line past the limit (or a torn one) there cannot fail the pass."""
+    if verifier.count == stop_at:
+        return
+    for line in lines:
+        yield line
+        if verifier.count == stop_at:
+            return
+
+
 def scan_ledger(
     path: str | os.PathLike, *, mark: int | None = None, stop_at: int | None = None
 ) -> LedgerScan:
@@ -148,10 +159,7 @@ def scan_ledger(
     lines = Lines(path)
     line = b""
     try:
-        for line in lines:
-            if verifier.count == stop_at:
-                scan.stopped = True
-                break
+        for line in _until(lines, verifier, stop_at):
             if verifier.count == mark:
                 scan.mark_offset = verifier.offset
             offset = verifier.offset
@@ -161,7 +169,10 @@ def scan_ledger(
             except TallyError as exc:
                 if scan.event_error is None:
                     scan.event_error = ChainError(MALFORMED_EVENT, event["seq"], offset, str(exc))
-        if lines.tail and not scan.stopped:
+        # What follows `stop_at` lines is not read at all (spec section 8, step 5):
+        # whole lines, a torn tail (the likeliest: a failed write) or a huge line.
+        scan.stopped = verifier.count == stop_at and os.path.getsize(path) > verifier.offset
+        if lines.tail and verifier.count != stop_at:
             raise ChainError(
                 TORN_TAIL,
                 verifier.count,
