@@ -30,5 +30,16 @@ func FuzzDecode(f *testing.F) {
 		if err == nil && v == nil {
 			t.Fatal("no value and no error")
 		}
+		// A receipt is judged over the whole text: ambiguous only if it is JSON.
+		_, rerr := DecodeReceipt(data)
+		if (rerr == nil) != (err == nil) {
+			t.Fatalf("Decode and DecodeReceipt disagree on accepting %q", data)
+		}
+		if rerr != nil && rerr.Ambiguous && !valid {
+			t.Fatalf("called a receipt that is not JSON ambiguous: %q (%s)", data, rerr.Msg)
+		}
+		if rerr != nil && !rerr.Ambiguous && valid && utf8.Valid(data) && !bytes.Contains(data, []byte(`\u`)) {
+			t.Fatalf("refused a JSON receipt as not JSON: %q (%s)", data, rerr.Msg)
+		}
 	})
 }

@@ -264,6 +264,8 @@ func Decode(data []byte) (*Value, *ParseError) {
 // Refusals come in text order: the first thing wrong, reading from the
 // start, is the reason. A duplicate name is wrong where its member's value
 // begins; nesting too deep, where the bracket that opens level 65 stands.
+// That is enough for a ledger line (any refusal is malformed_line); a
+// receipt is read with DecodeReceipt, which judges "is it JSON" first.
 func (d *Decoder) Decode(data []byte) (*Value, *ParseError) {
 	p := &d.p
 	p.data, p.pos = data, 0

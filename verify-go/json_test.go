@@ -39,6 +39,12 @@ var decodeCases = []struct{ text, want string }{
 	{`{"a":1}{}`, "notjson"},
 	{`{"a":1} x`, "notjson"},
 	{`[1,]`, "notjson"},
+	{`{"a" 1}`, "notjson"}, // no colon
+	{`{"a":1 "b":2}`, "notjson"},
+	{`[1 2]`, "notjson"},
+	{`{1:2}`, "notjson"},
+	{`[}`, "notjson"},
+	{`{"a":1]`, "notjson"},
 	{`{"a":1,}`, "notjson"},
 	{``, "notjson"},
 	{` `, "notjson"},
@@ -69,6 +75,21 @@ func TestDecode(t *testing.T) {
 				shown = shown[:60] + "..."
 			}
 			t.Errorf("%q: got %s, want %s (%v)", shown, got, c.want, err)
+		}
+	}
+}
+
+// The receipt's syntax-only reading agrees with Decode wherever Decode's
+// answer does not depend on text order: what Decode accepts is JSON, and
+// what it refuses as not JSON is not JSON read to the end either.
+func TestJSONSyntaxAgreesWithDecode(t *testing.T) {
+	for _, c := range decodeCases {
+		syntax := jsonSyntax([]byte(c.text))
+		switch {
+		case c.want == "ok" && syntax != nil:
+			t.Errorf("%.60q: Decode accepts it, the syntax check refuses it (%v)", c.text, syntax)
+		case c.want == "notjson" && syntax == nil:
+			t.Errorf("%.60q: Decode finds it not JSON, the syntax check accepts it", c.text)
 		}
 	}
 }

@@ -84,7 +84,7 @@ func readReceipt(path string) (*Value, *Verdict, *InputError) {
 	if !utf8.Valid(data) {
 		return nil, nil, unreadable("not UTF-8 text")
 	}
-	receipt, perr := Decode(data)
+	receipt, perr := DecodeReceipt(data)
 	if perr != nil {
 		if perr.Ambiguous {
 			return nil, failed("receipt_malformed", "", "receipt: "+perr.Msg), nil
