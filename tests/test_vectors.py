@@ -60,6 +60,7 @@ def test_vector_through_the_library(name, parser):
             vector["bytes"],
         )
         assert list(verdict.unbacked) == vector["unbacked"]
+        assert verdict.tail_bytes == vector.get("tail_bytes", 0)  # given only where not 0
 
 
 @pytest.mark.parametrize("name", sorted(BY_NAME))

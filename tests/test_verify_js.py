@@ -58,6 +58,8 @@ def test_vector_verdict_as_json(name):
     if vector["verdict"] == "ok":
         keys += ["events", "head", "bytes", "unbacked"]
     assert {k: out[k] for k in keys} == {k: vector[k] for k in keys}, out["message"]
+    if vector["verdict"] == "ok":  # the manifest gives tail_bytes only where it is not 0
+        assert out["tail_bytes"] == vector.get("tail_bytes", 0), out["message"]
     assert done.returncode == vector["exit"]
     assert out["ok"] is (vector["verdict"] == "ok")
 

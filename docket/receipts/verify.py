@@ -29,6 +29,7 @@ from docket.ledger.chain import (
 )
 from docket.ledger.reader import LEDGER_MAGIC, Lines, LineTooLong
 from docket.ledger.strict_json import AmbiguousJSON, decode_json
+from docket.receipts.json_syntax import json_syntax_problem
 from docket.receipts.receipt import FORMAT, RECEIPT_SHAPE, join_path, plain_number, shape_problem
 from docket.receipts.tally import EVIDENCE_EXTRA, EVIDENCE_FIELDS, UNBACKED, Tally, TallyError
 
@@ -402,10 +403,18 @@ def load_receipt(path: str | os.PathLike) -> dict | Verdict:
         text = read_text(path, "receipt")
     except InputError as exc:
         raise VerifyInputError(RECEIPT_UNREADABLE, str(exc)) from None
+    data = text.encode("utf-8")
     try:
-        receipt = decode_json(text.encode("utf-8"))
-    except AmbiguousJSON as exc:  # well-formed, but readers would disagree on it
-        return _failed(RECEIPT_MALFORMED, detail=f"receipt: {exc}")
+        receipt = decode_json(data)
+    except AmbiguousJSON as exc:
+        # The reader stopped at a duplicate name or its depth limit, before the end:
+        # whether the text is JSON is decided over all of it (section 8, step 2).
+        problem = json_syntax_problem(data)
+        if problem is not None:
+            raise VerifyInputError(
+                RECEIPT_NOT_JSON, f"receipt {path}: not JSON ({problem})"
+            ) from None
+        return _failed(RECEIPT_MALFORMED, detail=f"receipt: {exc}")  # JSON readers disagree on
     except ValueError as exc:
         raise VerifyInputError(RECEIPT_NOT_JSON, f"receipt {path}: not JSON ({exc})") from None
     if type(receipt) is not dict or "format" not in receipt:
@@ -500,7 +509,7 @@ def verify(
     if claimed["head"] != scan.head:
         return _failed(
             HEAD_MISMATCH,
-            seq=scan.events - 1,
+            seq=scan.events - 1 if scan.events else None,  # no line read: no line to name
             offset=scan.last_offset,
             field="ledger.head",
             detail=f"the receipt says head {claimed['head']}, the last line hashes to {scan.head}",

@@ -443,6 +443,7 @@ class Vectors:
         ledger_name: str = "ledger.jsonl",
         figures: Ledger | None = None,
         unbacked: list[str] | None = None,
+        tail_bytes: int = 0,
     ) -> None:
         folder = self.out / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -470,6 +471,8 @@ class Vectors:
                 "bytes": len(figures.data),
                 "unbacked": unbacked or [],
             }
+            if tail_bytes:  # only where bytes are left unread: the older entries stay as they were
+                entry["tail_bytes"] = tail_bytes
         self.manifest.append(entry)
 
     def ok(self, name: str, description: str, led: Ledger, receipt: dict, **kw) -> None:
@@ -1199,6 +1202,89 @@ def make(out: Path) -> None:
         "open_call",
         seq=len(entries) - 1,
         field="ops.open_calls",
+    )
+
+    # -- section 8 step 2: JSON-ness is decided over the whole text first
+    dup_then_junk = b'{"format":"docket-receipt-1","format":"x"} trailing\n'
+    v.add(
+        "input-receipt-duplicate-then-junk",
+        "a name twice, then text after the value: not JSON, whatever the duplicate",
+        ledger=None,
+        receipt=dup_then_junk,
+        verdict="input_error",
+        code="receipt_not_json",
+    )
+    # The receipt object is level 1: 64 arrays inside a member make 65 levels.
+    deep_text = encode_receipt(basic_receipt).replace(
+        b'"format": ', b'"x": ' + json.dumps(nested(64)).encode() + b',\n  "format": ', 1
+    )
+    receipt_only(
+        "receipt-too-deep",
+        "a valid receipt with a member nested 65 levels deep: JSON, but ambiguous, so malformed "
+        "(step 2, before its shape is checked)",
+        basic,
+        deep_text,
+        "receipt_malformed",
+    )
+    v.add(
+        "input-receipt-deep-not-json",
+        "100 nested arrays, the last closing bracket missing: not JSON, however deep",
+        ledger=None,
+        receipt=b"[" * 100 + b"]" * 99 + b"\n",
+        verdict="input_error",
+        code="receipt_not_json",
+    )
+
+    # -- section 8 step 5: after an unverified tail no byte is read
+    torn_end = encode_line(
+        seq=len(no_end.lines),
+        ts=unwritten_end["ts"],
+        mono_ms=unwritten_end["mono_ms"],
+        type="session.end",
+        prev=no_end.head,
+        body=encode_body(
+            {k: unwritten_end[k] for k in ("reason", "exit_status", "cap", "evidence")}
+        ),
+    )[:57]  # the write of session.end cut short
+    v.add(
+        "ok-unverified-tail-torn",
+        "session.end's write failed part-way and could not be cut back; the receipt discloses an "
+        "unverified tail, so the torn bytes after its events are not read",
+        ledger=no_end.data + torn_end,
+        receipt=receipt_for(
+            no_end, UNWRITTEN_END | {"unverified_tail": True}, end_event=unwritten_end
+        ),
+        verdict="ok",
+        figures=no_end,
+        unbacked=["ended_at", "duration_ms", "exit"],
+        tail_bytes=len(torn_end),
+    )
+    first_write = chain(minimal_run())
+    no_line = build_receipt(
+        Tally(),
+        ledger_path="ledger.jsonl",
+        head=line_hash(first_write.lines[0]),  # forged: the line never reached the disk whole
+        count=0,
+        size=0,
+        evidence={
+            "ledger_complete": False,
+            "unwritten_events": 2,
+            "first_failing_seq": 0,
+            "write_failures": 2,
+            "unverified_tail": True,
+        },
+        version=VERSION,
+        start=first_write.events[0],
+        end=first_write.events[1],
+    )
+    v.fail(
+        "head-mismatch-no-line-read",
+        "an unverified tail from the first line on (ledger.events 0), and a head that is not "
+        "the empty chain's: head_mismatch with no seq or offset, as no line was read",
+        first_write.lines[0][:40],
+        no_line,
+        "head_mismatch",
+        field="ledger.head",
     )
 
     v.write_manifest()
