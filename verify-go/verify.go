@@ -228,9 +228,12 @@ func Verify(receiptPath, ledgerPath string) (*Verdict, *InputError) {
 	if h := claimed.Get("head").Str; h != scan.Head {
 		v := withFigures(failed("head_mismatch", "ledger.head",
 			fmt.Sprintf("the receipt says head %s, the last line hashes to %s", h, scan.Head)))
-		v.Seq = ptr(int64(scan.Events) - 1)
-		if scan.LastOffset >= 0 {
-			v.Offset = ptr(scan.LastOffset)
+		// Section 8 step 7: at the last line read; with no line read, no seq or offset.
+		if scan.Events > 0 {
+			v.Seq = ptr(int64(scan.Events) - 1)
+			if scan.LastOffset >= 0 {
+				v.Offset = ptr(scan.LastOffset)
+			}
 		}
 		return v, nil
 	}
