@@ -82,11 +82,9 @@ def check_host(value: object) -> str | None:
         return f"must be an IP address or a host name, got {value!r}"
     try:
         ipaddress.ip_address(value)
-        return None
-    except ValueError:
-        pass
-    if not _HOST_NAME.match(value):
-        return f"must be an IP address or a host name, got {value!r}"
+    except ValueError:  # not an address: then it must be a host name
+        if not _HOST_NAME.match(value):
+            return f"must be an IP address or a host name, got {value!r}"
     return None
 
 

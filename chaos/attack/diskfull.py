@@ -31,7 +31,7 @@ RUN_TIMEOUT = 60.0  # seconds per point
 
 # The agent: N calls, fill the disk at `mnt` (give back `leave` bytes), M calls, report.
 FILLING_AGENT = """\
-import json, os, sys, urllib.error, urllib.request
+import errno, json, os, sys, urllib.error, urllib.request
 before, after, mnt, leave = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 base, token = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -54,8 +54,9 @@ if leave >= 0:  # -1: the control, which leaves the disk alone
             while True:
                 f.write(b"\\0" * 65536)
                 f.flush()
-        except OSError:
-            pass
+        except OSError as exc:  # filled: the point of this agent
+            if exc.errno != errno.ENOSPC:
+                raise
 if leave > 0:
     os.truncate(filler, max(0, os.path.getsize(filler) - leave))
 seen += [call() for _ in range(after)]
