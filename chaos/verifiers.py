@@ -115,7 +115,7 @@ class Verifier:
 
     def run(self, receipt: Path, ledger: Path | None = None, timeout_s: float = RUN_TIMEOUT_S):
         """Verify `receipt` (with `ledger` given explicitly, or the one it names)."""
-        if not self.runnable:
+        if self.argv is None or not self.runnable:
             raise RuntimeError(f"{self.name} verifier cannot run: {self.absent or self.broken}")
         argv = [*self.argv, str(receipt)] + (["--ledger", str(ledger)] if ledger else [])
         try:
@@ -170,7 +170,7 @@ def find_js(root: Path = ROOT) -> Verifier:
         v.broken = f"`node --version` said {version!r}, not vN.N.N"
         return v
     if int(major[1]) < 18:
-        v.absent = f"node is {version.strip()}, older than the 18 verify.mjs needs"
+        v.absent = f"node is {(version or '').strip()}, older than the 18 verify.mjs needs"
         return v
     script = folder / "verify.mjs"
     if not script.is_file():

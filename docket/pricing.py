@@ -35,6 +35,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from importlib import resources
@@ -143,6 +144,11 @@ class ModelPrice:
     cache_write_5m: Decimal | None = None
     cache_write_1h: Decimal | None = None
     note: str | None = None
+    # Derived in __post_init__ (input, cached, output, write 5m, write 1h, dearest input).
+    _nusd: tuple[int, int, int, int, int, int] = dataclass_field(
+        init=False, repr=False, compare=False
+    )
+    _strings: Mapping[str, str] = dataclass_field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # The integer unit prices every call's reservation and settlement multiply by,
@@ -343,7 +349,7 @@ def parse_price_table(data: bytes, source: str = "<bytes>") -> PriceTable:
         note = entry.get("note")
         if note is not None and not isinstance(note, str):
             fail(f"{path}.note", "must be a string")
-        models[name] = ModelPrice(model=name, provider=entry["provider"], note=note, **prices)
+        models[name] = ModelPrice(model=name, provider=entry["provider"], note=note, **prices)  # type: ignore[arg-type]  # input/cached_input/output are never None here
     aliases = doc.get("aliases", {})
     if not isinstance(aliases, dict):
         fail("aliases", "must be an object")

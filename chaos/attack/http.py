@@ -21,7 +21,6 @@ import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from chaos.attack import Figures
 from chaos.attack.rig import live_run
@@ -219,7 +218,7 @@ def exchange(port: int, probe: Probe) -> tuple[list[int], bytes]:
 
 def complete_answers(data: bytes) -> list[int]:
     """The statuses of the whole answers (head and Content-Length body) in `data`."""
-    statuses = []
+    statuses: list[int] = []
     while True:
         head, sep, rest = data.partition(b"\r\n\r\n")
         match = _STATUS.match(head)
@@ -276,7 +275,7 @@ def run(folder: Path, quick: bool) -> Figures:
     answered = shaped = still = 0
     plain: list[str] = []
     with live_run(folder / "http") as live:
-        port = urlsplit(live.url).port
+        port = live.port
         # The control: the template every probe spoils, unspoiled, must be answered 200, so
         # a probe's 4xx is the answer to its own flaw (not to the route or the token).
         control = Probe("control", request(live.token, json.dumps(chat()).encode()))

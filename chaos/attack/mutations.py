@@ -157,9 +157,9 @@ def mutations(ledger: bytes, receipt: dict, seed: int, count: int) -> list[Mutat
         i = rng.randrange(len(lines))
         if kind == "flip":
             at, mask = rng.randrange(len(ledger)), rng.randrange(1, 256)
-            data = bytearray(ledger)
-            data[at] ^= mask
-            out.append(Mutation(f"ledger: byte {at} xor {mask:#04x}", bytes(data), original))
+            flipped = bytearray(ledger)
+            flipped[at] ^= mask
+            out.append(Mutation(f"ledger: byte {at} xor {mask:#04x}", bytes(flipped), original))
         elif kind == "delete":
             out.append(Mutation(f"ledger: delete line {i}", b"".join(lines[:i] + lines[i + 1 :]),
                                 original))  # fmt: skip
@@ -207,11 +207,11 @@ def mutations(ledger: bytes, receipt: dict, seed: int, count: int) -> list[Mutat
             out.append(Mutation(what, ledger, edited))
         else:  # a byte of the receipt file itself (its JSON text)
             at, mask = rng.randrange(len(original)), rng.randrange(1, 256)
-            data = bytearray(original)
-            data[at] ^= mask
-            if _same_json(bytes(data), receipt):
+            flipped = bytearray(original)
+            flipped[at] ^= mask
+            if _same_json(bytes(flipped), receipt):
                 continue  # whitespace for whitespace: the same receipt, not an edit
-            out.append(Mutation(f"receipt: byte {at} xor {mask:#04x}", ledger, bytes(data)))
+            out.append(Mutation(f"receipt: byte {at} xor {mask:#04x}", ledger, bytes(flipped)))
     return out
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 DOCKET = [sys.executable, "-m", "docket"]
 KEY_ENV = "ATTACK_STUB_KEY"
@@ -47,6 +48,13 @@ class Live:
     stub_url: str
     process: subprocess.Popen
     result: dict  # filled when the run ends: exit, stderr
+
+    @property
+    def port(self) -> int:
+        port = urlsplit(self.url).port
+        if port is None:
+            raise RuntimeError(f"the boundary's URL names no port: {self.url}")
+        return port
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -82,6 +90,7 @@ def stub(folder: Path, kind: str = "openai") -> Iterator[str]:
             stderr=err,
             stdin=subprocess.DEVNULL,
         )
+    assert process.stdout is not None  # stdout=PIPE
     try:
         line = process.stdout.readline().decode()  # "stub openai listening on URL"
         if "listening on " not in line:
@@ -146,6 +155,7 @@ def live_run(
                 process, result,
             )  # fmt: skip
         finally:
+            assert process.stdin is not None  # stdin=PIPE
             process.stdin.close()  # the agent's stdin ends: it exits, the run ends
             try:
                 result["exit"] = process.wait(STOP_TIMEOUT)

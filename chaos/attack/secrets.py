@@ -27,7 +27,7 @@ import secrets as random_secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, quote_plus, urlsplit
+from urllib.parse import quote, quote_plus
 
 from chaos.attack import Figures
 from chaos.attack.echo import echo_upstream
@@ -290,7 +290,7 @@ def run(folder: Path, quick: bool) -> Figures:
         echo_upstream() as echo,
         live_run(folder / "secrets", policy_extra=RECORD_BODIES, more=echo_routes(echo)) as live,
     ):
-        port = urlsplit(live.url).port
+        port = live.port
         ledger = live.run_dir / "ledger.jsonl"
         planted = plants(live.token, port)
         # The canary: a value the record keeps by design (the model asked for), which the

@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
     base = dict(os.environ)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _note_signal)
-    children = []
+    children: list[subprocess.Popen | None] = []  # None: that agent never started
     for entry in plan:
         pidfile = entry.get("pidfile")
         with open(entry["stdout"], "wb") as out, open(entry["stderr"], "wb") as err:

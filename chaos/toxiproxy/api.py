@@ -40,6 +40,12 @@ VERSION = "2.9.0-docket"  # the Toxiproxy API version this speaks, marked as our
 MAX_BODY = 1024 * 1024
 
 
+def _required_text(key: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ApiError(400, f"missing required field: {key}")
+    return value
+
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -70,12 +76,10 @@ class ToxiproxyServer:
     async def create_proxy(self, body: Any) -> Proxy:
         if not isinstance(body, dict):
             raise ApiError(400, "proxy must be a JSON object")
-        name, upstream = body.get("name"), body.get("upstream")
-        listen = body.get("listen") or "127.0.0.1:0"
+        name = _required_text("name", body.get("name"))
+        upstream = _required_text("upstream", body.get("upstream"))
+        listen = _required_text("listen", body.get("listen") or "127.0.0.1:0")
         enabled = body.get("enabled", True)
-        for key, value in (("name", name), ("upstream", upstream), ("listen", listen)):
-            if not isinstance(value, str) or not value:
-                raise ApiError(400, f"missing required field: {key}")
         if not isinstance(enabled, bool):
             raise ApiError(400, "enabled must be true or false")
         if name in self.proxies:
@@ -133,7 +137,8 @@ class ToxiproxyServer:
             raise ApiError(400, "populate expects a JSON list of proxies")
         result = []
         for item in body:
-            existing = self.proxies.get(item.get("name")) if isinstance(item, dict) else None
+            named = item.get("name") if isinstance(item, dict) else None
+            existing = self.proxies.get(named) if isinstance(named, str) else None
             if existing is not None:
                 same = existing.upstream == item.get("upstream") and item.get("listen") in (
                     None,

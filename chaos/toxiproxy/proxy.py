@@ -225,7 +225,7 @@ class Connection:
     def toxic_updated(self, spec: ToxicSpec) -> None:
         link = self.links.get(spec.stream)
         activation = link.active.get(spec.name) if link else None
-        if activation is None:
+        if link is None or activation is None:
             return
         if activation.watch_scope is not None:
             activation.watch_scope.cancel()

@@ -24,6 +24,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 ENV = "TOXIPROXY_SERVER"
 BESIDE_REPO = Path("..") / "shared" / "tools" / "toxiproxy" / "toxiproxy-server"
@@ -68,7 +69,7 @@ def running(binary: Path, host: str = "127.0.0.1", log: Path | None = None):
     """The server on a free port of `host` until the block ends; yields its API URL."""
     port = free_port(host)
     url = f"http://{host}:{port}"
-    out = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
+    out: IO[bytes] | int = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
         [str(binary), "-host", host, "-port", str(port)], stdout=out, stderr=out
     )
@@ -88,7 +89,7 @@ def running(binary: Path, host: str = "127.0.0.1", log: Path | None = None):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if out is not subprocess.DEVNULL:
+        if not isinstance(out, int):  # a log file of ours, not DEVNULL
             out.close()
 
 

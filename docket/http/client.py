@@ -148,7 +148,7 @@ async def open_upstream_stream(
 
 def _raw_socket(stream: trio.abc.Stream):
     inner = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-    return inner.socket  # type: ignore[attr-defined]
+    return inner.socket  # type: ignore[union-attr]  # a SocketStream's; the Stream ABC has none
 
 
 class _UpstreamConnection:
@@ -199,7 +199,9 @@ class _UpstreamConnection:
                 raise ConnectionReset(f"upstream connection broke ({_cause(exc)})") from None
             except trio.TooSlowError:
                 raise ReadTimeout(f"upstream sent nothing for {read_timeout:g}s") from None
-            self.reader.receive_data(data)
+            reader = self.reader
+            assert reader is not None  # send_request sets it before any response is read
+            reader.receive_data(data)
 
     def buffered_event(self):
         """The next event from bytes already received (no I/O), or wire.NEED_DATA;
@@ -445,23 +447,25 @@ class UpstreamPool:
         body: bytes | AsyncIterable[bytes],
     ) -> None:
         pairs = list(headers)
-        names = {(n if type(n) is bytes else n.encode("latin-1")).lower() for n, _ in pairs}
+        names = {(n if isinstance(n, bytes) else n.encode("latin-1")).lower() for n, _ in pairs}
         if b"host" not in names:
             pairs.insert(0, (b"host", self.origin.host_header))
-        streamed = not isinstance(body, bytes | bytearray | memoryview)
+        fixed = isinstance(body, bytes | bytearray | memoryview)
         # The body is chunked when the caller says so, or when it streams with no length.
-        chunked = b"transfer-encoding" in names or (streamed and b"content-length" not in names)
+        chunked = b"transfer-encoding" in names or (not fixed and b"content-length" not in names)
         if b"content-length" not in names and b"transfer-encoding" not in names:
             if chunked:
                 pairs.append((b"transfer-encoding", b"chunked"))
-            elif body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
+            elif isinstance(body, bytes | bytearray | memoryview) and (
+                body or method not in ("GET", "HEAD", "DELETE", "OPTIONS")
+            ):  # (not chunked here means a fixed body: the isinstance is for the checker)
                 pairs.append((b"content-length", str(len(body)).encode()))
         try:
             head, conn.closing = wire.encode_request(method, target, pairs)
         except ValueError as exc:
             raise ValueError(f"cannot send {method} {target!r} as HTTP/1.1: {exc}") from None
         conn.reader = wire.ResponseReader(head_only=method == "HEAD")
-        if not streamed:
+        if isinstance(body, bytes | bytearray | memoryview):
             if chunked:
                 body = (wire.encode_chunk(body) if body else b"") + wire.LAST_CHUNK
             await conn.send(head + body if body else head, self.write_timeout)

@@ -132,7 +132,9 @@ class _Connection:
         self.config = config
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=config.max_header_bytes)
         self.peer_closed = False  # EOF or reset seen from the client
-        self.last_read = b""  # the latest bytes read: a refused head's target is looked up there
+        self.last_read: bytes | bytearray = (
+            b""  # the latest bytes read: a refused head's target is looked up there
+        )
         self.aborted = False
         self.tunnelled = False  # a CONNECT was accepted: the handler owns the raw stream
         self.body_done = trio.Event()
@@ -176,7 +178,7 @@ class _Connection:
                 raise RequestTimeout(f"no request bytes for {timeout:g}s") from None
             self.received(data)
 
-    def received(self, data: bytes) -> None:
+    def received(self, data: bytes | bytearray) -> None:
         if not data:
             self.peer_closed = True
         else:

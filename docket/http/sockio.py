@@ -51,7 +51,7 @@ class StreamIO:
         # for a read that fails (a syscall and an exception) before it waits anyway.
         self._drained = False
 
-    async def receive(self, max_bytes: int, timeout: float) -> bytes:
+    async def receive(self, max_bytes: int, timeout: float) -> bytes | bytearray:
         sock = self._socket
         if sock is None:
             with trio.move_on_after(timeout):

@@ -58,7 +58,7 @@ _BAD_TARGET = re.compile(rb"[\x00-\x20\x7f]")
 
 
 def _bytes(text: bytes | str) -> bytes:
-    return text if type(text) is bytes else text.encode("latin-1")
+    return text if isinstance(text, bytes) else text.encode("latin-1")
 
 
 def encode_request(method: str, target: str | bytes, headers) -> tuple[bytes, bool]:
@@ -154,7 +154,7 @@ class ResponseReader:
         """The response is complete and both sides keep the connection."""
         return self._state == _DONE and self._keep_alive and not (self.extra or self.eof)
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         """Feed bytes from the upstream; b"" is the end of the stream."""
         if self._failure is not None:
             return

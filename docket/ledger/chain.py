@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from docket.ledger import strict_json
 from docket.ledger.strict_json import MAX_INT
@@ -178,7 +179,8 @@ class ChainVerifier:
         """Check one line (without its newline) at the current offset."""
         seq = self.count
         try:  # strict_json.decode_json, inlined: this runs once per line
-            event = self._parse(line)
+            # Any: the parsed line is untrusted; the checks below narrow it by hand.
+            event: Any = self._parse(line)
             if _too_deep(line, event):
                 raise strict_json.AmbiguousJSON(strict_json.TOO_DEEP)
         except (ValueError, RecursionError) as exc:  # ValueError includes invalid UTF-8
@@ -186,6 +188,7 @@ class ChainVerifier:
             raise ChainError(MALFORMED_LINE, seq, self.offset, detail) from None
         # The fast path: a line that holds passes on equality checks alone (prev
         # equal to the head is hex64; seq equal to the count is in bounds).
+        mono: Any  # an int once `holds` is true
         if type(event) is dict:
             n, v, mono, kind = (
                 event.get("seq"),
@@ -215,7 +218,7 @@ class ChainVerifier:
         self.last_mono_ms = mono
         return event
 
-    def _diagnose(self, event: object, seq: int) -> None:
+    def _diagnose(self, event: Any, seq: int) -> None:
         """The checks of spec section 4, steps 2 to 6, in order."""
         offset = self.offset
         problem = _common_field_problem(event)

@@ -576,6 +576,7 @@ def doctor_command(ledger: str, *, quarantine: bool, as_json: bool = False) -> i
         print(json.dumps({**diag.to_json(), "quarantine": report}))
         return EXIT_OK
     status = {True: "written", False: "already there, same bytes"}
+    assert diag.tail is not None  # quarantine_torn_tail refuses a ledger without a torn tail
     lines = describe(diag, hint=False) + [
         f"torn     {diag.tail.length} bytes -> {q.torn_path} ({status[q.torn_written]})",
         f"repaired {q.repaired.events} events, {q.repaired.size} bytes -> {q.repaired_path} "

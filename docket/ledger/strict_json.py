@@ -21,7 +21,7 @@ from decimal import Decimal
 try:
     import jiter
 except ImportError:  # the standard library's parser, made as strict, takes over
-    jiter = None
+    jiter = None  # type: ignore[assignment]  # None marks "not installed" below
 
 MAX_DEPTH = 64  # objects and arrays nested deeper than this are refused
 MAX_INT = 2**53 - 1  # every integer the spec interprets fits a double exactly
@@ -71,7 +71,7 @@ def _stdlib_parser(exact: bool) -> Parser:
         parse_constant=_no_constant,
         parse_float=Decimal if exact else float,
     )
-    scan = decoder.scan_once
+    scan = decoder.scan_once  # type: ignore[attr-defined]  # set in __init__, not in typeshed
 
     def parse(data: bytes) -> object:
         # bytes.decode, unlike json.loads(bytes), never guesses UTF-16 and keeps a BOM as text.

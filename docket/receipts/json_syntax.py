@@ -15,6 +15,14 @@ import json
 import re
 
 _WHITESPACE = re.compile(rb"[ \t\n\r]*")
+
+
+def _skip_whitespace(data: bytes, at: int) -> int:
+    match = _WHITESPACE.match(data, at)
+    assert match is not None  # `*` matches the empty string anywhere
+    return match.end()
+
+
 # A string: no raw control character, only the escapes RFC 8259 allows.
 _STRING = re.compile(rb'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"')
 _NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
@@ -47,7 +55,7 @@ def json_syntax_problem(data: bytes) -> str | None:
         return f"not UTF-8 at byte {exc.start}"
     stack: list[int] = []  # the open brackets, as byte values
     expect = _VALUE
-    at = _WHITESPACE.match(data, 0).end()
+    at = _skip_whitespace(data, 0)
     end = len(data)
     while at < end:
         char = data[at]
@@ -103,7 +111,7 @@ def json_syntax_problem(data: bytes) -> str | None:
                 expect = _COMMA_OR_CLOSE if stack else -1
         else:  # the value is complete: nothing but whitespace may follow
             return f"more after the JSON value, at byte {at}"
-        at = _WHITESPACE.match(data, at).end()
+        at = _skip_whitespace(data, at)
     if expect != -1:
         return "the text ends before its value does"
     return None
