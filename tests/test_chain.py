@@ -462,3 +462,21 @@ def test_a_lone_surrogate_becomes_a_replacement_character_not_a_lost_event():
         seq=0, ts="t", mono_ms=0, type="model.error", prev=chain.GENESIS, body=body
     )
     assert chain.ChainVerifier().feed(line)["message"] == "bad \ufffd text"
+
+
+def test_a_chain_error_passes_through_a_context_manager_unchanged():
+    # contextlib sets __traceback__ on the way out; a frozen dataclass exception
+    # turned that into a FrozenInstanceError and lost the chain's verdict.
+    from contextlib import contextmanager
+
+    from docket.ledger.chain import ChainError
+
+    @contextmanager
+    def around():
+        yield
+
+    error = ChainError("chain_break", 3, 120, "prev does not match")
+    with pytest.raises(ChainError) as caught, around():
+        raise error
+    assert caught.value is error
+    assert str(caught.value) == "chain_break at seq 3, byte 120: prev does not match"

@@ -129,7 +129,9 @@ def line_overhead(seq: int, ts: str, type: str, mono_ms: int) -> int:
     )
 
 
-@dataclass(frozen=True)
+# Not frozen: Python sets __traceback__ on an exception as it passes through a
+# @contextmanager or trio's nursery, and a frozen dataclass refuses that assignment.
+@dataclass(eq=False)
 class ChainError(Exception):
     """The first line at which a ledger stops being a valid chain."""
 
