@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 def cmd_verify(args: argparse.Namespace) -> int:
     from docket.receipts.verify import verify_command
 
-    return verify_command(args.receipt, args.ledger)
+    return verify_command(args.receipt, args.ledger, as_json=args.json)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser("verify", help="re-derive a receipt's claims from its ledger")
     p.add_argument("receipt", help="the receipt (JSON) to check")
     p.add_argument("--ledger", help="the ledger to check it against (default: the one it names)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object on stdout, input errors included (spec/docket-receipt-1.md 10)",
+    )
     p.set_defaults(func=cmd_verify)
 
     p = verbs.add_parser("doctor", help="classify a ledger: clean, torn tail, corrupt, locked")
