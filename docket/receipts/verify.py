@@ -552,19 +552,8 @@ def verify(
     )
 
 
-def verify_command(receipt_path: str, ledger_path: str | None, *, as_json: bool = False) -> int:
-    """`docket verify`: one line on stdout, exit 0 if every claim holds, else 1.
-    With `as_json`, one JSON object on stdout instead, input errors included (exit 2):
-    verify_report.py has its shape."""
-    if as_json:
-        from docket.receipts.verify_report import dumps, input_error_report, verdict_report
-
-        try:
-            report = verdict_report(verify(receipt_path, ledger_path))
-        except InputError as exc:
-            report = input_error_report(exc)
-        print(dumps(report))
-        return int(report["exit"])
+def verify_command(receipt_path: str, ledger_path: str | None) -> int:
+    """`docket verify`: one line on stdout, exit 0 if every claim holds, else 1."""
     verdict = verify(receipt_path, ledger_path)
     print(verdict.summary())
     return EXIT_OK if verdict.ok else EXIT_CHECK_FAILED

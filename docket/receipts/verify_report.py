@@ -25,7 +25,7 @@ import json
 from docket.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, InputError, one_line
 from docket.receipts.receipt import plain_number
 from docket.receipts.tally import UNBACKED
-from docket.receipts.verify import Verdict
+from docket.receipts.verify import Verdict, verify
 
 
 def verdict_report(verdict: Verdict) -> dict:
@@ -84,3 +84,13 @@ def _plain(value: object) -> object:
 def dumps(report: dict) -> str:
     """One line of JSON; the claims' exact decimals stay numbers, as in a receipt."""
     return json.dumps(report, ensure_ascii=False, default=_plain)
+
+
+def verify_json_command(receipt_path: str, ledger_path: str | None) -> int:
+    """`docket verify --json`: the object on stdout, the verdict's exit code."""
+    try:
+        report = verdict_report(verify(receipt_path, ledger_path))
+    except InputError as exc:
+        report = input_error_report(exc)
+    print(dumps(report))
+    return int(report["exit"])
