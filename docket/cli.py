@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from docket import __version__
+from docket.cli_help import AGENT_MODES, GAMEDAY_PHASES, document
 from docket.errors import EXIT_USAGE, DocketError, one_line
 from docket.inputs import integer_arg, seconds_arg
 
@@ -22,21 +23,6 @@ EPILOG = """exit codes:
   43  a supervised run lost evidence: fail_fast_evidence stopped it, or its receipt
       could not be written in the run's folder (it went to stderr and ledger.fallback_dir)
   70  internal error (a bug in docket: please report it)
-"""
-
-
-SELFTEST_DESCRIPTION = """\
-Run about twenty small real runs in this process: a boundary on 127.0.0.1 over a
-ledger in a temporary folder, in front of an upstream of its own; no network, no
-keys. Each check proves one mechanism (recording, auth, redaction, egress, breaker,
-rate limiter, bulkhead, deadlines, caps, a failed write, a clock step, receipts,
-tampering, torn tails, the spec's vectors) by reading back the bytes on disk."""
-
-SELFTEST_EXAMPLES = """\
-examples:
-  docket selftest                      # progress, then a table; exit 0 if all passed, else 1
-  docket selftest --json | jq .failed  # one JSON object: ok, passed, failed, seconds, checks
-  docket selftest --only caps --only breaker
 """
 
 
@@ -129,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"docket {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"docket {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
 
     p = verbs.add_parser("verify", help="re-derive a receipt's claims from its ledger")
@@ -161,9 +147,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser(
         "selftest",
         help="prove offline, in seconds, that the recorder and its guards work on this machine",
-        description=SELFTEST_DESCRIPTION,
-        epilog=SELFTEST_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="the results as one JSON object")
     p.add_argument(
@@ -205,7 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_prices)
 
     p = verbs.add_parser("stub", help="run a stub model provider (OpenAI- or Anthropic-shaped)")
-    p.add_argument("--kind", choices=["openai", "anthropic"], default="openai")
+    p.add_argument(
+        "--kind",
+        choices=["openai", "anthropic"],
+        default="openai",
+        help="the API shape: openai (chat.completions, /v1/models) or anthropic (messages); "
+        "default openai",
+    )
     p.add_argument("--port", type=integer_arg, default=0, help="0 picks a free port (printed)")
     p.add_argument("--latency", default="0ms", help="delay before the first byte, e.g. 50ms")
     p.add_argument("--token-delay", default="0ms", help="delay between streamed tokens")
@@ -222,7 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fault", action="append", metavar="SPEC", help="a fault (spec/fault-grammar.md); repeat"
     )
-    p.add_argument("--agent", default=None, metavar="MODE", help="the reference agent's mode")
+    p.add_argument(
+        "--agent",
+        default=None,
+        metavar="MODE",
+        help=f"run the reference agent in this mode: {' | '.join(AGENT_MODES)}",
+    )
     p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
     _host_flags(p)
     p.add_argument("--dir", default=None, help="the run's folder (default: under ./docket-runs/)")
@@ -233,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         "agent",
         help="the reference agent: drive a boundary (settings from the environment; flags override)",
     )
-    p.add_argument("--mode", help="once | stream | loop | hammer | backoff (DOCKET_AGENT_MODE)")
+    p.add_argument("--mode", help=f"{' | '.join(AGENT_MODES)} (DOCKET_AGENT_MODE)")
     p.add_argument("--provider", help="openai | anthropic (DOCKET_AGENT_PROVIDER)")
     p.add_argument("--base-url", help="instead of OPENAI_BASE_URL / ANTHROPIC_BASE_URL")
     p.add_argument("--calls", help="calls for loop, hammer, backoff (DOCKET_AGENT_CALLS)")
@@ -260,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--phase",
         action="append",
         metavar="NAME",
-        help="run only this phase (a name, or a phase file's path); repeat for several",
+        help="run only this phase (a name, or a phase file's path); repeat for several. "
+        f"Phases: {', '.join(GAMEDAY_PHASES)}",
     )
     p.add_argument("--seed", type=integer_arg, default=None, help="every phase with this seed")
     p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
@@ -281,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: REPORT/evidence)",
     )
     p.set_defaults(func=cmd_game_day)
+    document(verbs)  # each verb's description and examples: docket/cli_help.py
     return parser
 
 
