@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 import docket.boundary.providers as providers
+import docket.boundary.providers.base as provider_base
 import docket.selftest.checks_evidence as checks_evidence
 from docket.boundary.app import Boundary
+from docket.boundary.metrics import Metrics
 from docket.cli import main
 from docket.clock import Clock
 from docket.guards.breaker import CircuitBreaker
@@ -155,6 +157,8 @@ SABOTAGE = {
     "caps-kill": lambda mp, tmp: mp.setattr(Boundary, "stop", lambda self, *a, **k: None),
     "evidence-guard": lambda mp, tmp: mp.setattr(Boundary, "_evidence_lost", lambda self: None),
     "clock-step": lambda mp, tmp: mp.setattr(Clock, "mono", lambda self: self._raw_mono()),
+    "stream": lambda mp, tmp: mp.setattr(provider_base, "parse_block", lambda block: None),
+    "metrics": lambda mp, tmp: mp.setattr(Metrics, "refused", lambda self, p, e: None),
     "vectors": lambda mp, tmp: mp.setattr(
         checks_evidence, "vectors_folder", _flipped_manifest(tmp)
     ),

@@ -7,7 +7,7 @@ the chaos harness), driven by an HTTP client as an agent would drive it; what it
 judges is read back from the bytes on disk. No network, no keys, no child process.
 
 The groups, one module each: checks_calls (recording, auth, the key swap, bad
-input, redaction, egress), checks_guards (breaker, limiter, bulkhead, deadline),
+input, redaction, egress, a streamed answer, the metrics), checks_guards (breaker, limiter, bulkhead, deadline),
 checks_caps (reservations under concurrency, deny, kill, unpriced),
 checks_evidence (a failed write disclosed or stopping the run, a clock step, a
 receipt, a tampered byte, a torn tail, the committed vectors). runner.py runs

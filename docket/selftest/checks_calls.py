@@ -139,3 +139,51 @@ async def egress(folder: Path) -> str:
         len(denied) == 1 and denied[0]["port"] == port, "the refusal was not recorded (net.denied)"
     )
     return f"403 docket_egress_denied for 127.0.0.1:{port}, net.denied recorded, 0 connections"
+
+
+@calls.check("stream", "a streamed answer is relayed frame by frame and its usage recorded")
+async def stream(folder: Path) -> str:
+    upstream = Upstream(token_delay=0.03)  # 12 frames: ~0.36 s from first to last
+    body = {**chat(), "stream": True, "stream_options": {"include_usage": True}}
+    arrivals: list[float] = []
+    async with boundary_rig(folder, upstream=upstream) as rig:
+        started = trio.current_time()
+        async with rig.http.stream("POST", "/openai/v1/chat/completions", json=body) as r:
+            status = r.status_code
+            async for chunk in r.aiter_bytes():
+                if chunk:
+                    arrivals.append(trio.current_time() - started)
+    expect(status == 200, f"the stream got {status}")
+    expect(len(arrivals) >= 4, f"the answer came in {len(arrivals)} pieces, not frame by frame")
+    expect(arrivals[-1] - arrivals[0] >= 0.2, "the frames were held back and sent at once")
+    events = read_ledger(rig.ledger_path)
+    (request,) = of_type(events, "model.request")
+    (response,) = of_type(events, "model.response")
+    expect(request.get("stream") is True, "model.request does not say stream")
+    usage = response.get("usage") or {}
+    expect(usage.get("output_tokens") == 12, f"the stream's usage was not recorded: {usage}")
+    return f"{len(arrivals)} pieces over {arrivals[-1] - arrivals[0]:.2f} s, usage 12 output tokens"
+
+
+@calls.check("metrics", "/docket/metrics agrees with the ledger: calls, refusals, events")
+async def metrics(folder: Path) -> str:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with boundary_rig(folder) as rig:
+        for _ in range(2):
+            expect((await rig.call()).status_code == 200, "a call failed")
+        await rig.call(headers={"authorization": "Bearer wrong"})
+        text = (await rig.http.get("/docket/metrics")).text
+        durable = rig.ledger.count
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = sample.name.removesuffix("_total")
+            samples[key] = samples.get(key, 0) + sample.value
+    calls_seen = samples.get("docket_model_calls")
+    events_seen = samples.get("docket_ledger_events")
+    expect(calls_seen == 2, f"docket_model_calls says {calls_seen}, the ledger 2")
+    expect(events_seen == durable, f"docket_ledger_events says {events_seen}, the ledger {durable}")
+    refusals = samples.get("docket_refusals")
+    expect(refusals == 1, f"docket_refusals says {refusals}, the ledger 1 (the wrong token)")
+    return f"2 calls, {durable} events and the refusal counted alike"
