@@ -16,6 +16,7 @@ import pytest
 import docket.boundary.providers as providers
 import docket.boundary.providers.base as provider_base
 import docket.boundary.providers.openai as openai_shape
+import docket.ledger.doctor as doctor
 import docket.receipts.verify as verify_module
 import docket.selftest.checks_evidence as checks_evidence
 from docket.boundary.app import Boundary
@@ -28,6 +29,7 @@ from docket.guards.caps import CapsGuard
 from docket.guards.egress import Allowed, EgressRule
 from docket.guards.limiter import Admit, RateLimiter
 from docket.guards.redact import Redactor
+from docket.ledger.reader import iter_lines
 from docket.selftest import all_checks
 from docket.selftest.runner import Check, CheckFailed, Registry, expect, run_one
 
@@ -166,6 +168,9 @@ SABOTAGE = {
     ),
     "receipt": lambda mp, tmp: mp.setattr(
         verify_module, "first_difference", lambda *a: ("totals.usd", "differs")
+    ),
+    "torn-tail": lambda mp, tmp: mp.setattr(
+        doctor, "iter_lines", lambda p: (x for x in iter_lines(p) if x.complete)
     ),
     "vectors": lambda mp, tmp: mp.setattr(
         checks_evidence, "vectors_folder", _flipped_manifest(tmp)
