@@ -184,3 +184,22 @@ async def test_a_check_fails_when_its_mechanism_is_broken(name, monkeypatch, tmp
     SABOTAGE[name](monkeypatch, tmp_path)
     result = await run_one(check)
     assert not result.ok, f"{name} passed with its mechanism broken: {result.detail}"
+
+
+def test_the_wheel_carries_every_vector_file():
+    """pyproject maps spec/vectors into docket.selftest.vectors; its package-data globs
+    must take every vector file (a new kind of file would be left out of the wheel)."""
+    import fnmatch
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["package-dir"]["docket.selftest.vectors"] == "spec/vectors"
+    globs = setuptools["package-data"]["docket.selftest.vectors"]
+    folder = ROOT / "spec" / "vectors"
+    on_disk = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    assert len(on_disk) > 90  # the walk found the vectors
+    on_disk -= {"make_vectors.py", ".gitattributes"}  # the generator and git's settings
+    left_out = {
+        n for n in on_disk - {"make_vectors.py"} if not any(fnmatch.fnmatch(n, g) for g in globs)
+    }
+    assert left_out == set()
