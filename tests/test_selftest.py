@@ -137,6 +137,14 @@ def _flipped_manifest(tmp_path: Path):
     return folder
 
 
+def _deny_kills(self, cap, events):
+    # on_breach read wrong: every breach stops the run, deny or not
+    if any(e.type == "cap.exceeded" for e in events):
+        self._stopped_by = self._stopped_by or cap
+        return True
+    return False
+
+
 # (check, what to break, how): each a real mechanism, broken the way a bug would break it.
 SABOTAGE = {
     "auth": lambda mp, tmp: mp.setattr(providers, "token_matches", lambda a, b: True),
@@ -158,6 +166,7 @@ SABOTAGE = {
     "caps-reserve": lambda mp, tmp: mp.setattr(
         CapsGuard, "reserve", _under_reserve(CapsGuard.reserve)
     ),
+    "caps-deny": lambda mp, tmp: mp.setattr(CapsGuard, "_stop_if_kill", _deny_kills),
     "caps-kill": lambda mp, tmp: mp.setattr(Boundary, "stop", lambda self, *a, **k: None),
     "evidence-guard": lambda mp, tmp: mp.setattr(Boundary, "_evidence_lost", lambda self: None),
     "clock-step": lambda mp, tmp: mp.setattr(Clock, "mono", lambda self: self._raw_mono()),
@@ -176,6 +185,11 @@ SABOTAGE = {
         checks_evidence, "vectors_folder", _flipped_manifest(tmp)
     ),
 }
+
+
+# Without one here: record, bad-request, deadline, unpriced and write-fault (no seam that
+# breaks them alone without reaching into a line of code), and tamper (two defences catch
+# a flipped byte, the chain and the claims: no one break lets it through).
 
 
 @pytest.mark.parametrize("name", sorted(SABOTAGE))
