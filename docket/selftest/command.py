@@ -65,6 +65,7 @@ def _run_with_progress(checks: list[Check]) -> list[Result]:
         TextColumn("{task.completed}/{task.total}"),
         console=console,
         transient=True,
+        disable=not console.is_terminal,  # a log or a pipe gets the table alone
     ) as progress:
         task = progress.add_task("", total=len(checks))
 
