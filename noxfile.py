@@ -180,6 +180,14 @@ def demo(session: nox.Session) -> None:
 
 
 @nox.session
+def selftest(session: nox.Session) -> None:
+    """`docket selftest` from a real (not editable) install: every check, and the spec's
+    vectors as the wheel ships them (docket.selftest.vectors). Seconds."""
+    session.install(".")
+    session.run("docket", "selftest", *session.posargs)
+
+
+@nox.session
 def compare(session: nox.Session) -> None:
     """Two revisions of the boundary side by side in one run: `nox -s compare -- REV`
     (against the working tree; see docs/performance.md for why never across runs)."""

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from docket import __version__
+from docket.cli_help import AGENT_MODES, GAMEDAY_PHASES, document
 from docket.errors import EXIT_USAGE, DocketError, one_line
 from docket.inputs import integer_arg, seconds_arg
 
@@ -33,6 +34,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.json:
+        from docket.receipts.verify_report import verify_json_command
+
+        return verify_json_command(args.receipt, args.ledger)
     from docket.receipts.verify import verify_command
 
     return verify_command(args.receipt, args.ledger)
@@ -48,6 +53,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from docket.demo import demo_command
 
     return demo_command(args.dir)
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from docket.selftest.command import selftest_command
+
+    return selftest_command(args.only, as_json=args.json)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -104,12 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"docket {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"docket {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
 
     p = verbs.add_parser("verify", help="re-derive a receipt's claims from its ledger")
     p.add_argument("receipt", help="the receipt (JSON) to check")
     p.add_argument("--ledger", help="the ledger to check it against (default: the one it names)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object on stdout, input errors included (spec/docket-receipt-1.md 10)",
+    )
     p.set_defaults(func=cmd_verify)
 
     p = verbs.add_parser("doctor", help="classify a ledger: clean, torn tail, corrupt, locked")
@@ -127,6 +143,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
     p.set_defaults(func=cmd_demo)
+
+    p = verbs.add_parser(
+        "selftest",
+        help="prove offline, in seconds, that the recorder and its guards work on this machine",
+    )
+    p.add_argument("--json", action="store_true", help="the results as one JSON object")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="run only this check or group (calls, guards, caps, evidence); repeat for several",
+    )
+    p.set_defaults(func=cmd_selftest)
 
     p = verbs.add_parser("run", help="supervise an agent: boundary, ledger, caps, receipt")
     p.add_argument("--policy", default=None, help="docket.toml (default: built-in defaults)")
@@ -159,7 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_prices)
 
     p = verbs.add_parser("stub", help="run a stub model provider (OpenAI- or Anthropic-shaped)")
-    p.add_argument("--kind", choices=["openai", "anthropic"], default="openai")
+    p.add_argument(
+        "--kind",
+        choices=["openai", "anthropic"],
+        default="openai",
+        help="the API shape: openai (chat.completions, /v1/models) or anthropic (messages); "
+        "default openai",
+    )
     p.add_argument("--port", type=integer_arg, default=0, help="0 picks a free port (printed)")
     p.add_argument("--latency", default="0ms", help="delay before the first byte, e.g. 50ms")
     p.add_argument("--token-delay", default="0ms", help="delay between streamed tokens")
@@ -176,7 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fault", action="append", metavar="SPEC", help="a fault (spec/fault-grammar.md); repeat"
     )
-    p.add_argument("--agent", default=None, metavar="MODE", help="the reference agent's mode")
+    p.add_argument(
+        "--agent",
+        default=None,
+        metavar="MODE",
+        help=f"run the reference agent in this mode: {' | '.join(AGENT_MODES)}",
+    )
     p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
     _host_flags(p)
     p.add_argument("--dir", default=None, help="the run's folder (default: under ./docket-runs/)")
@@ -187,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         "agent",
         help="the reference agent: drive a boundary (settings from the environment; flags override)",
     )
-    p.add_argument("--mode", help="once | stream | loop | hammer | backoff (DOCKET_AGENT_MODE)")
+    p.add_argument("--mode", help=f"{' | '.join(AGENT_MODES)} (DOCKET_AGENT_MODE)")
     p.add_argument("--provider", help="openai | anthropic (DOCKET_AGENT_PROVIDER)")
     p.add_argument("--base-url", help="instead of OPENAI_BASE_URL / ANTHROPIC_BASE_URL")
     p.add_argument("--calls", help="calls for loop, hammer, backoff (DOCKET_AGENT_CALLS)")
@@ -214,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--phase",
         action="append",
         metavar="NAME",
-        help="run only this phase (a name, or a phase file's path); repeat for several",
+        help="run only this phase (a name, or a phase file's path); repeat for several. "
+        f"Phases: {', '.join(GAMEDAY_PHASES)}",
     )
     p.add_argument("--seed", type=integer_arg, default=None, help="every phase with this seed")
     p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
@@ -235,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: REPORT/evidence)",
     )
     p.set_defaults(func=cmd_game_day)
+    document(verbs)  # each verb's description and examples: docket/cli_help.py
     return parser
 
 

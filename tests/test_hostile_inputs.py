@@ -237,6 +237,9 @@ CASES = [
     Case("init over a folder", ("init", "."), "is a directory"),
     Case("demo into a file", ("demo", "--dir", "a-file"), "cannot make the folder",
          {"a-file": "x"}, before=EXIT_70),
+    Case("selftest --only a check that is not one", ("selftest", "--only", "x\x1b[2J"),
+         "no such check or group"),
+    Case("selftest --only with no name", ("selftest", "--only"), "expected one argument"),
     # -- docket agent
     Case("agent base URL unclosed [", ("agent", "--base-url", "http://[::1"), "base"),
     Case("agent calls with a fullwidth digit", (*AGENT, "--calls", "５"), "calls", env=AGENT_ENV,

@@ -1,0 +1,157 @@
+"""The words of `docket VERB --help`: what each verb does, examples, and the agent's environment.
+
+Kept out of cli.py so the parser stays a list of flags; `document(verbs)` gives
+each subparser its description and an epilog of examples. Plain text, imported by
+every `docket` invocation, so it imports nothing heavier than textwrap. The lists that
+repeat the code's own (AGENT_MODES, GAMEDAY_PHASES, AGENT_ENV) are held to it by
+tests/test_cli_help.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+AGENT_MODES = ("once", "stream", "loop", "hammer", "backoff")  # docket.agent.config.MODES
+GAMEDAY_PHASES = (  # gamedays/NN-NAME.yaml, in order
+    "upstream-failure",
+    "upstream-latency",
+    "circuit-breaker",
+    "partition",
+    "retry-storm",
+    "runaway-loop",
+    "ledger-pressure",
+    "evidence-loss",
+    "supervisor-killed",
+)
+
+# What `docket run` puts in the agent's environment (docket.run.child.child_env), and
+# what it takes out. README.md's table says the same.
+AGENT_ENV = """\
+the agent's environment (set by docket run; the real provider keys never reach it):
+  OPENAI_BASE_URL      http://127.0.0.1:PORT/NAME/v1 for an openai-kind provider NAME
+                       (with several, the last in the policy)
+  OPENAI_API_KEY       the run token (the boundary swaps in the real key upstream)
+  ANTHROPIC_BASE_URL   http://127.0.0.1:PORT/NAME for an anthropic-kind provider NAME
+  ANTHROPIC_API_KEY    the run token
+  DOCKET_BOUNDARY_URL  http://127.0.0.1:PORT: the boundary (its /docket/* endpoints)
+  DOCKET_RUN_TOKEN     the run token, for any other client (Authorization: Bearer, or x-api-key)
+  HTTP_PROXY, HTTPS_PROXY, http_proxy, https_proxy
+                       http://docket:TOKEN@127.0.0.1:PORT: other traffic goes through the
+                       boundary's forward proxy, held to [egress] allow
+  NO_PROXY, no_proxy   127.0.0.1:PORT (the boundary itself, reached directly)
+  removed: every provider's key_env, the well-known provider key names (OPENAI_API_KEY's
+  real value, ANTHROPIC_API_KEY, GEMINI_API_KEY, ...: docket/guards/keys.py) and [secrets]
+  drop_env; everything else is inherited.
+"""
+
+DESCRIPTIONS = {
+    "verify": "Re-derive every claim of a receipt (totals, models, caps, evidence, exit) from "
+    "its ledger, and name the first that fails with its seq and byte offset "
+    "(spec/docket-receipt-1.md). Never writes to either file.",
+    "doctor": "Classify a ledger file: clean, torn tail (a write cut short), corrupt line, chain "
+    "break, seq gap, or locked by a live run; optionally move a torn tail aside.",
+    "demo": "A tour of the recorder: a stub provider and the reference agent as real processes, "
+    "a supervised run stopped by a call cap, then verify, a flipped byte, and doctor.",
+    "selftest": "Run about twenty small real runs in this process: a boundary on 127.0.0.1 over a "
+    "ledger in a temporary folder, in front of an upstream of its own; no network, no keys. "
+    "Each check proves one mechanism (recording, auth, redaction, egress, breaker, rate "
+    "limiter, bulkhead, deadlines, caps, a failed write, a clock step, receipts, tampering, "
+    "torn tails, the spec's vectors) by reading back the bytes on disk.",
+    "run": "Supervise an agent: start the boundary and the ledger, start COMMAND with its "
+    "environment pointed at the boundary (below), enforce the policy, and end with a receipt "
+    "beside the ledger. Exit: the agent's status, 42 when a cap stopped it, 43 when evidence "
+    "was lost.",
+    "init": "Write a commented docket.toml listing every policy key with its default.",
+    "prices": "Print the price table the caps and receipts use: its date, its provenance, and "
+    "USD per million tokens per model.",
+    "stub": "Serve a stub model provider on 127.0.0.1 for trying Docket offline: OpenAI-shaped "
+    "(chat.completions, streaming, /v1/models) or Anthropic-shaped (messages). Prints its URL.",
+    "chaos": "One supervised run under seeded faults (spec/fault-grammar.md) against stub "
+    "providers behind a fault proxy, with the reference agent (--agent MODE) or your own "
+    "(-- CMD). Prints the command that reproduces it.",
+    "agent": "The reference agent: calls a boundary (or any OpenAI/Anthropic-shaped URL) in one "
+    "of its modes and prints a JSON report. Settings from the environment; flags override.",
+    "game-day": "Run the game-day phases (gamedays/*.yaml): each a supervised run under faults, "
+    "judged from its ledger, receipt, metrics and stub logs; an HTML report, JSON and JUnit.",
+}
+
+EXAMPLES = {
+    "verify": """\
+examples:
+  docket verify run/receipt.json                       # the ledger the receipt names
+  docket verify run/receipt.json --ledger copy.jsonl   # another copy of it
+  docket verify run/receipt.json --json | jq .verdict  # ok | fail | input_error
+""",
+    "doctor": """\
+examples:
+  docket doctor run/ledger.jsonl
+  docket doctor run/ledger.jsonl --json
+  docket doctor run/ledger.jsonl --quarantine-torn-tail   # keep the readable prefix
+""",
+    "demo": """\
+examples:
+  docket demo
+  docket demo --dir /tmp/docket-demo   # keep what it wrote
+""",
+    "selftest": """\
+examples:
+  docket selftest                      # progress, then a table; exit 0 if all passed, else 1
+  docket selftest --json | jq .failed  # one JSON object: ok, passed, failed, seconds, checks
+  docket selftest --only caps --only breaker
+""",
+    "run": """\
+examples:
+  docket run -- python my_agent.py
+  docket run --policy docket.toml --ledger-dir runs/today -- ./agent.sh --task fix-tests
+  docket run --max-wall-clock 600 --budget-mode quota -- claude -p "fix the tests"
+""",
+    "init": """\
+examples:
+  docket init                    # ./docket.toml
+  docket init policies/ci.toml --force
+""",
+    "prices": """\
+examples:
+  docket prices
+  docket prices --json | jq '.models["gpt-4o-mini"]'
+""",
+    "stub": """\
+examples:
+  docket stub --kind openai --port 8900
+  docket stub --kind anthropic --latency 200ms --token-delay 20ms --log stub.jsonl
+""",
+    "chaos": f"""\
+agent modes (--agent): {", ".join(AGENT_MODES)}
+
+examples:
+  docket chaos --seed 7 --fault "upstream:status(503, retry_after=1s)@20%" --agent backoff
+  docket chaos --scenario scenarios/partition.yaml
+  docket chaos --seed 7 --fault "upstream:latency(2s)@50%" -- python my_agent.py
+""",
+    "agent": f"""\
+modes (--mode): {", ".join(AGENT_MODES)}
+
+examples:
+  docket run -- docket agent --mode loop --calls 20
+  docket agent --mode once --base-url http://127.0.0.1:8900/v1
+""",
+    "game-day": f"""\
+{textwrap.fill("phases (--phase): " + ", ".join(GAMEDAY_PHASES), 78, subsequent_indent="  ")}
+
+examples:
+  docket game-day                                  # all nine; ./gameday-report/index.html
+  docket game-day --phase circuit-breaker --phase partition --seed 7
+  docket game-day --toxiproxy http://127.0.0.1:8474 --report out/
+""",
+}
+
+
+def document(verbs: argparse._SubParsersAction) -> None:
+    """Give each known verb's parser its description and examples (run: its environment)."""
+    for name, parser in verbs.choices.items():
+        if name in DESCRIPTIONS:
+            parser.description = DESCRIPTIONS[name]
+        if name in EXAMPLES:
+            parser.epilog = EXAMPLES[name] + ("\n" + AGENT_ENV if name == "run" else "")
+            parser.formatter_class = argparse.RawDescriptionHelpFormatter

@@ -1,0 +1,90 @@
+"""`docket verify --json`: one object per verdict, in the other two verifiers' shape.
+
+Every committed vector goes through the CLI's main() in-process (fast) and its
+object must name the manifest's verdict, exit, code, seq, offset and field; one
+vector per verdict goes through node's verify.mjs --json too, and the two objects
+must agree on every name they share."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from docket.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTORS = ROOT / "spec" / "vectors"
+MANIFEST = json.loads((VECTORS / "manifest.json").read_text(encoding="utf-8"))["vectors"]
+BY_NAME = {v["name"]: v for v in MANIFEST}
+
+
+def argv(vector: dict) -> list[str]:
+    args = [str(VECTORS / vector["receipt"])]
+    if vector["ledger"]:
+        args += ["--ledger", str(VECTORS / vector["ledger"])]
+    return args
+
+
+def run_json(vector: dict, capsys) -> tuple[int, dict, str]:
+    code = main(["verify", *argv(vector), "--json"])
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert len(lines) == 1, out  # one object, one line, whatever the verdict
+    return code, json.loads(lines[0]), err
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_every_vector_as_json(name, capsys):
+    vector = BY_NAME[name]
+    code, report, err = run_json(vector, capsys)
+    assert err == ""
+    assert code == report["exit"] == vector["exit"]
+    assert report["verdict"] == vector["verdict"]
+    assert report["ok"] is (vector["verdict"] == "ok")
+    assert report["code"] == vector["code"]
+    if vector["verdict"] != "input_error":
+        assert (report["seq"], report["offset"], report["field"]) == (
+            vector["seq"],
+            vector["offset"],
+            vector["field"],
+        )
+    if vector["verdict"] == "ok":
+        assert (report["events"], report["head"], report["bytes"]) == (
+            vector["events"],
+            vector["head"],
+            vector["bytes"],
+        )
+        assert report["unbacked"] == vector["unbacked"]
+        assert report["claims"]["totals"]["model_calls"] >= 0
+        assert report["message"].startswith(f"ok: {vector['events']} events")
+
+
+def test_the_text_form_is_unchanged(capsys):
+    vector = BY_NAME["ok-basic"]
+    assert main(["verify", *argv(vector)]) == 0
+    assert capsys.readouterr().out.startswith("ok: 16 events, head ")
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+@pytest.mark.parametrize("name", ["ok-basic", "edited-field", "input-receipt-not-json"])
+def test_the_same_names_as_verify_js(name, capsys):
+    vector = BY_NAME[name]
+    _, ours, _ = run_json(vector, capsys)
+    done = subprocess.run(
+        ["node", str(ROOT / "verify-js" / "verify.mjs"), *argv(vector), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    theirs = json.loads(done.stdout)
+    assert set(theirs) <= set(ours), set(theirs) - set(ours)
+    # Every name both give, the same value; the wording of an input error is each
+    # program's own (the code is what is shared).
+    shared = set(theirs) - ({"message"} if vector["verdict"] == "input_error" else set())
+    assert {k: ours[k] for k in shared} == {k: theirs[k] for k in shared}
+    assert len(shared) >= 7
