@@ -132,6 +132,14 @@ class LogicalCall:
         return next((a.sha for a in self.attempts if a.sha is not None), None)
 
     @property
+    def certain(self) -> int:
+        """Attempts known to be this call's: up to its last forwarded one (a refusal
+        carries no body digest, so refusals after it joined by order alone, and may be
+        the next call's first tries)."""
+        marked = [i for i, a in enumerate(self.attempts) if a.sha is not None]
+        return marked[-1] + 1 if marked else 1
+
+    @property
     def failed_last(self) -> bool:
         return bool(self.attempts) and not self.attempts[-1].ok
 
@@ -312,28 +320,40 @@ def backs_off_with_jitter(events: Sequence[Mapping], providers: Iterable[str]) -
             _ranges((a.end_seq or a.seq, b.seq) for _, _, a, b in immediate),
             ADVICE[name],
         )
+    pooled = [w for _, w, _, _ in waits]
+    if len(pooled) >= MIN_SAMPLES and _in_step(pooled, FIXED_NOISE_S, 0.1):
+        return Finding(
+            name,
+            FINDING,
+            f"every one of {len(pooled)} retries waited {min(pooled):.3f}-{max(pooled):.3f} s: "
+            "a fixed delay, no backoff and no jitter",
+            shown, seqs, ADVICE[name],
+        )  # fmt: skip
     by_number: dict[int, list[float]] = {}
     for n, w, _, _ in waits:
         by_number.setdefault(n, []).append(w)
-    comparable = {n: ws for n, ws in by_number.items() if len(ws) >= 2}
-    if not comparable:
-        return Finding(
-            name, NOT_SHOWN, f"{len(waits)} retries, too few of any one number to judge jitter",
-            shown, seqs,
-        )  # fmt: skip
-    in_step = all(
-        max(ws) - min(ws) < max(0.005, 0.05 * statistics.median(ws)) for ws in comparable.values()
-    )
+    comparable = {n: ws for n, ws in by_number.items() if len(ws) >= MIN_SAMPLES}
     spread = ", ".join(
         f"retry {n}: {min(ws):.3f}-{max(ws):.3f} s over {len(ws)}"
-        for n, ws in sorted(comparable.items())
+        for n, ws in sorted(by_number.items())
     )
-    if in_step:
+    if comparable and all(_in_step(ws, 0.005, 0.05) for ws in comparable.values()):
         return Finding(
             name, FINDING, f"every retry of the same number waited the same time ({spread})",
             shown, seqs, ADVICE[name],
         )  # fmt: skip
-    return Finding(name, OK, f"retries waited and their waits vary ({spread})", shown, seqs)
+    if len(pooled) < 2:
+        return Finding(name, NOT_SHOWN, f"one retry ({spread}): too few to judge", shown, seqs)
+    return Finding(name, OK, f"retries waited, and not in step ({spread})", shown, seqs)
+
+
+MIN_SAMPLES = 3  # waits compared to call them "the same": fewer say little
+FIXED_NOISE_S = 0.02  # a fixed pause, as the ledger sees it, varies by scheduling this much
+
+
+def _in_step(waits: Sequence[float], noise_s: float, share: float) -> bool:
+    """All within the noise (or a share of their median) of each other."""
+    return max(waits) - min(waits) < max(noise_s, share * statistics.median(waits))
 
 
 def no_retry_on_cap_denial(events: Sequence[Mapping], providers: Iterable[str]) -> Finding:
@@ -374,29 +394,31 @@ def max_attempts(events: Sequence[Mapping], providers: Iterable[str], *, at_most
     calls, how = logical_calls(attempts_of(events, providers))
     if not calls:
         return Finding(name, NOT_SHOWN, "the agent made no call")
-    over = [c for c in calls if len(c.attempts) > at_most]
-    worst = max(calls, key=lambda c: len(c.attempts))
+    over = [c for c in calls if c.certain > at_most]
+    worst = max(calls, key=lambda c: (c.certain, len(c.attempts)))
 
     def line(c: LogicalCall) -> str:
         forwarded = sum(1 for a in c.attempts if a.type == "model.request")
+        inferred = len(c.attempts) - c.certain
         return (
-            f"seq {c.attempts[0].seq}..{c.attempts[-1].seq}: {len(c.attempts)} attempts "
-            f"({forwarded} forwarded, {len(c.attempts) - forwarded} refused)"
+            f"seq {c.attempts[0].seq}..{c.attempts[-1].seq}: {c.certain} attempts "
+            f"({forwarded} forwarded, {c.certain - forwarded} refused)"
+            + (f", and {inferred} refusals after it by order alone" if inferred else "")
         )
 
     if over:
-        over.sort(key=lambda c: -len(c.attempts))
+        over.sort(key=lambda c: -c.certain)
         return Finding(
             name,
             FINDING,
             f"{len(over)} of {len(calls)} calls took more than {at_most} attempts "
-            f"(at most {len(worst.attempts)})",
+            f"(at most {worst.certain})",
             (*(line(c) for c in over[:5]), how),
             _ranges((c.attempts[0].seq, c.attempts[-1].seq) for c in over),
             ADVICE[name],
         )
     return Finding(
-        name, OK, f"{len(calls)} calls, at most {len(worst.attempts)} attempts each "
+        name, OK, f"{len(calls)} calls, at most {worst.certain} attempts each "
         f"(limit {at_most})", (line(worst), how),
         ((worst.attempts[0].seq, worst.attempts[-1].seq),),
     )  # fmt: skip

@@ -308,6 +308,7 @@ def for_user(phase, user: UserAgent):
         "skipped_checks": list(skipped),
         "checks": [c.shown for c in decl.checks] if replace else [],
         "policy": user.policy_source,
+        "command": user.shown,
     }
     return dataclasses.replace(phase, runs=tuple(runs), expect=expect, user_view=view)
 
