@@ -56,9 +56,11 @@ def ask(http: httpx.Client, i: int) -> str:
 
 def main() -> int:
     headers = {"authorization": f"Bearer {KEY}"}
-    with httpx.Client(base_url=BASE_URL, headers=headers, timeout=TIMEOUT) as http:
-        with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
-            outcomes = Counter(pool.map(lambda i: ask(http, i), range(CALLS)))
+    with (
+        httpx.Client(base_url=BASE_URL, headers=headers, timeout=TIMEOUT) as http,
+        ThreadPoolExecutor(max_workers=CONCURRENCY) as pool,
+    ):
+        outcomes = Counter(pool.map(lambda i: ask(http, i), range(CALLS)))
     print(json.dumps({"calls": CALLS, "outcomes": dict(outcomes)}), flush=True)
     print(f"ignores_retry_after_agent: {outcomes['ok']} of {CALLS} calls answered", file=sys.stderr)
     return 0 if outcomes["ok"] == CALLS else 1

@@ -162,8 +162,10 @@ def test_cap_denial_then_stop_is_ok():
 
 
 def test_a_refusal_that_is_not_a_cap_is_not_a_cap_denial():
-    led = Ledger().refused("policy.denied", hint=None, rule="deadline").refused(
-        "policy.denied", hint=None, rule="deadline"
+    led = (
+        Ledger()
+        .refused("policy.denied", hint=None, rule="deadline")
+        .refused("policy.denied", hint=None, rule="deadline")
     )
     assert ac.no_retry_on_cap_denial(led.events, P).verdict == NOT_SHOWN
 

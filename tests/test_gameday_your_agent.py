@@ -240,12 +240,14 @@ def test_a_good_your_agent_and_about():
     assert phase.your_agent.replaces == ("a", "b")
     assert phase.expect[0].about == "agent"
     with pytest.raises(YamlError, match="about is one of"):
-        loads_phase(PHASE.replace("    at_least: 1\n", "    at_least: 1\n    about: x\n"), "mine.yaml")
+        loads_phase(
+            PHASE.replace("    at_least: 1\n", "    at_least: 1\n    about: x\n"), "mine.yaml"
+        )
 
 
 def test_a_boundary_check_cannot_require_one_about_the_agent():
     text = PHASE.replace("    at_least: 1\n", "    at_least: 1\n    about: agent\n") + (
-        "  - name: after\n    query: \"length(events)\"\n    at_least: 1\n"
+        '  - name: after\n    query: "length(events)"\n    at_least: 1\n'
         "    requires: something was recorded\n"
     )
     with pytest.raises(YamlError, match="cannot require a check about: agent"):
@@ -284,7 +286,9 @@ def test_bad_input_through_the_real_command_line(tmp_path: Path):
     assert "command not found" in done.stderr and "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("text", ["caps = 3\n", "\x00\x01binary", "[caps]\nmax_usd = -1\n", "[[[\n"])
+@pytest.mark.parametrize(
+    "text", ["caps = 3\n", "\x00\x01binary", "[caps]\nmax_usd = -1\n", "[[[\n"]
+)
 def test_a_bad_policy_file_is_one_line(tmp_path: Path, capsys, text):
     from docket.cli import main
 

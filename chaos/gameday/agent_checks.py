@@ -280,7 +280,9 @@ def honours_retry_after(
             seqs,
             ADVICE[name],
         )
-    return Finding(name, OK, f"all {len(hinted)} calls after a Retry-After waited for it", lines, seqs)
+    return Finding(
+        name, OK, f"all {len(hinted)} calls after a Retry-After waited for it", lines, seqs
+    )
 
 
 def retry_waits(
@@ -431,7 +433,11 @@ def handles_cut_stream(
     name = "handles_cut_stream"
     attempts = attempts_of(events, providers)
     cut = next(
-        (i for i, a in enumerate(attempts) if a.type == "model.request" and a.reason in CUT_REASONS),
+        (
+            i
+            for i, a in enumerate(attempts)
+            if a.type == "model.request" and a.reason in CUT_REASONS
+        ),
         None,
     )
     if cut is None:
@@ -491,11 +497,7 @@ def exits_on_sigterm(
     if exit_status is not None:
         evidence.append(f"the agent's own exit status: {exit_status}")
     last = int(ended.get("seq", seq0)) if ended is not None else seq0
-    if (
-        killed is not None
-        or exit_status == SIGKILL_STATUS
-        or (took is not None and took > grace_s)
-    ):
+    if killed is not None or exit_status == SIGKILL_STATUS or (took is not None and took > grace_s):
         return Finding(
             name,
             FINDING,

@@ -102,7 +102,7 @@ class Progress:
             effect = "fail the day" if result.agent_findings == "fail" else "do not fail the day"
             print(
                 f"  your agent: {result.findings()} findings (--agent-findings "
-                f"{result.agent_findings}: they {effect}); the report's \"Your agent\" section",
+                f'{result.agent_findings}: they {effect}); the report\'s "Your agent" section',
                 file=out,
             )
         out.flush()

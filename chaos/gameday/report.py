@@ -437,18 +437,16 @@ def _your_agent_suite(root: ET.Element, result: GameDayResult) -> dict[str, int]
                     message = f"{finding.get('summary')} (advice: {finding.get('advice')})"
                     if result.agent_findings == "fail":
                         counts["failures"] += 1
-                        ET.SubElement(case, "failure", type="finding", message=message).text = (
-                            detail
-                        )
+                        ET.SubElement(
+                            case, "failure", type="finding", message=message
+                        ).text = detail
                     else:
                         counts["skipped"] += 1
                         ET.SubElement(case, "skipped", message=f"finding (warn): {message}")
                 elif finding.get("verdict") == "not_shown":
                     counts["skipped"] += 1
                     ET.SubElement(case, "skipped", message=f"not shown: {finding.get('summary')}")
-                ET.SubElement(case, "system-out").text = (
-                    f"{finding.get('summary')}\n{detail}\n"
-                )
+                ET.SubElement(case, "system-out").text = f"{finding.get('summary')}\n{detail}\n"
     for key, value in counts.items():
         suite.set(key, str(value))
     return counts

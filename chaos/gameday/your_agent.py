@@ -93,8 +93,10 @@ def declaration_from_data(value: object, where: Where, runs: Sequence) -> Declar
     replaces = value.get("replaces")
     if isinstance(replaces, str):
         replaces = [replaces]
-    if not isinstance(replaces, list) or not replaces or not all(
-        isinstance(n, str) for n in replaces
+    if (
+        not isinstance(replaces, list)
+        or not replaces
+        or not all(isinstance(n, str) for n in replaces)
     ):
         raise where.error((*at, "replaces"), "replaces names the phase's agents, e.g. [looper]")
     if len(set(replaces)) != len(replaces):
@@ -193,7 +195,7 @@ def user_agent_from_args(args) -> UserAgent | None:
     if rest[:1] == ["--"]:
         rest = rest[1:]
     if text is not None and rest:
-        raise InputError("give the agent as --agent-command \"CMD\" or after --, not both")
+        raise InputError('give the agent as --agent-command "CMD" or after --, not both')
     command: list[str] = rest
     if text is not None:
         try:
@@ -213,7 +215,12 @@ def user_agent_from_args(args) -> UserAgent | None:
     policy: dict = {}
     if policy_path is not None:
         policy = team_policy(policy_path)
-    if not command and not policy and findings == "warn" and getattr(args, "agent_findings", None) is None:
+    if (
+        not command
+        and not policy
+        and findings == "warn"
+        and getattr(args, "agent_findings", None) is None
+    ):
         return None
     return UserAgent(tuple(command), policy, str(policy_path or ""), findings)
 
@@ -362,9 +369,7 @@ def findings_for_run(phase, spec, evidence: Mapping, run_dir: Path, grace_s: flo
     if not replaced:
         return {}
     exits = agent_exits(run_dir / "agents")
-    providers = tuple(
-        sorted({spec.scenario.provider(a.provider).name for a in replaced})
-    )
+    providers = tuple(sorted({spec.scenario.provider(a.provider).name for a in replaced}))
     statuses = [exits.get(a.name) for a in replaced]
     worst = next((s for s in statuses if s not in (None, 0)), statuses[0] if statuses else None)
     facts = Facts(providers=providers, exit_status=worst, grace_s=grace_s)
