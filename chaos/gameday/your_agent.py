@@ -215,13 +215,8 @@ def user_agent_from_args(args) -> UserAgent | None:
     policy: dict = {}
     if policy_path is not None:
         policy = team_policy(policy_path)
-    if (
-        not command
-        and not policy
-        and findings == "warn"
-        and getattr(args, "agent_findings", None) is None
-    ):
-        return None
+    if not command and not policy:
+        return None  # the phases' own agents and policy: a game day as it always was
     return UserAgent(tuple(command), policy, str(policy_path or ""), findings)
 
 
