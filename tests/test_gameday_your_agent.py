@@ -310,3 +310,15 @@ def test_user_agent_inputs_are_checked_without_a_process():
         user_agent_from_args(Namespace(**{**base, "command": ["--", "a\x00b"]}))
     user = user_agent_from_args(Namespace(**{**base, "command": ["--", sys.executable, "x.py"]}))
     assert user is not None and user.command == (sys.executable, "x.py") and user.findings == "warn"
+
+
+def test_an_agent_that_makes_no_call_leaves_the_phase_unknown_not_failed(tmp_path: Path):
+    agent = f"{sys.executable} -c \"import sys; print('cannot start: no key', file=sys.stderr); sys.exit(3)\""
+    done, data, _ = game_day(tmp_path, "--phase", "circuit-breaker", "--agent-command", agent)
+    assert done.returncode == 2, done.stdout + done.stderr  # unknown: nothing was asked
+    (phase,) = data["phases"]
+    assert phase["verdict"] == "unknown"
+    assert {c["verdict"] for c in phase["checks"]} == {"unknown"}
+    run = phase["runs"][0]
+    assert run["error"] == "your agent made no call (polite exit 3: cannot start: no key)"
+    assert run["your_agent"]["exit"] == {"polite": 3}

@@ -311,12 +311,15 @@ async def run_one(
         except Exception as exc:  # noqa: BLE001 - a bug in a derivation: unknown, with why
             outcome = Outcome(None, f"deriving facts failed: {type(exc).__name__}: {exc}")
     if outcome.evidence is not None and phase.user_view.get("replaced"):
-        from chaos.gameday.your_agent import findings_for_run
+        from chaos.gameday.your_agent import findings_for_run, no_call_reason
         from chaos.run.here import GRACE_SECONDS
 
         outcome.your_agent = findings_for_run(
             phase, spec, outcome.evidence, folder / "run", GRACE_SECONDS
         )
+        silent = no_call_reason(outcome.your_agent)
+        if silent is not None:  # nothing was asked of the boundary: unknown, not failed
+            outcome.evidence, outcome.error = None, silent
     outcome.duration_s = time.monotonic() - started
     if kept:
         outcome.evidence_dir = str(folder / "run")

@@ -34,7 +34,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from chaos.gameday.agent_checks import CHECKS, NEEDS_NUMBER, Facts, Finding, run_check
+from chaos.gameday.agent_checks import (
+    CHECKS,
+    NEEDS_NUMBER,
+    Facts,
+    Finding,
+    attempts_of,
+    run_check,
+)
 from chaos.yamldoc import Where
 from docket.errors import InputError
 
@@ -357,6 +364,17 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> list[str]:
     return [line[:300] for line in text.splitlines()[-lines:]]
 
 
+def no_call_reason(view: Mapping) -> str | None:
+    """Why the run says nothing about the boundary: the user's agent made no call at all
+    (it crashed at start, or could not reach the boundary). Its checks are then unknown,
+    not failed: nothing was asked of the boundary, so it cannot have regressed."""
+    if not view or view.get("calls"):
+        return None
+    exits = ", ".join(f"{n} exit {s}" for n, s in view.get("exit", {}).items())
+    said = next((lines[-1] for lines in view.get("stderr_tail", {}).values() if lines), "")
+    return f"your agent made no call ({exits}{': ' + said[:200] if said else ''})"
+
+
 def findings_for_run(phase, spec, evidence: Mapping, run_dir: Path, grace_s: float) -> dict:
     """The user agent's part of one run: its checks' findings, exit codes, stderr tails."""
     decl: Declaration = getattr(phase, "your_agent", None) or NOT_DECLARED
@@ -371,6 +389,7 @@ def findings_for_run(phase, spec, evidence: Mapping, run_dir: Path, grace_s: flo
     events = list(evidence.get("events") or [])
     findings: list[Finding] = [run_check(c.name, events, facts, c.number) for c in decl.checks]
     return {
+        "calls": len(attempts_of(events, providers)),
         "agents": [a.name for a in replaced],
         "providers": list(providers),
         "exit": {a.name: exits.get(a.name) for a in replaced},
