@@ -322,3 +322,81 @@ def test_an_agent_that_makes_no_call_leaves_the_phase_unknown_not_failed(tmp_pat
     run = phase["runs"][0]
     assert run["error"] == "your agent made no call (polite exit 3: cannot start: no key)"
     assert run["your_agent"]["exit"] == {"polite": 3}
+
+
+IGNORES_SIGTERM = """\
+import os, signal, time, httpx
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+base = os.environ["OPENAI_BASE_URL"]
+key = os.environ["OPENAI_API_KEY"]
+body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+with httpx.Client(base_url=base, headers={"authorization": f"Bearer {key}"}, timeout=2) as http:
+    for i in range(1000):
+        body["messages"][0]["content"] = f"question {i}"
+        try:
+            http.post("/chat/completions", json=body)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.02)
+"""
+
+
+def test_an_agent_that_ignores_sigterm_is_a_finding(tmp_path: Path):
+    script = tmp_path / "stubborn.py"
+    script.write_text(IGNORES_SIGTERM)
+    agent = f"{sys.executable} {script}"
+    done, data, _ = game_day(tmp_path, "--phase", "ledger-pressure", "--agent-command", agent)
+    assert done.returncode == 0, done.stdout + done.stderr  # the boundary held; warn
+    (phase,) = data["phases"]
+    assert phase["verdict"] == "pass"
+    found = findings(data)["ledger-pressure"]["exits_on_sigterm"]
+    assert found["verdict"] == "finding", found
+    assert "killed" in found["summary"] and "SIGTERM" in found["advice"]
+
+
+def _day(mode: str | None):
+    from chaos.gameday.assertions import Check
+    from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult, PhaseRun
+
+    finding = {"check": "max_attempts", "title": "bounded attempts per logical call",
+               "verdict": "finding", "summary": "1 of 10 calls took more than 4 attempts",
+               "evidence": ["seq 6..23: 6 attempts"], "seqs": [[6, 23]], "advice": "one layer"}  # fmt: skip
+    ok = {**finding, "check": "honours_retry_after", "title": "honours Retry-After",
+          "verdict": "ok", "summary": "all waited", "advice": ""}  # fmt: skip
+    check = CheckResult(Check("c", "q", "equals", 1, 1, "pass", ""), 3)
+    run = PhaseRun(
+        name="run",
+        your_agent={"agents": ["polite"], "exit": {"polite": 0}, "calls": 12,
+                    "stderr_tail": {"polite": ["done <b>"]}, "findings": [finding, ok]},
+    )  # fmt: skip
+    yours = PhaseResult("circuit-breaker", "t", "", ("F03",), 1, "in-process", "gamedays/x.yaml",
+                        "r", 1.0, 20.0, (check,), (run,),
+                        {"replaced": ["polite"], "skipped_checks": ["about the agent"],
+                         "why_not": "", "checks": [], "policy": "", "command": "my agent"})  # fmt: skip
+    theirs = PhaseResult("partition", "t", "", ("F04",), 1, "in-process", "gamedays/y.yaml",
+                         "r", 1.0, 20.0, (check,), (PhaseRun(name="run"),),
+                         {"replaced": [], "why_not": "a shared route", "skipped_checks": []})  # fmt: skip
+    return GameDayResult((yours, theirs), "2026-01-01T00:00:00Z", 2.0, None, "0", False, mode)
+
+
+def test_findings_in_json_junit_and_html():
+    from chaos.gameday.report import render_html, render_junit
+    from chaos.gameday.results import GameDayResult
+
+    warn, fail = _day("warn"), _day("fail")
+    assert (warn.exit_code, fail.exit_code, warn.findings()) == (0, 1, 1)
+    again = GameDayResult.from_json(json.loads(json.dumps(warn.to_json())))
+    assert again.to_json() == warn.to_json() and again.agent_findings == "warn"
+    suites = {s.get("name"): s for s in ET.fromstring(render_junit(warn))}
+    yours = suites["your-agent"]
+    assert (yours.get("tests"), yours.get("failures"), yours.get("skipped")) == ("3", "0", "2")
+    skipped = [c.find("skipped").get("message") for c in yours if c.find("skipped") is not None]
+    assert skipped[0].startswith("finding (warn): 1 of 10 calls")
+    assert "a shared route" in skipped[1]
+    failed = {s.get("name"): s for s in ET.fromstring(render_junit(fail))}["your-agent"]
+    assert failed.get("failures") == "1" and failed.find("testcase/failure") is not None
+    html = render_html(warn, rows=[])
+    assert 'href="#your-agent"' in html and "one layer" in html and "a shared route" in html
+    assert "done &lt;b&gt;" in html  # the agent's stderr is escaped
+    plain = GameDayResult(warn.phases[:0], "2026-01-01T00:00:00Z", 2.0, None, "0")
+    assert "your-agent" not in render_html(plain, rows=[]) + render_junit(plain)
