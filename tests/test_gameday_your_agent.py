@@ -13,6 +13,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chaos.gameday.agent_env import outside_urls
 from chaos.gameday.phase import load_phases, loads_phase
@@ -400,3 +402,32 @@ def test_findings_in_json_junit_and_html():
     assert "done &lt;b&gt;" in html  # the agent's stderr is escaped
     plain = GameDayResult(warn.phases[:0], "2026-01-01T00:00:00Z", 2.0, None, "0")
     assert "your-agent" not in render_html(plain, rows=[]) + render_junit(plain)
+
+
+_tables = st.dictionaries(
+    st.sampled_from(["caps", "resilience", "egress", "providers", "boundary", "secrets"]),
+    st.dictionaries(st.sampled_from(["allow", "a", "b", "max_usd"]), st.integers(0, 9), max_size=3),
+    max_size=5,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_tables, _tables)
+def test_merged_policy_phase_wins_and_no_upstream_comes_from_the_team(team, phase):
+    merged = merged_policy(team, phase)
+    assert "providers" not in merged or merged["providers"] == phase.get("providers")
+    for table, values in phase.items():
+        for key, value in values.items():
+            assert merged[table][key] == value  # the phase's settings are laid on top
+    team_allow = team.get("egress", {}).get("allow")
+    if team_allow is not None and "allow" not in phase.get("egress", {}):
+        assert "allow" not in merged.get("egress", {})
+
+
+def test_a_subprocess_phase_hands_the_merged_policy_on():
+    (killed,) = load_phases(["supervisor-killed"])
+    mine = for_user(killed, UserAgent(policy={"boundary": {"connect_timeout": 3.0}}))
+    for spec in mine.runs:
+        assert spec.data["policy"]["boundary"]["connect_timeout"] == 3.0  # run.yaml gets it
+        assert spec.scenario.agents == killed.runs[0].scenario.agents  # its own agents
+    assert mine.user_view["replaced"] == [] and mine.expect == killed.expect
