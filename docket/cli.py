@@ -275,6 +275,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep each phase's evidence (ledger, receipt, stub logs, metrics) in DIR/PHASE "
         "(default: REPORT/evidence)",
     )
+    p.add_argument(
+        "--agent-command",
+        default=None,
+        metavar="CMD",
+        help="your own agent, in the place each phase names for it (or: -- CMD ARGS)",
+    )
+    p.add_argument(
+        "--policy", default=None, metavar="FILE", help="your docket.toml, under each phase's own"
+    )
+    p.add_argument(
+        "--agent-findings",
+        default=None,
+        metavar="fail|warn",
+        help="whether a finding about your agent fails the day (default warn)",
+    )
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (your own agent)")
     p.set_defaults(func=cmd_game_day)
     document(verbs)  # each verb's description and examples: docket/cli_help.py
     return parser

@@ -28,7 +28,7 @@ from docket import inputs as durations
 from docket.errors import InputError
 
 MODES = ("in-process", "subprocess")
-KEYS = ("name", "title", "fmea", "seed", "run", "runs", "mode", "budget", "expect")
+KEYS = ("name", "title", "fmea", "seed", "run", "runs", "mode", "budget", "expect", "your_agent")
 REQUIRED = ("name", "title", "fmea", "seed", "expect")  # and exactly one of run, runs
 EXPECT_KEYS = ("name", "query")
 RUN_KEYS = ("name", "title", "run")
@@ -52,6 +52,9 @@ class Expectation:
     # anything (`requires:`): "nothing forwarded while the breaker was open" holds
     # vacuously if it never opened, so it requires "the breaker opened".
     requires: tuple[str, ...] = ()
+    # `about: agent`: a claim about the reference agent, not judged when the user's
+    # own agent takes its place (chaos.gameday.your_agent)
+    about: str = "boundary"
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,10 @@ class Phase:
     line: int = 1
     lines: Mapping[str, int] = field(default_factory=dict)  # top-level key -> line
     selected_run: str | None = None  # `--phase NAME:RUN` ran only this run of several
+    # `your_agent:` (chaos.gameday.your_agent.Declaration), None when the file has none;
+    # user_view: what running it with the user's agent changed, for the report
+    your_agent: object = None
+    user_view: Mapping = field(default_factory=dict)
 
     @property
     def assertions(self) -> tuple[Assertion, ...]:
@@ -205,6 +212,7 @@ def phase_from_data(
     budget = _budget(data.get("budget", DEFAULT_BUDGET_S), where)
     runs = _runs(data, where)
     expect = _expect(data["expect"], where, runs, several="runs" in data)
+    your_agent = _your_agent(data, where, runs, expect)
     walls = [getattr(r.scenario, "max_wall_clock", None) for r in runs]
     wall = sum(w for w in walls if isinstance(w, int | float))
     if wall > budget:
@@ -227,7 +235,24 @@ def phase_from_data(
         source=where.file,
         line=where.line(()),
         lines={key: where.line((key,)) for key in data},
+        your_agent=your_agent,
     )
+
+
+def _your_agent(data: dict, where: Where, runs: tuple[RunSpec, ...], expect) -> object:
+    """`your_agent:` (chaos.gameday.your_agent), and no boundary check that requires a
+    check `about: agent` (skipped when the user's agent runs, it would leave it hanging)."""
+    from chaos.gameday.your_agent import declaration_from_data
+
+    about = {e.assertion.name: e.about for e in expect}
+    for i, e in enumerate(expect):
+        if e.about != "agent" and any(about[r] == "agent" for r in e.requires):
+            raise where.error(
+                ("expect", i, "requires"), "a boundary check cannot require a check about: agent"
+            )
+    if "your_agent" not in data:
+        return None
+    return declaration_from_data(data["your_agent"], where, runs)
 
 
 def _runs(data: dict, where: Where) -> tuple[RunSpec, ...]:
@@ -327,10 +352,10 @@ def _expect(
         if not isinstance(item, dict):
             raise where.error(at, "an assertion is a mapping: name, query and one operator")
         for key in item:
-            if key not in EXPECT_KEYS and key not in OPERATORS and key not in ("run", "requires"):
+            if key not in EXPECT_KEYS and key not in OPERATORS and key not in _MORE_EXPECT_KEYS:
                 raise where.error(
                     (*at, key),
-                    f"unknown key {key!r} (name, query, run, requires, and one of "
+                    f"unknown key {key!r} (name, query, run, requires, about, and one of "
                     f"{', '.join(OPERATORS)})",
                 )
         for key in EXPECT_KEYS:
@@ -366,6 +391,7 @@ def _expect(
                 where.line((*at, "name")),
                 run,
                 requires,
+                _about(item, where, at),
             )
         )
     if several:
@@ -373,6 +399,15 @@ def _expect(
             if not any(e.run == spec.name for e in out):
                 raise where.error(("expect",), f"no assertion reads run {spec.name!r}")
     return tuple(out)
+
+
+_MORE_EXPECT_KEYS = ("run", "requires", "about")
+
+
+def _about(item: dict, where: Where, at: tuple) -> str:
+    from chaos.gameday.your_agent import about_from_data
+
+    return about_from_data(item, where, at)
 
 
 def _requires(

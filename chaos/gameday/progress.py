@@ -68,6 +68,9 @@ class Progress:
                         flush=True,
                     )
 
+        for line in your_agent_lines(result):
+            print(f"        {line}", file=self.console.file, flush=True)
+
     def _stop_status(self) -> None:
         if self._status is not None:
             self._status.stop()
@@ -95,7 +98,35 @@ class Progress:
                 print(f"  {label}: {path}", file=out)
         if evidence is not None:
             print(f"  evidence: {evidence}/PHASE (ledger, receipt, stub logs, metrics)", file=out)
+        if result.agent_findings is not None:
+            effect = "fail the day" if result.agent_findings == "fail" else "do not fail the day"
+            print(
+                f"  your agent: {result.findings()} findings (--agent-findings "
+                f'{result.agent_findings}: they {effect}); the report\'s "Your agent" section',
+                file=out,
+            )
         out.flush()
+
+
+def your_agent_lines(result: PhaseResult) -> list[str]:
+    """A phase's lines about the user's agent: where it did not run, and each finding."""
+    view = result.your_agent
+    if not view:
+        return []
+    if not view.get("replaced"):
+        return [f"your agent: not in this phase ({view['why_not']})"] if view.get("why_not") else []
+    out = []
+    for run in result.runs:
+        label = f"{run.name}: " if result.several_runs else ""
+        exits = ", ".join(f"{n} exit {s}" for n, s in run.your_agent.get("exit", {}).items())
+        verdicts = [
+            f"{f['verdict'].replace('_', ' ')} {f['check']}"
+            for f in run.your_agent.get("findings", ())
+        ]
+        out.append(f"your agent: {label}{exits}; {', '.join(verdicts) or 'no checks'}")
+        for f in run.findings:
+            out.append(f"  finding {label}{f['check']}: {f['summary']}")
+    return out
 
 
 def _named(result: PhaseResult, check) -> str:

@@ -294,7 +294,26 @@ def render_html(
         },
         colours=COLOURS,
         css=css,
+        yours=_your_agent_view(result),
     )
+
+
+def _your_agent_view(result: GameDayResult) -> dict | None:
+    """The "Your agent" section's head: None when the phases ran with their own agents
+    and policy (the report is then as it always was)."""
+    if result.agent_findings is None and not any(p.your_agent for p in result.phases):
+        return None
+    command = next(
+        (p.your_agent.get("command", "") for p in result.phases if p.your_agent.get("command")),
+        "",
+    )
+    policy = next((p.your_agent["policy"] for p in result.phases if p.your_agent.get("policy")), "")
+    return {
+        "command": command,
+        "mode": result.agent_findings or "warn",
+        "findings": result.findings(),
+        "policy": policy,
+    }
 
 
 # ---------------------------------------------------------------- JSON and JUnit
@@ -366,11 +385,71 @@ def render_junit(result: GameDayResult) -> str:
         suite.set("time", f"{phase.duration_s:.3f}")
         for key in totals:
             totals[key] += counts[key]
+    if result.agent_findings is not None:
+        counts = _your_agent_suite(root, result)
+        for key in totals:
+            totals[key] += counts[key]
     for key, value in totals.items():
         root.set(key, str(value))
     root.set("time", f"{result.duration_s:.3f}")
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+YOUR_AGENT_SUITE = "your-agent"
+
+
+def _your_agent_suite(root: ET.Element, result: GameDayResult) -> dict[str, int]:
+    """The agent findings as a test suite of their own: a CI gates on the phases'
+    suites (the boundary) and reads this one. With --agent-findings fail a finding is a
+    <failure>; with warn it is <skipped> with the finding as its message, as is a check
+    the run never put the agent to (not shown)."""
+    suite = ET.SubElement(root, "testsuite", name=YOUR_AGENT_SUITE)
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="agent_findings", value=str(result.agent_findings))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for phase in result.phases:
+        view = phase.your_agent
+        if not view.get("replaced"):
+            case = ET.SubElement(
+                suite, "testcase", classname=f"your_agent.{phase.name}", name="(your agent)"
+            )
+            why = view.get("why_not") or "the phase ran with its own agents"
+            ET.SubElement(case, "skipped", message=f"ran with its own agents: {why}")
+            counts["tests"] += 1
+            counts["skipped"] += 1
+            continue
+        for run in phase.runs:
+            classname = f"your_agent.{phase.name}" + (f".{run.name}" if phase.several_runs else "")
+            if not run.your_agent:
+                case = ET.SubElement(suite, "testcase", classname=classname, name="(run)")
+                ET.SubElement(case, "error", type=UNKNOWN, message=run.error or "no evidence")
+                counts["tests"] += 1
+                counts["errors"] += 1
+                continue
+            for finding in run.your_agent.get("findings", ()):
+                case = ET.SubElement(
+                    suite, "testcase", classname=classname, name=str(finding.get("title"))
+                )
+                counts["tests"] += 1
+                detail = "\n".join([*finding.get("evidence", ()), finding.get("advice", "")])
+                if finding.get("verdict") == "finding":
+                    message = f"{finding.get('summary')} (advice: {finding.get('advice')})"
+                    if result.agent_findings == "fail":
+                        counts["failures"] += 1
+                        ET.SubElement(
+                            case, "failure", type="finding", message=message
+                        ).text = detail
+                    else:
+                        counts["skipped"] += 1
+                        ET.SubElement(case, "skipped", message=f"finding (warn): {message}")
+                elif finding.get("verdict") == "not_shown":
+                    counts["skipped"] += 1
+                    ET.SubElement(case, "skipped", message=f"not shown: {finding.get('summary')}")
+                ET.SubElement(case, "system-out").text = f"{finding.get('summary')}\n{detail}\n"
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    return counts
 
 
 def _system_out(phase: PhaseResult) -> str:

@@ -82,8 +82,21 @@ class PhaseRun:
     # the run's folder, kept (`--keep`, default REPORT/evidence): ledger, receipt, stub
     # logs, metrics, probes, agents' output; "" when the run was in a temporary folder
     evidence_dir: str = ""
+    # with the user's own agent (chaos.gameday.your_agent.findings_for_run): its agents,
+    # exit codes, stderr tails and findings; {} when the phase's own agents ran
+    your_agent: Mapping = field(default_factory=dict)
+
+    @property
+    def findings(self) -> list[Mapping]:
+        return [f for f in self.your_agent.get("findings", ()) if f.get("verdict") == "finding"]
 
     def to_json(self) -> dict:
+        out = self._to_json()
+        if self.your_agent:
+            out["your_agent"] = dict(self.your_agent)
+        return out
+
+    def _to_json(self) -> dict:
         return {
             "name": self.name,
             "evidence_dir": self.evidence_dir,
@@ -122,6 +135,7 @@ class PhaseRun:
             agents=tuple(data.get("agents", ())),
             facts=data.get("facts", {}),
             evidence_dir=data.get("evidence_dir", ""),
+            your_agent=data.get("your_agent", {}),
         )
 
 
@@ -139,6 +153,9 @@ class PhaseResult:
     budget_s: float
     checks: tuple[CheckResult, ...]
     runs: tuple[PhaseRun, ...]  # one, or the phase's `runs:` in the order they ran
+    # with --agent-command / --policy: which agents the user's replaced (or why none),
+    # the checks about the reference agent left unjudged, the agent checks, the policy
+    your_agent: Mapping = field(default_factory=dict)
 
     @property
     def several_runs(self) -> bool:
@@ -192,7 +209,7 @@ class PhaseResult:
             "error": self.error,
             "checks": [c.to_json() for c in self.checks],
             "runs": [r.to_json() for r in self.runs],
-        }
+        } | ({"your_agent": dict(self.your_agent)} if self.your_agent else {})
 
     @classmethod
     def from_json(cls, data: Mapping) -> PhaseResult:
@@ -209,6 +226,7 @@ class PhaseResult:
             budget_s=data["budget_s"],
             checks=tuple(CheckResult.from_json(c) for c in data["checks"]),
             runs=tuple(PhaseRun.from_json(r) for r in data.get("runs", ())),
+            your_agent=data.get("your_agent", {}),
         )
 
 
@@ -220,6 +238,12 @@ class GameDayResult:
     seed: int | None  # the --seed that overrode every phase's own, if one did
     docket_version: str
     interrupted: bool = False  # Ctrl-C: the phases not run are missing, so the day is unknown
+    # --agent-findings with the user's agent: "warn" (findings are reported, the exit
+    # is the boundary checks') or "fail" (a finding fails the day); None without one
+    agent_findings: str | None = None
+
+    def findings(self) -> int:
+        return sum(len(r.findings) for p in self.phases for r in p.runs)
 
     @property
     def verdict(self) -> str:
@@ -229,6 +253,8 @@ class GameDayResult:
 
     @property
     def exit_code(self) -> int:
+        if self.agent_findings == "fail" and self.findings():
+            return EXIT_FAIL  # a finding is a regression found, as a failed check is
         return {PASS: EXIT_PASS, UNKNOWN: EXIT_UNKNOWN}.get(self.verdict, EXIT_FAIL)
 
     def counts(self) -> dict[str, int]:
@@ -248,7 +274,11 @@ class GameDayResult:
             "verdict": self.verdict,
             "counts": self.counts(),
             "phases": [p.to_json() for p in self.phases],
-        }
+        } | (
+            {"agent_findings": self.agent_findings, "findings": self.findings()}
+            if self.agent_findings is not None
+            else {}
+        )
 
     @classmethod
     def from_json(cls, data: Mapping) -> GameDayResult:
@@ -259,6 +289,7 @@ class GameDayResult:
             seed=data.get("seed"),
             docket_version=data["docket_version"],
             interrupted=data.get("interrupted", False),
+            agent_findings=data.get("agent_findings"),
         )
 
 

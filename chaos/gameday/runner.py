@@ -53,6 +53,7 @@ class Outcome:
     engine_repro: str = ""
     duration_s: float = 0.0
     evidence_dir: str = ""  # the run's folder, when it is kept
+    your_agent: dict | None = None  # the user's agent's findings (chaos.gameday.your_agent)
 
 
 def resolved_policy(policy: dict) -> dict:
@@ -109,6 +110,7 @@ def judge_run(spec: RunSpec, outcome: Outcome, *, phase: Phase, seed: int) -> Ph
         agents=tuple(_agent_view(a) for a in getattr(scenario, "agents", ())),
         facts=facts,
         evidence_dir=outcome.evidence_dir,
+        your_agent=outcome.your_agent or {},
     )
 
 
@@ -152,6 +154,7 @@ def judge(
         budget_s=phase.budget_s,
         checks=tuple(checks),
         runs=runs,
+        your_agent=dict(phase.user_view),
     )
 
 
@@ -307,6 +310,16 @@ async def run_one(
             outcome.evidence = complete_evidence(outcome.evidence, spec.scenario)
         except Exception as exc:  # noqa: BLE001 - a bug in a derivation: unknown, with why
             outcome = Outcome(None, f"deriving facts failed: {type(exc).__name__}: {exc}")
+    if outcome.evidence is not None and phase.user_view.get("replaced"):
+        from chaos.gameday.your_agent import findings_for_run, no_call_reason
+        from chaos.run.here import GRACE_SECONDS
+
+        outcome.your_agent = findings_for_run(
+            phase, spec, outcome.evidence, folder / "run", GRACE_SECONDS
+        )
+        silent = no_call_reason(outcome.your_agent)
+        if silent is not None:  # nothing was asked of the boundary: unknown, not failed
+            outcome.evidence, outcome.error = None, silent
     outcome.duration_s = time.monotonic() - started
     if kept:
         outcome.evidence_dir = str(folder / "run")
@@ -430,6 +443,7 @@ def game_day(
     on_start: Callable[[Phase], None] = lambda phase: None,
     on_finish: Callable[[PhaseResult], None] = lambda result: None,
     keep: Path | None = None,
+    agent_findings: str | None = None,
 ) -> GameDayResult:
     """Run a game day (trio.run inside); Ctrl-C gives a result marked interrupted.
     With `keep`, each phase's evidence stays in KEEP/PHASE (see run_phase)."""
@@ -468,6 +482,7 @@ def game_day(
         seed=seed,
         docket_version=__version__,
         interrupted=interrupted,
+        agent_findings=agent_findings,
     )
 
 
@@ -533,7 +548,12 @@ def game_day_command(args) -> int:
 
     if args.seed is not None and not 0 <= args.seed < (1 << 53):
         raise InputError(f"--seed {args.seed}: a seed is a whole number from 0 to 2**53 - 1")
+    from chaos.gameday.your_agent import for_user, user_agent_from_args
+
+    user = user_agent_from_args(args)  # --agent-command, --policy, --agent-findings
     phases = load_phases(args.phase or ())  # every phase file is checked before any runs
+    if user is not None:
+        phases = [for_user(phase, user) for phase in phases]
     phases = phases_on_hosts(
         phases,
         getattr(args, "stub_host", None),
@@ -561,6 +581,7 @@ def game_day_command(args) -> int:
         on_start=progress.start,
         on_finish=progress.finish,
         keep=keep,
+        agent_findings=user.findings if user is not None and user.command else None,
     )
     progress.close()
     try:

@@ -259,6 +259,7 @@ class _Run:
                     "stdout": str(out.with_suffix(".out")),
                     "stderr": str(out.with_suffix(".err")),
                     "pidfile": str(out.with_suffix(".pid")),
+                    "exitfile": str(out.with_suffix(".exit")),
                 }
             )
         return plan

@@ -19,7 +19,8 @@ group), so the launcher only notes them and keeps waiting: it ends when its
 agents do, with their status, and never leaves one unwaited.
 
 A plan entry: {"name", "argv", "env": {...}, "route": "/openai/v1" or null,
-"kind": "openai", "stdout": path, "stderr": path, "pidfile": path}. `route` is
+"kind": "openai", "stdout": path, "stderr": path, "pidfile": path, "exitfile": path}
+(the agent's own exit status, written when it has been waited for). `route` is
 appended to DOCKET_BOUNDARY_URL to give the agent its provider's door.
 """
 
@@ -110,6 +111,13 @@ def main(argv: list[str]) -> int:
                 if pidfile is not None and os.path.exists(pidfile):
                     os.unlink(pidfile)  # that process never ran the agent and is gone
     statuses = [127 if child is None else shell_status(child.wait()) for child in children]
+    for entry, status in zip(plan, statuses, strict=True):
+        if entry.get("exitfile"):  # each agent's own status (the launcher exits with one)
+            try:
+                with open(entry["exitfile"], "w", encoding="ascii") as f:
+                    f.write(f"{status}\n")
+            except OSError as exc:  # the status still reaches the supervisor as ours
+                print(f"chaos launcher: cannot write {entry['exitfile']}: {exc}", file=sys.stderr)
     return next((s for s in statuses if s != 0), 0)
 
 

@@ -1,0 +1,433 @@
+"""Game days with the team's own agent (`docket game-day --agent-command`): the two example
+agents through retry-storm and circuit-breaker, the environment guard, the team policy
+merged under each phase, the phase file's `your_agent:` and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaos.gameday.agent_env import outside_urls
+from chaos.gameday.phase import load_phases, loads_phase
+from chaos.gameday.your_agent import UserAgent, for_user, merged_policy
+from chaos.yamldoc import YamlError
+from docket.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 150  # seconds for one `docket game-day` of two phases: a bound, not an expectation
+REAL = "https://api.openai.com/v1"
+
+
+def game_day(tmp_path: Path, *args: str, env: dict | None = None):
+    report = tmp_path / "report"
+    done = subprocess.run(
+        [sys.executable, "-m", "docket", "game-day", "--report", str(report), *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=ROOT,
+        env=env,
+    )
+    data = json.loads((report / "gameday.json").read_text()) if report.exists() else {}
+    return done, data, report
+
+
+def findings(data: dict) -> dict[str, dict[str, dict]]:
+    """phase -> check -> finding (phases with one run)."""
+    return {
+        p["name"]: {f["check"]: f for f in p["runs"][0]["your_agent"]["findings"]}
+        for p in data["phases"]
+    }
+
+
+PHASES = ("--phase", "circuit-breaker", "--phase", "retry-storm")
+
+
+def test_the_openai_sdk_agent_shows_retry_amplification(tmp_path: Path):
+    agent = f"{sys.executable} examples/openai_sdk_agent.py"
+    done, data, report = game_day(tmp_path, *PHASES, "--agent-command", agent)
+    assert done.returncode == 0, done.stdout + done.stderr  # warn: findings do not fail
+    assert [p["verdict"] for p in data["phases"]] == ["pass", "pass"]  # the boundary held
+    seen = findings(data)
+    # the SDK's retries inside the app's own loop: one call tried far more than once
+    amplified = seen["circuit-breaker"]["max_attempts"]
+    assert amplified["verdict"] == "finding", amplified
+    assert "one retry layer" in amplified["advice"].lower()
+    for phase in seen.values():  # the SDK honours Retry-After
+        assert phase["honours_retry_after"]["verdict"] != "finding", phase
+    breaker = data["phases"][0]
+    assert breaker["your_agent"]["replaced"] == ["polite"]
+    assert breaker["your_agent"]["skipped_checks"] == [
+        "every call of the agent succeeded once the provider was back"
+    ]
+    assert breaker["runs"][0]["your_agent"]["exit"] == {"polite": 0}
+    html = (report / "index.html").read_text()
+    assert 'id="your-agent"' in html and "bounded attempts per logical call" in html
+
+
+def test_the_agent_that_ignores_retry_after_fails_that_check(tmp_path: Path):
+    policy = tmp_path / "docket.toml"
+    policy.write_text(
+        textwrap.dedent(f"""
+        [boundary]
+        connect_timeout = 4.0
+        [egress]
+        allow = ["api.openai.com"]
+        [providers.openai]
+        kind = "openai"
+        base_url = "{REAL}"
+        key_env = "OPENAI_API_KEY"
+        """)
+    )
+    env = dict(os.environ, LITELLM_API_BASE=REAL, OPENAI_API_KEY="sk-not-a-real-key")
+    agent = f"{sys.executable} examples/ignores_retry_after_agent.py"
+    done, data, report = game_day(
+        tmp_path, *PHASES, "--policy", str(policy), "--agent-findings", "fail", "--",
+        *agent.split(), env=env,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr  # --agent-findings fail
+    assert [p["verdict"] for p in data["phases"]] == ["pass", "pass"]  # the boundary held
+    for phase in findings(data).values():
+        assert phase["honours_retry_after"]["verdict"] == "finding", phase
+        assert "Retry-After" in phase["honours_retry_after"]["evidence"][0]
+    for phase in data["phases"]:
+        run = phase["runs"][0]
+        # the team's policy is the base, the phase's on top; no real provider in it
+        assert run["policy"]["boundary"]["connect_timeout"] == 4.0
+        assert run["policy"]["egress"]["allow"] == []
+        assert REAL not in json.dumps(run["policy"])
+        # the URL in the shell's environment never reached the agent
+        tail = "\n".join(run["your_agent"]["stderr_tail"]["polite"])
+        assert "LITELLM_API_BASE" in tail, tail
+        # and nothing the run recorded went anywhere but the stubs
+        ledger = Path(run["evidence_dir"]) / "ledger.jsonl"
+        assert "api.openai.com" not in ledger.read_text()
+    suites = {s.get("name"): s for s in ET.parse(report / "junit.xml").getroot()}
+    yours = suites["your-agent"]
+    assert int(yours.get("failures")) >= 2  # fail mode: each finding a <failure>
+    assert all(int(suites[p].get("failures")) == 0 for p in ("circuit-breaker", "retry-storm"))
+
+
+# ---------------------------------------------------------------- the environment guard
+
+
+def test_only_urls_to_the_boundary_pass():
+    env = {
+        "DOCKET_BOUNDARY_URL": "http://127.0.0.1:4000",
+        "OPENAI_BASE_URL": "http://127.0.0.1:4000/openai/v1",
+        "HTTPS_PROXY": "http://docket:tok@127.0.0.1:4000",
+        "AZURE_OPENAI_ENDPOINT": "https://team.openai.azure.com/",
+        "MIXED": "http://127.0.0.1:4000,https://api.anthropic.com",
+        "OTHER_PORT": "http://127.0.0.1:4001/",
+        "PATH": "/usr/bin:/bin",
+    }
+    assert outside_urls(env) == ["AZURE_OPENAI_ENDPOINT", "MIXED", "OTHER_PORT"]
+    env.pop("DOCKET_BOUNDARY_URL")  # no boundary: every URL goes
+    assert "OPENAI_BASE_URL" in outside_urls(env)
+
+
+def test_the_guard_execs_the_command_without_outside_urls():
+    env = dict(os.environ, DOCKET_BOUNDARY_URL="http://127.0.0.1:4000", ENDPOINT=REAL)
+    code = "import os; print(os.environ.get('ENDPOINT'), os.environ['DOCKET_BOUNDARY_URL'])"
+    done = subprocess.run(
+        [sys.executable, "-m", "chaos.gameday.agent_env", "--", sys.executable, "-c", code],
+        capture_output=True, text=True, env=env, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split() == ["None", "http://127.0.0.1:4000"]
+    assert "ENDPOINT" in done.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "chaos.gameday.agent_env", "--", "no-such-agent-cmd"],
+        capture_output=True, text=True, env=env, timeout=30,
+    )  # fmt: skip
+    assert missing.returncode == 127 and "command not found" in missing.stderr
+
+
+# ---------------------------------------------------------------- the policy and the phases
+
+
+def test_the_phase_settings_win_and_the_team_upstreams_go():
+    team = {
+        "caps": {"max_usd": 5, "warn_at": 0.9},
+        "providers": {"openai": {"base_url": REAL}},
+        "egress": {"allow": ["api.openai.com"]},
+        "secrets": {"drop_env": ["TEAM_TOKEN"]},
+    }
+    phase = {"caps": {"max_usd": 0.001}, "resilience": {"breaker_threshold": 3}}
+    merged = merged_policy(team, phase)
+    assert merged == {
+        "caps": {"max_usd": 0.001, "warn_at": 0.9},
+        "resilience": {"breaker_threshold": 3},
+        "secrets": {"drop_env": ["TEAM_TOKEN"]},
+    }
+    assert team["egress"] == {"allow": ["api.openai.com"]}  # the input is not changed
+
+
+def test_for_user_replaces_the_named_agents_and_skips_checks_about_them():
+    (breaker,) = load_phases(["circuit-breaker"])
+    user = UserAgent(command=("my-agent", "--fast"))
+    mine = for_user(breaker, user)
+    (agent,) = mine.runs[0].scenario.agents
+    assert agent.name == "polite" and agent.mode is None and agent.calls == 10
+    assert agent.command[-3:] == ("--", "my-agent", "--fast")
+    assert "chaos.gameday.agent_env" in agent.command
+    assert len(mine.expect) == len(breaker.expect) - 1
+    (latency,) = load_phases(["upstream-latency"])
+    unchanged = for_user(latency, user)
+    assert unchanged.runs == latency.runs and unchanged.expect == latency.expect
+    assert "exact calls" in unchanged.user_view["why_not"]
+
+
+def test_every_shipped_phase_says_where_a_user_agent_goes():
+    for phase in load_phases():
+        decl = phase.your_agent
+        assert decl is not None, phase.name
+        assert decl.replaceable or decl.why_not, phase.name
+
+
+PHASE = """\
+name: mine
+title: a phase
+fmea: [F03]
+seed: 1
+run:
+  agents:
+    - {name: a, mode: loop, calls: 2}
+    - {name: b, mode: loop, calls: 2}
+    - {name: c, command: [sleep, "1"]}
+  max_wall_clock: 5s
+expect:
+  - name: something was recorded
+    query: "length(events)"
+    at_least: 1
+"""
+
+
+@pytest.mark.parametrize(
+    ("block", "problem"),
+    [
+        ("your_agent: [a]", "must be a mapping"),
+        ("your_agent: {replaces: [z]}", "no agent named 'z'"),
+        ("your_agent: {replaces: [a]}", "same provider route"),
+        ("your_agent: {replaces: [a, b], checks: [polite]}", "not an agent check"),
+        ("your_agent: {replaces: [a, b], checks: [max_attempts]}", "max_attempts: N"),
+        ("your_agent: {replaces: [a, b], checks: [{honours_retry_after: 2}]}", "takes no value"),
+        ("your_agent: {replaces: [a, b], oops: 1}", "unknown key 'oops'"),
+        ("your_agent: {none: ''}", "say why"),
+        ("your_agent: {none: why, replaces: [a]}", "stands alone"),
+    ],
+)
+def test_a_bad_your_agent_is_one_line_naming_the_place(block, problem):
+    with pytest.raises(YamlError) as caught:
+        loads_phase(PHASE + block + "\n", "mine.yaml")
+    message = str(caught.value)
+    assert problem in message and "your_agent" in message and "\n" not in message
+
+
+def test_a_good_your_agent_and_about():
+    text = PHASE.replace(
+        "    at_least: 1\n",
+        "    at_least: 1\n    about: agent\n",
+    )
+    phase = loads_phase(text + "your_agent: {replaces: [a, b], checks: [{max_attempts: 3}]}\n",
+                        "mine.yaml")  # fmt: skip
+    assert phase.your_agent.replaces == ("a", "b")
+    assert phase.expect[0].about == "agent"
+    with pytest.raises(YamlError, match="about is one of"):
+        loads_phase(
+            PHASE.replace("    at_least: 1\n", "    at_least: 1\n    about: x\n"), "mine.yaml"
+        )
+
+
+def test_a_boundary_check_cannot_require_one_about_the_agent():
+    text = PHASE.replace("    at_least: 1\n", "    at_least: 1\n    about: agent\n") + (
+        '  - name: after\n    query: "length(events)"\n    at_least: 1\n'
+        "    requires: something was recorded\n"
+    )
+    with pytest.raises(YamlError, match="cannot require a check about: agent"):
+        loads_phase(text, "mine.yaml")
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["--agent-command", ""], "--agent-command is empty"),
+        (["--agent-command", "no-such-agent-cmd --x"], "no-such-agent-cmd: command not found"),
+        (["--agent-command", "python3 'unclosed"], "cannot split"),
+        (["--agent-findings", "loud"], "--agent-findings 'loud'"),
+        (["--agent-command", "true", "--", "true"], "not both"),
+        (["--policy", "/nonexistent/docket.toml"], "no such file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, args, problem):
+    from docket.cli import main
+
+    assert main(["game-day", "--report", str(tmp_path / "r"), *args]) == 2
+    err = capsys.readouterr().err
+    assert problem in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_input_through_the_real_command_line(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, "-m", "docket", "game-day", "--agent-command", "no-such-agent-cmd"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "command not found" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "text", ["caps = 3\n", "\x00\x01binary", "[caps]\nmax_usd = -1\n", "[[[\n"]
+)
+def test_a_bad_policy_file_is_one_line(tmp_path: Path, capsys, text):
+    from docket.cli import main
+
+    policy = tmp_path / "docket.toml"
+    policy.write_bytes(text.encode())
+    assert main(["game-day", "--report", str(tmp_path / "r"), "--policy", str(policy)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "docket.toml" in err, err
+
+
+def test_user_agent_inputs_are_checked_without_a_process():
+    from argparse import Namespace
+
+    from chaos.gameday.your_agent import user_agent_from_args
+
+    base = {"agent_command": None, "command": [], "policy": None, "agent_findings": None}
+    assert user_agent_from_args(Namespace(**base)) is None  # a game day as it always was
+    with pytest.raises(InputError, match="NUL"):
+        user_agent_from_args(Namespace(**{**base, "command": ["--", "a\x00b"]}))
+    user = user_agent_from_args(Namespace(**{**base, "command": ["--", sys.executable, "x.py"]}))
+    assert user is not None and user.command == (sys.executable, "x.py") and user.findings == "warn"
+
+
+def test_an_agent_that_makes_no_call_leaves_the_phase_unknown_not_failed(tmp_path: Path):
+    agent = f"{sys.executable} -c \"import sys; print('cannot start: no key', file=sys.stderr); sys.exit(3)\""
+    done, data, _ = game_day(tmp_path, "--phase", "circuit-breaker", "--agent-command", agent)
+    assert done.returncode == 2, done.stdout + done.stderr  # unknown: nothing was asked
+    (phase,) = data["phases"]
+    assert phase["verdict"] == "unknown"
+    assert {c["verdict"] for c in phase["checks"]} == {"unknown"}
+    run = phase["runs"][0]
+    assert run["error"] == "your agent made no call (polite exit 3: cannot start: no key)"
+    assert run["your_agent"]["exit"] == {"polite": 3}
+
+
+IGNORES_SIGTERM = """\
+import os, signal, time, httpx
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+base = os.environ["OPENAI_BASE_URL"]
+key = os.environ["OPENAI_API_KEY"]
+body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+with httpx.Client(base_url=base, headers={"authorization": f"Bearer {key}"}, timeout=2) as http:
+    for i in range(1000):
+        body["messages"][0]["content"] = f"question {i}"
+        try:
+            http.post("/chat/completions", json=body)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.02)
+"""
+
+
+def test_an_agent_that_ignores_sigterm_is_a_finding(tmp_path: Path):
+    script = tmp_path / "stubborn.py"
+    script.write_text(IGNORES_SIGTERM)
+    agent = f"{sys.executable} {script}"
+    done, data, _ = game_day(tmp_path, "--phase", "ledger-pressure", "--agent-command", agent)
+    assert done.returncode == 0, done.stdout + done.stderr  # the boundary held; warn
+    (phase,) = data["phases"]
+    assert phase["verdict"] == "pass"
+    found = findings(data)["ledger-pressure"]["exits_on_sigterm"]
+    assert found["verdict"] == "finding", found
+    assert "killed" in found["summary"] and "SIGTERM" in found["advice"]
+
+
+def _day(mode: str | None):
+    from chaos.gameday.assertions import Check
+    from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult, PhaseRun
+
+    finding = {"check": "max_attempts", "title": "bounded attempts per logical call",
+               "verdict": "finding", "summary": "1 of 10 calls took more than 4 attempts",
+               "evidence": ["seq 6..23: 6 attempts"], "seqs": [[6, 23]], "advice": "one layer"}  # fmt: skip
+    ok = {**finding, "check": "honours_retry_after", "title": "honours Retry-After",
+          "verdict": "ok", "summary": "all waited", "advice": ""}  # fmt: skip
+    check = CheckResult(Check("c", "q", "equals", 1, 1, "pass", ""), 3)
+    run = PhaseRun(
+        name="run",
+        your_agent={"agents": ["polite"], "exit": {"polite": 0}, "calls": 12,
+                    "stderr_tail": {"polite": ["done <b>"]}, "findings": [finding, ok]},
+    )  # fmt: skip
+    yours = PhaseResult("circuit-breaker", "t", "", ("F03",), 1, "in-process", "gamedays/x.yaml",
+                        "r", 1.0, 20.0, (check,), (run,),
+                        {"replaced": ["polite"], "skipped_checks": ["about the agent"],
+                         "why_not": "", "checks": [], "policy": "", "command": "my agent"})  # fmt: skip
+    theirs = PhaseResult("partition", "t", "", ("F04",), 1, "in-process", "gamedays/y.yaml",
+                         "r", 1.0, 20.0, (check,), (PhaseRun(name="run"),),
+                         {"replaced": [], "why_not": "a shared route", "skipped_checks": []})  # fmt: skip
+    return GameDayResult((yours, theirs), "2026-01-01T00:00:00Z", 2.0, None, "0", False, mode)
+
+
+def test_findings_in_json_junit_and_html():
+    from chaos.gameday.report import render_html, render_junit
+    from chaos.gameday.results import GameDayResult
+
+    warn, fail = _day("warn"), _day("fail")
+    assert (warn.exit_code, fail.exit_code, warn.findings()) == (0, 1, 1)
+    again = GameDayResult.from_json(json.loads(json.dumps(warn.to_json())))
+    assert again.to_json() == warn.to_json() and again.agent_findings == "warn"
+    suites = {s.get("name"): s for s in ET.fromstring(render_junit(warn))}
+    yours = suites["your-agent"]
+    assert (yours.get("tests"), yours.get("failures"), yours.get("skipped")) == ("3", "0", "2")
+    skipped = [c.find("skipped").get("message") for c in yours if c.find("skipped") is not None]
+    assert skipped[0].startswith("finding (warn): 1 of 10 calls")
+    assert "a shared route" in skipped[1]
+    failed = {s.get("name"): s for s in ET.fromstring(render_junit(fail))}["your-agent"]
+    assert failed.get("failures") == "1" and failed.find("testcase/failure") is not None
+    html = render_html(warn, rows=[])
+    assert 'href="#your-agent"' in html and "one layer" in html and "a shared route" in html
+    assert "done &lt;b&gt;" in html  # the agent's stderr is escaped
+    plain = GameDayResult(warn.phases[:0], "2026-01-01T00:00:00Z", 2.0, None, "0")
+    assert "your-agent" not in render_html(plain, rows=[]) + render_junit(plain)
+
+
+_tables = st.dictionaries(
+    st.sampled_from(["caps", "resilience", "egress", "providers", "boundary", "secrets"]),
+    st.dictionaries(st.sampled_from(["allow", "a", "b", "max_usd"]), st.integers(0, 9), max_size=3),
+    max_size=5,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_tables, _tables)
+def test_merged_policy_phase_wins_and_no_upstream_comes_from_the_team(team, phase):
+    merged = merged_policy(team, phase)
+    assert "providers" not in merged or merged["providers"] == phase.get("providers")
+    for table, values in phase.items():
+        for key, value in values.items():
+            assert merged[table][key] == value  # the phase's settings are laid on top
+    team_allow = team.get("egress", {}).get("allow")
+    if team_allow is not None and "allow" not in phase.get("egress", {}):
+        assert "allow" not in merged.get("egress", {})
+
+
+def test_a_subprocess_phase_hands_the_merged_policy_on():
+    (killed,) = load_phases(["supervisor-killed"])
+    mine = for_user(killed, UserAgent(policy={"boundary": {"connect_timeout": 3.0}}))
+    for spec in mine.runs:
+        assert spec.data["policy"]["boundary"]["connect_timeout"] == 3.0  # run.yaml gets it
+        assert spec.scenario.agents == killed.runs[0].scenario.agents  # its own agents
+    assert mine.user_view["replaced"] == [] and mine.expect == killed.expect
