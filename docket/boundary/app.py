@@ -31,6 +31,7 @@ from docket.boundary.forward import (
 )
 from docket.boundary.guarded import Guards
 from docket.boundary.metrics import Metrics
+from docket.boundary.providers.client_marks import client_marks
 from docket.boundary.proxy import handle_proxy, is_proxy_request
 from docket.boundary.stop import StopRequest
 from docket.errors import EXIT_EVIDENCE_LOST
@@ -536,6 +537,7 @@ class Boundary:
                 request_sha256=request_digest(body),
                 max_output_tokens=facts.output_tokens_bound,
                 url=sanitize_url(route.target(rest, request.query)),
+                **client_marks(request.headers, self.scrub).as_fields(),  # docs/clients.md
                 **body_fields,
             )
         except LedgerFull as full:
