@@ -60,7 +60,7 @@ def missing_key_error() -> StubRequestError:
     return StubRequestError(401, "x-api-key header is required")
 
 
-def parse(body: bytes) -> Exchange:
+def parse(body: bytes, endpoint: str = "call") -> Exchange:  # one call endpoint
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):

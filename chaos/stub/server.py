@@ -240,8 +240,8 @@ class Stub:
             endpoint = self.provider.route(request.method, request.path)
             if self.config.require_key and self.provider.api_key(request.headers) is None:
                 raise self.provider.missing_key_error()
-            if endpoint == "call":
-                exchange = self.provider.parse(body)
+            if endpoint.startswith("call"):
+                exchange = self.provider.parse(body, endpoint)
         except StubRequestError as exc:
             problem = exc
         # kept before the behaviour is chosen (a chooser may read it), written to the

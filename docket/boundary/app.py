@@ -31,6 +31,7 @@ from docket.boundary.forward import (
 )
 from docket.boundary.guarded import Guards
 from docket.boundary.metrics import Metrics
+from docket.boundary.non_model import non_model_endpoint, relay_non_model
 from docket.boundary.providers.client_marks import client_marks
 from docket.boundary.proxy import handle_proxy, is_proxy_request
 from docket.boundary.stop import StopRequest
@@ -427,6 +428,10 @@ class Boundary:
                 }
                 or None,
             )
+            return
+        listing = non_model_endpoint(request.method, "/" + rest)
+        if listing is not None:  # a models list or lookup: relayed, recorded, no spend
+            await relay_non_model(self, route, rest, request, respond, listing)
             return
         if facts.endpoint == "other" or facts.model is None:
             await self.refuse(

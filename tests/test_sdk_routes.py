@@ -1,0 +1,133 @@
+"""Issue 14's small things, with the real SDKs through the boundary to the stub: the
+models list is relayed and recorded as a provider.call (no spend), and the stub
+answers the Responses API and embeddings the boundary routes."""
+
+from __future__ import annotations
+
+import anthropic
+import openai
+import trio
+from conftest import REAL_KEY, TOKEN
+
+from chaos.stub import fingerprint
+from chaos.stub.common import make_reply
+from docket.receipts.tally import Tally
+
+DEADLINE = 20
+CLAIMED_KEY_LOOKALIKE = "x" * 4
+
+
+def _tally(events: list[dict]) -> Tally:
+    tally = Tally()
+    for event in events:
+        tally.add(event)
+    return tally
+
+
+async def test_models_list_is_relayed_and_recorded_without_spend(stub_server, boundary_rig):
+    with trio.fail_after(DEADLINE):
+        async with (
+            stub_server("openai") as oa,
+            stub_server("anthropic") as an,
+            boundary_rig({"openai": oa, "anthropic": an}) as rig,
+        ):
+            o = openai.AsyncOpenAI(base_url=f"{rig.url}/openai/v1", api_key=TOKEN, max_retries=0)
+            a = anthropic.AsyncAnthropic(base_url=f"{rig.url}/anthropic", api_key=TOKEN, max_retries=0)
+            try:
+                listed = [m.id async for m in o.models.list()]
+                claude = [m.id async for m in a.models.list()]
+                # not a listing: still refused as not a model call
+                try:
+                    await o.files.list()
+                    refused = None
+                except openai.BadRequestError as exc:
+                    refused = exc.status_code
+                bad_token = openai.AsyncOpenAI(
+                    base_url=f"{rig.url}/openai/v1", api_key="not-the-token", max_retries=0
+                )
+                try:
+                    await bad_token.models.list()
+                    unauthorized = None
+                except openai.AuthenticationError as exc:
+                    unauthorized = exc.status_code
+                await bad_token.close()
+            finally:
+                await o.close()
+                await a.close()
+            upstream_keys = {e["key"] for e in oa.log} | {e["key"] for e in an.log}
+            upstream_paths = [e["path"] for e in oa.log] + [e["path"] for e in an.log]
+    assert listed == ["gpt-4o-mini", "gpt-4o", "gpt-4.1-mini"]
+    assert claude == ["claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-1"]
+    assert refused == 400 and unauthorized == 401
+    assert upstream_paths == ["/v1/models", "/v1/models"]  # neither refusal went upstream
+    assert upstream_keys == {fingerprint(REAL_KEY)}  # the real key, not the run token
+
+    events = rig.events()  # from the ledger's bytes
+    calls = [e for e in events if e["type"] == "provider.call"]
+    assert [(c["provider"], c["endpoint"], c["method"], c["status"]) for c in calls] == [
+        ("openai", "models.list", "GET", 200),
+        ("anthropic", "models.list", "GET", 200),
+    ]
+    assert all(c["bytes"] > 0 and c["duration_ms"] >= 0 for c in calls)
+    assert calls[0]["client_attempt"] == 0  # the SDKs mark a listing's attempts too
+    assert not [e for e in events if e["type"].startswith("model.")]
+    totals = _tally(events).to_claims()["totals"]
+    assert (totals["model_calls"], totals["cost_nusd"]) == (0, 0)
+    denied = [e for e in events if e["type"] == "policy.denied"]
+    assert sorted(d["rule"] for d in denied) == ["auth", "endpoint"]
+
+
+async def test_responses_and_embeddings_through_the_boundary(stub_server, boundary_rig):
+    with trio.fail_after(DEADLINE):
+        async with (
+            stub_server("openai", reply_tokens=5) as up,
+            boundary_rig({"openai": up}) as rig,
+        ):
+            o = openai.AsyncOpenAI(base_url=f"{rig.url}/openai/v1", api_key=TOKEN, max_retries=0)
+            try:
+                whole = await o.responses.create(
+                    model="gpt-4o-mini", input="sixteen bytes!!!", max_output_tokens=50
+                )
+                cut = await o.responses.create(
+                    model="gpt-4o-mini", input="sixteen bytes!!!", max_output_tokens=3
+                )
+                async with o.responses.stream(model="gpt-4o-mini", input="sixteen bytes!!!") as s:
+                    streamed = "".join(
+                        [e.delta async for e in s if e.type == "response.output_text.delta"]
+                    )
+                    final = await s.get_final_response()
+                vectors = await o.embeddings.create(
+                    model="text-embedding-3-small", input=["sixteen bytes!!!", "four"]
+                )
+                floats = await o.embeddings.create(
+                    model="text-embedding-3-small", input="four", encoding_format="float"
+                )
+            finally:
+                await o.close()
+    assert whole.output_text == make_reply(5, None).text and whole.status == "completed"
+    assert (whole.usage.input_tokens, whole.usage.output_tokens) == (4, 5)
+    assert cut.status == "incomplete" and cut.usage.output_tokens == 3
+    assert streamed == make_reply(5, None).text == final.output_text
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (4, 5)
+    assert [len(d.embedding) for d in vectors.data] == [8, 8]  # base64, decoded by the SDK
+    assert vectors.data[1].embedding == floats.data[0].embedding  # same text, same vector
+    assert vectors.usage.prompt_tokens == 5
+
+    events = rig.events()
+    requests = [e for e in events if e["type"] == "model.request"]
+    assert [(r["endpoint"], r["stream"]) for r in requests] == [
+        ("responses", False),
+        ("responses", False),
+        ("responses", True),
+        ("embeddings", False),
+        ("embeddings", False),
+    ]
+    closing = [e for e in events if e["type"] in ("model.response", "model.error")]
+    assert [e["type"] for e in closing] == ["model.response"] * 5
+    assert [(e["usage"]["input_tokens"], e["usage"]["output_tokens"]) for e in closing] == [
+        (4, 5),
+        (4, 3),
+        (4, 5),
+        (5, 0),
+        (1, 0),
+    ]
