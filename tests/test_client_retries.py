@@ -54,9 +54,7 @@ def _options(tmp_path, stub_url: str, out) -> RunOptions:
     )
 
 
-async def test_the_sdks_retries_are_marked_counted_and_verified(
-    stub_server, tmp_path, monkeypatch
-):
+async def test_the_sdks_retries_are_marked_counted_and_verified(stub_server, tmp_path, monkeypatch):
     monkeypatch.setenv("STUB_KEY", REAL_KEY)
     unavailable = steady(Behaviour(error="status", status=503, retry_after="0.01"))
     out_path = tmp_path / "agent.out"

@@ -32,7 +32,9 @@ async def test_models_list_is_relayed_and_recorded_without_spend(stub_server, bo
             boundary_rig({"openai": oa, "anthropic": an}) as rig,
         ):
             o = openai.AsyncOpenAI(base_url=f"{rig.url}/openai/v1", api_key=TOKEN, max_retries=0)
-            a = anthropic.AsyncAnthropic(base_url=f"{rig.url}/anthropic", api_key=TOKEN, max_retries=0)
+            a = anthropic.AsyncAnthropic(
+                base_url=f"{rig.url}/anthropic", api_key=TOKEN, max_retries=0
+            )
             try:
                 listed = [m.id async for m in o.models.list()]
                 claude = [m.id async for m in a.models.list()]
