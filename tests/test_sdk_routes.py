@@ -14,7 +14,6 @@ from chaos.stub.common import make_reply
 from docket.receipts.tally import Tally
 
 DEADLINE = 20
-CLAIMED_KEY_LOOKALIKE = "x" * 4
 
 
 def _tally(events: list[dict]) -> Tally:
@@ -133,3 +132,44 @@ async def test_responses_and_embeddings_through_the_boundary(stub_server, bounda
         (5, 0),
         (1, 0),
     ]
+
+
+def test_only_model_listings_are_relayed():
+    from docket.boundary.non_model import non_model_endpoint
+
+    assert non_model_endpoint("GET", "/v1/models") == "models.list"
+    assert non_model_endpoint("GET", "/v1/models/") == "models.list"
+    assert non_model_endpoint("GET", "/v1/models/gpt-4o-mini") == "models.retrieve"
+    assert non_model_endpoint("GET", "/v1/models/ft:gpt-4o:org@x.y") == "models.retrieve"
+    for method, path in [
+        ("POST", "/v1/models"),
+        ("DELETE", "/v1/models/ft:x"),
+        ("GET", "/v1/files"),
+        ("GET", "/v1/models/a/b"),
+        ("GET", "/v1/models/" + "x" * 129),
+        ("GET", "/v1/models/%2e%2e"),
+        ("GET", "/v1/models/../files"),
+        ("GET", "/v2/models"),
+    ]:
+        assert non_model_endpoint(method, path) is None, (method, path)
+
+
+async def test_an_unreachable_provider_is_recorded_and_answered_502(boundary_rig):
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with trio.fail_after(DEADLINE):
+        async with boundary_rig({"openai": ("openai", f"http://127.0.0.1:{port}")}) as rig:
+            o = openai.AsyncOpenAI(base_url=f"{rig.url}/openai/v1", api_key=TOKEN, max_retries=0)
+            try:
+                await o.models.list()
+                status = None
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+            finally:
+                await o.close()
+    assert status == 502
+    (call,) = rig.events("provider.call")
+    assert call["reason"] == "connect" and "status" not in call
