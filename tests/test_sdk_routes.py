@@ -37,6 +37,13 @@ async def test_models_list_is_relayed_and_recorded_without_spend(stub_server, bo
             try:
                 listed = [m.id async for m in o.models.list()]
                 claude = [m.id async for m in a.models.list()]
+                one = await o.models.retrieve("gpt-4o")
+                other = await a.models.retrieve("claude-haiku-4-5")
+                try:
+                    await o.models.retrieve("no-such-model")
+                    missing = None
+                except openai.NotFoundError as exc:
+                    missing = exc.status_code
                 # not a listing: still refused as not a model call
                 try:
                     await o.files.list()
@@ -59,8 +66,15 @@ async def test_models_list_is_relayed_and_recorded_without_spend(stub_server, bo
             upstream_paths = [e["path"] for e in oa.log] + [e["path"] for e in an.log]
     assert listed == ["gpt-4o-mini", "gpt-4o", "gpt-4.1-mini"]
     assert claude == ["claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-1"]
+    assert (one.id, other.id, missing) == ("gpt-4o", "claude-haiku-4-5", 404)
     assert refused == 400 and unauthorized == 401
-    assert upstream_paths == ["/v1/models", "/v1/models"]  # neither refusal went upstream
+    assert upstream_paths == [  # neither refusal went upstream
+        "/v1/models",
+        "/v1/models/gpt-4o",
+        "/v1/models/no-such-model",
+        "/v1/models",
+        "/v1/models/claude-haiku-4-5",
+    ]
     assert upstream_keys == {fingerprint(REAL_KEY)}  # the real key, not the run token
 
     events = rig.events()  # from the ledger's bytes
@@ -68,6 +82,9 @@ async def test_models_list_is_relayed_and_recorded_without_spend(stub_server, bo
     assert [(c["provider"], c["endpoint"], c["method"], c["status"]) for c in calls] == [
         ("openai", "models.list", "GET", 200),
         ("anthropic", "models.list", "GET", 200),
+        ("openai", "models.retrieve", "GET", 200),
+        ("anthropic", "models.retrieve", "GET", 200),
+        ("openai", "models.retrieve", "GET", 404),
     ]
     assert all(c["bytes"] > 0 and c["duration_ms"] >= 0 for c in calls)
     assert calls[0]["client_attempt"] == 0  # the SDKs mark a listing's attempts too
@@ -173,3 +190,37 @@ async def test_an_unreachable_provider_is_recorded_and_answered_502(boundary_rig
     assert status == 502
     (call,) = rig.events("provider.call")
     assert call["reason"] == "connect" and "status" not in call
+
+
+async def test_client_marks_carry_no_secret_into_the_ledger(stub_server, boundary_rig):
+    """The run token and the provider key, sent as the client's ids, and marks out of
+    grammar: none reaches the ledger's bytes; the headers' names are listed instead."""
+    with trio.fail_after(DEADLINE):
+        async with (
+            stub_server("openai") as up,
+            boundary_rig({"openai": up}) as rig,
+        ):
+            o = openai.AsyncOpenAI(base_url=f"{rig.url}/openai/v1", api_key=TOKEN, max_retries=0)
+            try:
+                await o.chat.completions.create(
+                    model="gpt-4o-mini",
+                    messages=[{"role": "user", "content": "hi"}],
+                    extra_headers={
+                        "idempotency-key": f"key-{TOKEN}",
+                        "x-request-id": REAL_KEY,
+                        "x-client-request-id": "ok-1",
+                        "x-stainless-retry-count": "99999",
+                    },
+                )
+            finally:
+                await o.close()
+    raw = rig.raw()
+    assert TOKEN.encode() not in raw and REAL_KEY.encode() not in raw
+    (request,) = rig.events("model.request")
+    assert request["client_ids"] == {"client_request_id": "ok-1"}
+    assert request["client_marks_rejected"] == [
+        "idempotency-key",
+        "x-request-id",
+        "x-stainless-retry-count",
+    ]
+    assert "client_attempt" not in request

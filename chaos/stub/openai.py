@@ -53,6 +53,11 @@ def route(method: str, path: str) -> str:
         return _CALLS[path]
     if path == "/v1/models" and method == "GET":
         return "models"
+    name = path.removeprefix("/v1/models/")
+    if name != path and method == "GET":
+        if name not in MODELS:
+            raise StubRequestError(404, f"The model '{name}' does not exist")
+        return f"models/{name}"
     raise StubRequestError(404, f"Invalid URL ({method} {path})")
 
 
@@ -203,14 +208,18 @@ def error(
     return dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
 
 
-def models(created: int) -> bytes:
+def _model(name: str, created: int) -> dict:
+    return {"id": name, "object": "model", "created": created, "owned_by": "docket-stub"}
+
+
+def models(created: int, name: str | None = None) -> bytes:
+    """The models list, or one model (`models.retrieve`) when `name` is given."""
+    if name is not None:
+        return dumps(_model(name, created))
     return dumps(
         {
             "object": "list",
-            "data": [
-                {"id": name, "object": "model", "created": created, "owned_by": "docket-stub"}
-                for name in MODELS
-            ],
+            "data": [_model(name, created) for name in MODELS],
         }
     )
 

@@ -287,9 +287,10 @@ class Stub:
             return
         created = int(self.clock.wall())
         provider = self.provider
-        if endpoint == "models":
+        if endpoint is not None and endpoint.startswith("models"):  # "models/<id>": one
             headers = provider.response_headers(seq, streaming=False)
-            await respond.simple(200, headers, provider.models(created))
+            name = endpoint.partition("/")[2] or None
+            await respond.simple(200, headers, provider.models(created, name))
             return
         assert exchange is not None
         reply = make_reply(self.config.reply_tokens, exchange.max_tokens)
