@@ -98,3 +98,29 @@ async def test_the_sdks_retries_are_marked_counted_and_verified(stub_server, tmp
     verdict = verify(outcome.receipt)
     assert not verdict.ok and verdict.code == "client_retries_mismatch", verdict.summary()
     assert verdict.field == "ops.client_retries.retries"
+
+
+async def test_the_reference_agent_marks_its_retries_like_an_sdk(
+    stub_server, tmp_path, monkeypatch
+):
+    """docket agent --mode backoff sends x-stainless-retry-count too: its retries of a
+    503 are on the record the same way (two calls, three attempts each)."""
+    monkeypatch.setenv("STUB_KEY", REAL_KEY)
+    unavailable = steady(Behaviour(error="status", status=503, retry_after="0.01"))
+    agent = [sys.executable, "-m", "docket", "agent", "--mode", "backoff", "--calls", "2"]
+    agent += ["--max-attempts", "3", "--backoff-base", "0.01", "--backoff-cap", "0.02"]
+    with trio.fail_after(DEADLINE), (tmp_path / "agent.out").open("w") as out:
+        async with stub_server("openai", choose=unavailable) as stub:
+            run = _options(tmp_path, stub.url, out)
+            run = RunOptions(
+                command=agent,
+                policy_path=run.policy_path,
+                ledger_dir=run.ledger_dir,
+                stdout=out,
+            )
+            outcome = await Supervisor(run).run()
+    requests = [e for e in read_chain(outcome.ledger) if e["type"] == "model.request"]
+    assert [r["client_attempt"] for r in requests] == [0, 1, 2, 0, 1, 2]
+    receipt = json.loads(outcome.receipt.read_text())
+    assert receipt["ops"]["client_retries"]["retries"] == 4
+    assert verify(outcome.receipt).ok
