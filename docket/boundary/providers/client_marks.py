@@ -28,6 +28,7 @@ ID_HEADERS = {
     b"x-client-request-id": "client_request_id",
     b"x-request-id": "request_id",
 }
+_WANTED = frozenset({ATTEMPT_HEADER, *ID_HEADERS})
 MAX_ID_CHARS = 128
 _ATTEMPT = re.compile(rb"0|[1-9][0-9]{0,2}")
 _ID = re.compile(rb"[\x21-\x7e]{1,%d}" % MAX_ID_CHARS)
@@ -58,6 +59,9 @@ class ClientMarks:
         return fields
 
 
+_NONE = ClientMarks()
+
+
 def _unchanged(text: str) -> str:
     return text
 
@@ -72,11 +76,13 @@ def client_marks(
     it changes is rejected rather than recorded with a marker in it.
     """
     seen: dict[bytes, list[bytes]] = {}
-    for name, value in headers:
-        key = (name if isinstance(name, bytes) else name.encode("latin-1")).lower()
-        if key == ATTEMPT_HEADER or key in ID_HEADERS:
-            raw = value if isinstance(value, bytes) else value.encode("latin-1", "replace")
+    for name, value in headers:  # on every call's path: the common case is kept cheap
+        key = name.lower() if type(name) is bytes else name.lower().encode("latin-1", "replace")
+        if key in _WANTED:
+            raw = value if type(value) is bytes else value.encode("latin-1", "replace")
             seen.setdefault(key, []).append(raw.strip(b" \t"))
+    if not seen:
+        return _NONE
     attempt: int | None = None
     ids: dict[str, str] = {}
     rejected: list[str] = []
