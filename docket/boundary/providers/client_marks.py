@@ -77,9 +77,9 @@ def client_marks(
     """
     seen: dict[bytes, list[bytes]] = {}
     for name, value in headers:  # on every call's path: the common case is kept cheap
-        key = name.lower() if type(name) is bytes else name.lower().encode("latin-1", "replace")
+        key = name.lower() if isinstance(name, bytes) else name.lower().encode("latin-1", "replace")
         if key in _WANTED:
-            raw = value if type(value) is bytes else value.encode("latin-1", "replace")
+            raw = value if isinstance(value, bytes) else value.encode("latin-1", "replace")
             seen.setdefault(key, []).append(raw.strip(b" \t"))
     if not seen:
         return _NONE
