@@ -224,3 +224,38 @@ async def test_client_marks_carry_no_secret_into_the_ledger(stub_server, boundar
         "x-stainless-retry-count",
     ]
     assert "client_attempt" not in request
+
+
+async def test_a_hostile_models_answer_is_scrubbed_or_refused(upstream_server, boundary_rig):
+    """An upstream that echoes the provider key in its models list (the key never
+    reaches the agent), and one whose list is past 4 MiB (a protocol failure, 502)."""
+    import httpx
+
+    from docket.boundary.non_model import MAX_ANSWER_BYTES
+
+    async def echo(request, respond):
+        auth = dict(request.headers).get(b"authorization", b"")
+        await respond.simple(200, [(b"x-echo", auth)], b'{"data": [], "key": "' + auth + b'"}')
+
+    async def huge(request, respond):
+        await respond.simple(200, [], b" " * (MAX_ANSWER_BYTES + 1))
+
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(echo, "openai") as e,
+            upstream_server(huge, "openai") as h,
+            boundary_rig({"echo": e, "huge": h}) as rig,
+        ):
+            auth = {"authorization": f"Bearer {TOKEN}"}
+            async with httpx.AsyncClient(timeout=10) as http:
+                echoed = await http.get(f"{rig.url}/echo/v1/models", headers=auth)
+                too_big = await http.get(f"{rig.url}/huge/v1/models", headers=auth)
+    assert echoed.status_code == 200 and REAL_KEY not in echoed.text
+    assert REAL_KEY not in echoed.headers["x-echo"] and "[redacted]" in echoed.text
+    assert too_big.status_code == 502
+    calls = rig.events("provider.call")
+    assert [(c["provider"], c.get("status"), c.get("reason")) for c in calls] == [
+        ("echo", 200, None),
+        ("huge", None, "protocol"),
+    ]
+    assert REAL_KEY.encode() not in rig.raw()
