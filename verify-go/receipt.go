@@ -161,6 +161,9 @@ var receiptShape = obj(map[string]*shape{
 			"unwritten_by_type": opt(&shape{mapOf: isCount}),
 		}),
 		"open_calls": opt(&shape{listOf: obj(map[string]*shape{"call_id": isStr, "seq": isCount})}),
+		"client_retries": opt(obj(map[string]*shape{
+			"marked": isCount, "retries": isCount, "by_attempt": &shape{mapOf: isCount},
+		})),
 	}),
 	"faults": obj(map[string]*shape{
 		"seed":     isIntOrNull,

@@ -80,8 +80,9 @@ type Tally struct {
 	gaps      uint64
 	lost      uint64
 	firstGap  *uint64
-	calls     []openCall     // every model.request with a call_id that opened a call, in seq order
-	open      map[string]int // call_id -> index in calls, while open
+	calls     []openCall        // every model.request with a call_id that opened a call, in seq order
+	open      map[string]int    // call_id -> index in calls, while open
+	attempts  map[uint64]uint64 // client_attempt -> model.request events carrying it (section 7.6)
 }
 
 func NewTally() *Tally {
@@ -92,6 +93,7 @@ func NewTally() *Tally {
 		breaches: map[string]*firstCap{},
 		faults:   map[string]uint64{},
 		open:     map[string]int{},
+		attempts: map[uint64]uint64{},
 	}
 }
 
@@ -312,8 +314,17 @@ func (t *Tally) onEnd(e *Value) {
 
 func (t *Tally) onRequest(e *Value) {
 	id, has := callID(e, "model.request")
+	attempt := e.Get("client_attempt")
+	marked := !attempt.IsNull()
+	var n uint64
+	if marked {
+		n = count(attempt, "model.request.client_attempt")
+	}
 	c := t.counters(modelOf(e, "model.request"))
 	c[cCalls]++
+	if marked {
+		t.attempts[n] = add(t.attempts[n], 1)
+	}
 	if has {
 		if _, open := t.open[id]; !open { // a second request with an open call's id keeps the first
 			seq, _ := e.Get("seq").Count()
@@ -449,6 +460,25 @@ func (t *Tally) OpenCalls() *Value {
 		}
 	}
 	return list
+}
+
+// ClientRetries: ops.client_retries as derived (section 7.6).
+func (t *Tally) ClientRetries() *Value {
+	keys := make([]uint64, 0, len(t.attempts))
+	for a := range t.attempts {
+		keys = append(keys, a)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	var marked, retries uint64
+	byAttempt := newObject()
+	for _, a := range keys {
+		marked = add(marked, t.attempts[a])
+		if a > 0 {
+			retries = add(retries, t.attempts[a])
+		}
+		byAttempt.Set(fmt.Sprint(a), num(t.attempts[a]))
+	}
+	return newObject().Set("marked", num(marked)).Set("retries", num(retries)).Set("by_attempt", byAttempt)
 }
 
 func usd(nusd uint64) string { return fmt.Sprintf("%d.%09d", nusd/1e9, nusd%1e9) }

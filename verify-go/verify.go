@@ -274,6 +274,14 @@ func Verify(receiptPath, ledgerPath string) (*Verdict, *InputError) {
 			return withFigures(failed(c.code, p, p+": "+what)), nil
 		}
 	}
+	// Section 7.6: absent means no request was marked.
+	claimedRetries := receipt.Get("ops").Get("client_retries")
+	if claimedRetries == nil {
+		claimedRetries = newObject().Set("marked", num(0)).Set("retries", num(0)).Set("by_attempt", newObject())
+	}
+	if p, what, found := firstDifference(claimedRetries, scan.Tally.ClientRetries(), "ops.client_retries", &ignored); found {
+		return withFigures(failed("client_retries_mismatch", p, p+": "+what)), nil
+	}
 	v = withFigures(&Verdict{OK: true, Claims: claims, Unbacked: unbackedPaths,
 		Complete: evidence.Get("ledger_complete").B, TailBytes: tailBytes})
 	return v, nil

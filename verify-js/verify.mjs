@@ -496,8 +496,9 @@ const RECEIPT_SHAPE = {
           optional: ['unrecorded_calls', 'last_error', 'unwritten_by_type', 'unverified_tail'],
         },
         open_calls: { arr: { obj: { call_id: T.str, seq: T.uint } } },
+        client_retries: { obj: { marked: T.uint, retries: T.uint, by_attempt: { map: T.uint } } },
       },
-      optional: ['open_calls'],
+      optional: ['open_calls', 'client_retries'],
     },
     faults: { obj: { seed: T.sintOrNull, plan: T.objOrNull, injected: T.uint, by_fault: { map: T.uint } } },
   },
@@ -560,6 +561,8 @@ class Tally {
     // call_id → seq of its earliest model.request since its last closing event (section 7.5:
     // calls are told apart by call_id, so a call_id is open once, however often it is asked).
     this.pending = new Map();
+    // client_attempt (decimal string) → model.request events carrying it (section 7.6).
+    this.attempts = new Map();
     this.bad = null; // the first malformed_event: {seq, offset, message}
   }
 
@@ -604,6 +607,9 @@ class Tally {
         if (model === undefined) return 'model.request: model is not a string';
         const callId = opt(ev, 'call_id');
         if (!isStrOrNull(callId)) return 'model.request: call_id is not a string';
+        const attempt = opt(ev, 'client_attempt');
+        if (attempt !== null && !isUint(attempt)) return 'model.request: client_attempt is not an integer in [0, 2^53-1]';
+        if (attempt !== null) this.attempts.set(String(attempt), sum(this.attempts.get(String(attempt)) || 0, 1));
         this.count(model, 'model_calls', 1);
         if (callId !== null && !this.pending.has(callId)) this.pending.set(callId, seq);
         return undefined;
@@ -700,6 +706,17 @@ class Tally {
     }
     c[counter] = sum(c[counter], n);
     this.totals[counter] = sum(this.totals[counter], n);
+  }
+
+  // ops.client_retries as derived (section 7.6).
+  clientRetries() {
+    let marked = 0;
+    let retries = 0;
+    for (const [attempt, n] of this.attempts) {
+      marked = sum(marked, n);
+      if (attempt !== '0') retries = sum(retries, n);
+    }
+    return obj([['marked', marked], ['retries', retries], ['by_attempt', this.attempts]]);
   }
 
   openCalls() {
@@ -1041,6 +1058,10 @@ function verify(receiptPath, ledgerPath) {
     const d = firstDiff(receipt.get(name), claims.get(name), name);
     if (d !== null) throw failed(code, `${d} is not what the ledger says`, { field: d });
   }
+  const ops = receipt.get('ops');
+  const noRetries = obj([['marked', 0], ['retries', 0], ['by_attempt', new Map()]]);
+  const retried = firstDiff(ops.has('client_retries') ? ops.get('client_retries') : noRetries, tally.clientRetries(), 'ops.client_retries');
+  if (retried !== null) throw failed('client_retries_mismatch', `${retried} is not what the ledger says`, { field: retried });
   return {
     events: chain.count,
     head: chain.head,

@@ -43,6 +43,11 @@ def route(method: str, path: str) -> str:
         return "call"
     if path == "/v1/models" and method == "GET":
         return "models"
+    name = path.removeprefix("/v1/models/")
+    if name != path and method == "GET":
+        if name not in MODELS:
+            raise StubRequestError(404, f"model: {name}")
+        return f"models/{name}"
     raise StubRequestError(404, "Not found")
 
 
@@ -60,7 +65,7 @@ def missing_key_error() -> StubRequestError:
     return StubRequestError(401, "x-api-key header is required")
 
 
-def parse(body: bytes) -> Exchange:
+def parse(body: bytes, endpoint: str = "call") -> Exchange:  # one call endpoint
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -170,11 +175,20 @@ def error(status: int, message: str, *, param: str | None = None, seq: int = 0) 
     )
 
 
-def models(created: int) -> bytes:
-    data = [
-        {"type": "model", "id": name, "display_name": name, "created_at": "2025-01-01T00:00:00Z"}
-        for name in MODELS
-    ]
+def models(created: int, name: str | None = None) -> bytes:
+    """The models list, or one model (`models.retrieve`) when `name` is given."""
+
+    def one(name: str) -> dict:
+        return {
+            "type": "model",
+            "id": name,
+            "display_name": name,
+            "created_at": "2025-01-01T00:00:00Z",
+        }
+
+    if name is not None:
+        return dumps(one(name))
+    data = [one(name) for name in MODELS]
     return dumps({"data": data, "has_more": False, "first_id": MODELS[0], "last_id": MODELS[-1]})
 
 

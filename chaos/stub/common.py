@@ -47,6 +47,10 @@ class Exchange:
     input_tokens: int
     max_tokens: int | None
     include_usage: bool = False  # OpenAI's stream_options.include_usage
+    endpoint: str = "call"  # the route: "call" (chat, messages) or an openai_extra one
+    inputs: tuple[str, ...] = ()  # embeddings: the texts
+    encoding: str = "float"  # embeddings: "float" or "base64"
+    dimensions: int = 0  # embeddings: the vectors' length
 
 
 @dataclass(frozen=True)

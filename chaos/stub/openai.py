@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from chaos.stub import openai_extra
 from chaos.stub.common import (
     Exchange,
     Reply,
@@ -37,13 +38,26 @@ _ERROR_TYPES = {
 }
 
 
+_CALLS = {
+    "/v1/chat/completions": "call",
+    "/v1/responses": openai_extra.RESPONSES,
+    "/v1/embeddings": openai_extra.EMBEDDINGS,
+}
+
+
 def route(method: str, path: str) -> str:
-    """Which endpoint: "call" or "models"; StubRequestError(404) otherwise."""
+    """Which endpoint: a model call ("call", "call:responses", "call:embeddings") or
+    "models"; StubRequestError(404) otherwise."""
     path = path.rstrip("/")
-    if path == "/v1/chat/completions" and method == "POST":
-        return "call"
+    if path in _CALLS and method == "POST":
+        return _CALLS[path]
     if path == "/v1/models" and method == "GET":
         return "models"
+    name = path.removeprefix("/v1/models/")
+    if name != path and method == "GET":
+        if name not in MODELS:
+            raise StubRequestError(404, f"The model '{name}' does not exist")
+        return f"models/{name}"
     raise StubRequestError(404, f"Invalid URL ({method} {path})")
 
 
@@ -62,7 +76,7 @@ def missing_key_error() -> StubRequestError:
     )
 
 
-def parse(body: bytes) -> Exchange:
+def parse(body: bytes, endpoint: str = "call") -> Exchange:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -74,6 +88,10 @@ def parse(body: bytes) -> Exchange:
     model = data.get("model")
     if not isinstance(model, str) or not model:
         raise StubRequestError(400, "you must provide a model parameter", param="model")
+    if endpoint == openai_extra.RESPONSES:
+        return openai_extra.parse_responses(data, model)
+    if endpoint == openai_extra.EMBEDDINGS:
+        return openai_extra.parse_embeddings(data, model)
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
         raise StubRequestError(
@@ -119,7 +137,12 @@ def _finish_reason(reply: Reply) -> str:
 
 
 def whole(ex: Exchange, reply: Reply, seq: int, created: int) -> bytes:
-    """The body of a non-streamed answer: one chat.completion object."""
+    """The body of a non-streamed answer: one chat.completion object (or a Response,
+    or embeddings, for those endpoints)."""
+    if ex.endpoint == openai_extra.RESPONSES:
+        return openai_extra.whole_response(ex, reply, seq, created)
+    if ex.endpoint == openai_extra.EMBEDDINGS:
+        return openai_extra.embeddings(ex)
     return dumps(
         {
             "id": ident(seq),
@@ -148,6 +171,9 @@ def whole(ex: Exchange, reply: Reply, seq: int, created: int) -> bytes:
 
 def frames(ex: Exchange, reply: Reply, seq: int, created: int) -> Iterator[tuple[bytes, bool]]:
     """The SSE frames of a streamed answer, each with whether it carries a token."""
+    if ex.endpoint == openai_extra.RESPONSES:
+        yield from openai_extra.response_frames(ex, reply, seq, created)
+        return
 
     def chunk(choices: list, *, usage_value: object = None) -> bytes:
         body: dict = {
@@ -182,14 +208,18 @@ def error(
     return dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
 
 
-def models(created: int) -> bytes:
+def _model(name: str, created: int) -> dict:
+    return {"id": name, "object": "model", "created": created, "owned_by": "docket-stub"}
+
+
+def models(created: int, name: str | None = None) -> bytes:
+    """The models list, or one model (`models.retrieve`) when `name` is given."""
+    if name is not None:
+        return dumps(_model(name, created))
     return dumps(
         {
             "object": "list",
-            "data": [
-                {"id": name, "object": "model", "created": created, "owned_by": "docket-stub"}
-                for name in MODELS
-            ],
+            "data": [_model(name, created) for name in MODELS],
         }
     )
 

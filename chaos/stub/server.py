@@ -240,8 +240,8 @@ class Stub:
             endpoint = self.provider.route(request.method, request.path)
             if self.config.require_key and self.provider.api_key(request.headers) is None:
                 raise self.provider.missing_key_error()
-            if endpoint == "call":
-                exchange = self.provider.parse(body)
+            if endpoint.startswith("call"):
+                exchange = self.provider.parse(body, endpoint)
         except StubRequestError as exc:
             problem = exc
         # kept before the behaviour is chosen (a chooser may read it), written to the
@@ -287,9 +287,10 @@ class Stub:
             return
         created = int(self.clock.wall())
         provider = self.provider
-        if endpoint == "models":
+        if endpoint is not None and endpoint.startswith("models"):  # "models/<id>": one
             headers = provider.response_headers(seq, streaming=False)
-            await respond.simple(200, headers, provider.models(created))
+            name = endpoint.partition("/")[2] or None
+            await respond.simple(200, headers, provider.models(created, name))
             return
         assert exchange is not None
         reply = make_reply(self.config.reply_tokens, exchange.max_tokens)

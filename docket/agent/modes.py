@@ -55,7 +55,7 @@ class Agent:
             self._warned.add(key)
             print(f"docket agent: {message}", file=self.err, flush=True)
 
-    async def call(self, n: int, *, stream: bool = False) -> Outcome:
+    async def call(self, n: int, *, stream: bool = False, attempt: int = 0) -> Outcome:
         import httpx
 
         config = self.config
@@ -64,6 +64,9 @@ class Agent:
             **config.auth_headers(),
             "content-type": "application/json",
             "user-agent": f"docket-agent/{__version__}",
+            # Which try of call n this is, in the header the openai and anthropic SDKs
+            # use: the ledger tells its retries from new calls (docs/clients.md).
+            "x-stainless-retry-count": str(attempt),
         }
         sent = False
 
@@ -198,7 +201,7 @@ class Agent:
         for n in range(self.config.calls):
             attempt = 0
             while True:
-                outcome = await self.call(n)
+                outcome = await self.call(n, attempt=attempt)
                 if outcome.policy_denied:
                     self.tally.stopped = POLICY_DENIED
                     return

@@ -31,6 +31,8 @@ from docket.boundary.forward import (
 )
 from docket.boundary.guarded import Guards
 from docket.boundary.metrics import Metrics
+from docket.boundary.non_model import non_model_endpoint, relay_non_model
+from docket.boundary.providers.client_marks import client_marks
 from docket.boundary.proxy import handle_proxy, is_proxy_request
 from docket.boundary.stop import StopRequest
 from docket.errors import EXIT_EVIDENCE_LOST
@@ -427,6 +429,10 @@ class Boundary:
                 or None,
             )
             return
+        listing = non_model_endpoint(request.method, "/" + rest)
+        if listing is not None:  # a models list or lookup: relayed, recorded, no spend
+            await relay_non_model(self, route, rest, request, respond, listing)
+            return
         if facts.endpoint == "other" or facts.model is None:
             await self.refuse(
                 respond,
@@ -536,6 +542,7 @@ class Boundary:
                 request_sha256=request_digest(body),
                 max_output_tokens=facts.output_tokens_bound,
                 url=sanitize_url(route.target(rest, request.query)),
+                **client_marks(request.headers, self.scrub).as_fields(),  # docs/clients.md
                 **body_fields,
             )
         except LedgerFull as full:

@@ -56,6 +56,7 @@ EVENT_TYPES = CONTROL_TYPES | frozenset(
         "evidence.gap",
         "evidence.low_disk",
         "cache.hit",
+        "provider.call",  # a relayed call that is not a model call (a models list): no spend
     }
 )
 

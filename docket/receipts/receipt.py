@@ -137,6 +137,10 @@ RECEIPT_SHAPE = {
         },
         # Calls whose model.request no closing event follows (section 6.2); absent: none.
         "open_calls": _Optional(_ListOf({"call_id": _str, "seq": _count})),
+        # The client's own retries, by its attempt marker (section 7.6); absent: none marked.
+        "client_retries": _Optional(
+            {"marked": _count, "retries": _count, "by_attempt": _MapOf(_count)}
+        ),
     },
     "faults": {
         "seed": _int_or_null,
@@ -243,6 +247,9 @@ def build_receipt(
     open_calls = tally.open_calls()
     if open_calls:  # said only when there are some, so a receipt without any is unchanged
         receipt["ops"]["open_calls"] = open_calls
+    client_retries = tally.client_retries()
+    if client_retries["marked"]:  # likewise: a run no client marked keeps the old shape
+        receipt["ops"]["client_retries"] = client_retries
     found = shape_problem(receipt, RECEIPT_SHAPE)
     if found:
         raise ValueError(f"receipt field {found[0]} {found[1]}")

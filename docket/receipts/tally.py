@@ -228,6 +228,9 @@ class Tally:
         # call_id -> seq of each model.request no closing event has followed yet. Bounded
         # by the calls in flight at once: a closed call is dropped.
         self.open: dict[str, int] = {}
+        # model.request's client_attempt (the SDK's x-stainless-retry-count) -> requests
+        # carrying it; bounded by the distinct attempts, not the requests.
+        self.client_attempts: dict[int, int] = {}
         self._fold = {
             "session.start": self._on_start,
             "session.end": self._on_end,
@@ -265,13 +268,28 @@ class Tally:
 
     def _on_request(self, event: dict) -> None:
         call_id = _call_id(event)
+        attempt = event.get("client_attempt")
+        if attempt is not None:
+            attempt = _count(attempt, "model.request.client_attempt")
         model = event.get("model")
         counters = self.models.get(model) if type(model) is str else None
         if counters is None:
             counters = self._counters(_model(event))
         counters[_CALLS] += 1
+        if attempt is not None:
+            self.client_attempts[attempt] = self.client_attempts.get(attempt, 0) + 1
         if call_id is not None:
             self.open.setdefault(call_id, event["seq"])
+
+    def client_retries(self) -> dict:
+        """The receipt's ops.client_retries (spec section 7.6): model.request events that
+        carry the client's attempt marker, those that are a retry (attempt 1 or more),
+        and the requests per attempt (keys: the attempt in decimal)."""
+        return {
+            "marked": sum(self.client_attempts.values()),
+            "retries": sum(n for a, n in self.client_attempts.items() if a > 0),
+            "by_attempt": {str(a): self.client_attempts[a] for a in sorted(self.client_attempts)},
+        }
 
     def open_calls(self) -> list[dict]:
         """The model.request events no closing event follows, in seq order: calls

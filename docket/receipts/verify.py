@@ -36,6 +36,7 @@ from docket.receipts.tally import EVIDENCE_EXTRA, EVIDENCE_FIELDS, UNBACKED, Tal
 __all__ = [
     "BYTES_MISMATCH",
     "CAPS_MISMATCH",
+    "CLIENT_RETRIES_MISMATCH",
     "CLAIM_CHECKS",
     "COUNT_MISMATCH",
     "DURATION_MISMATCH",
@@ -83,6 +84,9 @@ PRICING_MISMATCH = "pricing_mismatch"
 CAPS_MISMATCH = "caps_mismatch"
 POLICY_MISMATCH = "policy_mismatch"
 FAULTS_MISMATCH = "faults_mismatch"
+CLIENT_RETRIES_MISMATCH = "client_retries_mismatch"
+# ops.client_retries when the receipt omits it (spec section 7.6): no request was marked.
+NO_CLIENT_RETRIES = {"marked": 0, "retries": 0, "by_attempt": {}}
 
 # Input error codes (exit 2): verification could not start.
 RECEIPT_UNREADABLE = "receipt_unreadable"
@@ -542,6 +546,12 @@ def verify(
         found = first_difference(receipt[key], claims[key], key, unbacked)
         if found:
             return _failed(code, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
+    stated = receipt["ops"].get("client_retries", NO_CLIENT_RETRIES)
+    found = first_difference(stated, scan.tally.client_retries(), "ops.client_retries", unbacked)
+    if found:
+        return _failed(
+            CLIENT_RETRIES_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
+        )
     return Verdict(
         ok=True,
         claims=claims,

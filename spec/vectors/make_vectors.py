@@ -363,6 +363,34 @@ def unicode_run() -> list[Entry]:
     ]
 
 
+def marked(entries: list[Entry], attempt: object) -> list[Entry]:
+    """A call's entries with the client's attempt marker on its model.request."""
+    request, *rest = entries
+    return [
+        Entry(request.type, request.mono_ms, request.fields | {"client_attempt": attempt}),
+        *rest,
+    ]
+
+
+def client_retry_run() -> list[Entry]:
+    """Two logical calls by an SDK that retries a 503 twice (attempts 0, 1, 2 each),
+    then one call with no marker (a client that sends none)."""
+    entries = [start()]
+    mono = 100
+    for logical in range(2):
+        for attempt in range(3):
+            call_id = f"call-{logical * 3 + attempt + 1:04d}"
+            if attempt < 2:
+                one = failed_call(mono, call_id, "gpt-4o-mini", 503, 0)
+            else:
+                one = call(mono, call_id, "gpt-4o-mini", 200, 40)
+            entries += marked(one, attempt)
+            mono += 1000
+    entries += call(mono, "call-0007", "gpt-4o", 300, 20)
+    entries.append(end(mono + 2000))
+    return entries
+
+
 # ---------------------------------------------------------------- receipts
 
 
@@ -1285,6 +1313,72 @@ def make(out: Path) -> None:
         no_line,
         "head_mismatch",
         field="ledger.head",
+    )
+
+    # -- the client's own retries (section 7.6), added with ops.client_retries
+    retried = chain(client_retry_run())
+    retried_receipt = receipt_for(retried, COMPLETE)
+    v.ok(
+        "ok-client-retries",
+        "an SDK retried two calls twice each (client_attempt 0, 1, 2): ops.client_retries says "
+        "6 marked requests, 4 retries",
+        retried,
+        retried_receipt,
+    )
+    unstated = copy.deepcopy(retried_receipt)
+    del unstated["ops"]["client_retries"]
+    v.fail(
+        "client-retries-omitted",
+        "as ok-client-retries, with ops.client_retries removed (absent: all zero)",
+        None,
+        unstated,
+        "client_retries_mismatch",
+        ledger_arg="ok-client-retries/ledger.jsonl",
+        field="ops.client_retries.by_attempt.0",
+    )
+    v.fail(
+        "client-retries-lowered",
+        "as ok-client-retries, with ops.client_retries.retries said to be 3",
+        None,
+        edited(retried_receipt, "ops.client_retries.retries", 3),
+        "client_retries_mismatch",
+        ledger_arg="ok-client-retries/ledger.jsonl",
+        field="ops.client_retries.retries",
+    )
+    v.fail(
+        "client-retries-claimed-unmarked",
+        "ok-basic's receipt claiming a retry its ledger's requests do not mark",
+        None,
+        edited(
+            basic_receipt, "ops.client_retries", {"marked": 1, "retries": 1, "by_attempt": {"1": 1}}
+        ),
+        "client_retries_mismatch",
+        ledger_arg="ok-basic/ledger.jsonl",
+        field="ops.client_retries.by_attempt.1",
+    )
+    v.fail(
+        "client-retries-malformed",
+        "ops.client_retries.retries is a string",
+        None,
+        edited(retried_receipt, "ops.client_retries.retries", "4"),
+        "receipt_malformed",
+        ledger_arg="ok-client-retries/ledger.jsonl",
+        field="ops.client_retries.retries",
+    )
+    entries = client_retry_run()
+    entries[3:5] = marked(entries[3:5], "1")
+    bad_attempt = chain(entries)
+    good = receipt_for(retried, COMPLETE)
+    v.fail(
+        "client-attempt-not-integer",
+        "client_attempt is a string in the model.request at seq 3 (re-chained, receipt re-pointed)",
+        bad_attempt.data,
+        edited(
+            edited(good, "ledger.head", bad_attempt.head), "ledger.bytes", len(bad_attempt.data)
+        ),
+        "malformed_event",
+        seq=3,
+        offset=bad_attempt.offsets[3],
     )
 
     v.write_manifest()
