@@ -556,7 +556,8 @@ class Concentration(Pattern):
 
     def findings(self) -> list[Finding]:
         lim = self.limits
-        out = []
+        out: list[Finding] = []
+        named: set[tuple[str, tuple[int, ...]]] = set()  # (of, figures) already named
         for axis in ("provider", "model"):
             groups = {name: g for (a, name), g in self.groups.items() if a == axis}
             if len(groups) < 2:
@@ -572,28 +573,32 @@ class Concentration(Pattern):
                 for name, g in groups.items():
                     share, call_share = g[i] / total, g[0] / calls
                     if (
-                        share >= lim.concentration_share
-                        and share >= lim.concentration_lift * call_share
+                        share < lim.concentration_share
+                        or share < lim.concentration_lift * call_share
                     ):
-                        out.append(
-                            Finding(
-                                self.name,
-                                f"{axis} {name} holds {share:.0%} of the {what} "
-                                f"with {call_share:.0%} of the calls",
-                                {
-                                    "axis": axis,
-                                    "name": name,
-                                    "of": what,
-                                    "share": round(share, 4),
-                                    "call_share": round(call_share, 4),
-                                    "calls": g[0],
-                                    "failures": g[2],
-                                },
-                                g[1],
-                                g[0],
-                                0,
-                            )
+                        continue
+                    if (what, tuple(g)) in named:  # a provider's only model: said once
+                        continue
+                    named.add((what, tuple(g)))
+                    out.append(
+                        Finding(
+                            self.name,
+                            f"{axis} {name} holds {share:.0%} of the {what} "
+                            f"with {call_share:.0%} of the calls",
+                            {
+                                "axis": axis,
+                                "name": name,
+                                "of": what,
+                                "share": round(share, 4),
+                                "call_share": round(call_share, 4),
+                                "calls": g[0],
+                                "failures": g[2],
+                            },
+                            g[1],
+                            g[0],
+                            0,
                         )
+                    )
         return out
 
 
