@@ -164,3 +164,24 @@ def slow_write(path: str, calls: int, gap_s: float, end: bool = True) -> None:
                 await trio.sleep(3600)  # a run that is still going: the test stops it
 
     trio.run(main)
+
+
+def seal(ledger: Path) -> Path:
+    """Write receipt.json beside a finished ledger, as the recorder does at a run's end."""
+    from docket.receipts.receipt import build_receipt, write_receipt
+    from docket.receipts.verify import scan_ledger
+
+    scan = scan_ledger(ledger)
+    assert scan.chain_error is None and scan.tally.end is not None
+    receipt = build_receipt(
+        scan.tally,
+        ledger_path=ledger,
+        head=scan.head,
+        count=scan.events,
+        size=scan.size,
+        evidence=scan.tally.end["evidence"],
+        version="0.1.0",
+    )
+    path = ledger.parent / "receipt.json"
+    write_receipt(path, receipt)
+    return path
