@@ -336,3 +336,15 @@ def test_the_run_policy_accepts_an_explain_table(tmp_path):
     policy = tmp_path / "docket.toml"
     policy.write_text("[caps]\nmax_usd = 1\n[explain]\nretry_min_recalls = 20\n")
     assert load_policy(policy).caps.max_usd == 1
+
+
+def test_the_init_templates_explain_examples_are_valid(tmp_path):
+    import re
+
+    from docket.policy import template_text
+
+    uncommented = re.sub(r"^# (\w+ = .*)$", r"\1", template_text(), flags=re.M)
+    policy = tmp_path / "docket.toml"
+    policy.write_text(uncommented)
+    limits = load_thresholds(str(policy))
+    assert limits.write_scope == ("src", "tests") and limits.retry_min_recalls == 10

@@ -17,7 +17,7 @@ import pytest
 from docket.cli import main
 from docket.reading.explain import explain_ledger
 
-# What each phase's ledger shows, by the evidence in it (docs/explain.md):
+# What each phase's ledger shows, by the evidence in it (docs/reading.md):
 # - runaway-loop (both runs): a loop and a hammer send near-same calls until a cap refuses them.
 # - retry-storm: the hammer calls again within milliseconds of each 429 that said Retry-After.
 # - partition: the looper and the hammer call again within milliseconds of each load-shed

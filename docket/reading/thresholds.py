@@ -3,7 +3,7 @@
 Overridable in the policy file's [explain] table (docket.toml), one key per
 field below, e.g. `[explain]` then `retry_min_recalls = 20`. They tune what is
 *named*, never what is recorded, so they are not part of the policy's digest.
-docs/explain.md says why each default is what it is.
+docs/reading.md says why each default is what it is.
 """
 
 from __future__ import annotations
