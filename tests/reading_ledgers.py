@@ -185,3 +185,39 @@ def seal(ledger: Path) -> Path:
     path = ledger.parent / "receipt.json"
     write_receipt(path, receipt)
     return path
+
+
+def bulk(path: Path, calls: int) -> Path:
+    """A long, valid ledger fast (encode_line, no fsync): `calls` answered calls, each
+    with a ~1 KB request record, for size-dependence tests."""
+    from docket.ledger.chain import GENESIS, encode_body, encode_line, line_hash
+
+    script = Script()
+    prev, seq = GENESIS, 0
+    pad = "x" * 700
+    with open(path, "wb") as f:
+
+        def put(type: str, fields: dict) -> None:
+            nonlocal prev, seq
+            line = encode_line(
+                seq=seq,
+                ts="2026-12-01T00:00:00.000Z",
+                mono_ms=seq,
+                type=type,
+                prev=prev,
+                body=encode_body(fields),
+            )
+            f.write(line + b"\n")
+            prev, seq = line_hash(line), seq + 1
+
+        put(*script.steps[0][1:])
+        for i in range(calls):
+            script.steps = []
+            script.call(body=f"bulk {i}")
+            (_, t1, f1), (_, t2, f2) = script.steps
+            put(t1, {**f1, "note": pad})
+            put(t2, f2)
+        script.steps = []
+        script.end()
+        put(*script.steps[0][1:])
+    return path

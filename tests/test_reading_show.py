@@ -3,6 +3,7 @@ process is still writing."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import selectors
@@ -193,3 +194,57 @@ def test_follow_refuses_a_tampered_line_as_it_arrives(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "chain_break at seq 3" in captured.err
     assert len(captured.out.splitlines()) == 3  # the lines before the break
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_terminal_form_is_styled_and_still_escapes_fields(tmp_path):
+    from docket.reading.show import Filter, show_command
+
+    s = Script()
+    s.call(model="gpt-4o-mini").call(fail="reset")
+    s.refusal("policy.denied", rule="caps.\x1b[2Jmax_usd")
+    path = s.end().write(tmp_path / "ledger.jsonl")
+    out = _Terminal()
+    assert show_command(str(path), Filter(), as_json=False, follow=False, out=out) == 0
+    text = out.getvalue()
+    assert "\x1b[31m" in text or "\x1b[1;31m" in text  # the failure and the refusal in red
+    assert "\x1b[2J" not in text and "\\x1b[2J" in text
+    assert "model.error" in text and len(text.splitlines()) == 7
+
+
+# The child's own peak (VmHWM of its memory since exec): a forked child's ru_maxrss
+# would count the parent's pages it started as a copy of.
+PEAK = (
+    "import sys\n"
+    "from docket.cli import main\n"
+    "rc = main(sys.argv[1:])\n"
+    "hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0]\n"
+    "print(hwm.split()[1], file=sys.stderr)\n"
+    "sys.exit(rc)\n"
+)
+
+
+def _peak_rss_kib(argv: list[str]) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return int(done.stderr.split()[-1])
+
+
+def test_memory_does_not_grow_with_the_ledger(tmp_path):
+    from reading_ledgers import bulk
+
+    small = bulk(tmp_path / "small.jsonl", 500)
+    big = bulk(tmp_path / "big.jsonl", 10_000)
+    assert big.stat().st_size > 10 * 1_000_000 > 10 * small.stat().st_size
+    rss = {p.name: _peak_rss_kib(["show", str(p)]) for p in (small, big)}
+    # 20x the ledger, the same memory (within 4 MiB of allocator noise)
+    assert rss["big.jsonl"] - rss["small.jsonl"] < 4096, rss
