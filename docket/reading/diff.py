@@ -170,7 +170,8 @@ def _render(who_a: dict, who_b: dict, rows: list[dict], notes: list[str], total:
         return
     table = Table(show_edge=False, pad_edge=False)
     for name, justify in (("figure", "left"), ("A", "right"), ("B", "right"), ("delta", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]  # rich's literal type
+        # fold, never cut: a figure's name is the one thing the row must show whole
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]  # rich's literal type
     for r in rows:
         table.add_row(
             escape(r["figure"]),

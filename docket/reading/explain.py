@@ -133,6 +133,15 @@ def explain_command(target: str, *, policy: str | None, as_json: bool) -> int:
     return EXIT_OK
 
 
+def _plain(value: object) -> str:
+    """An evidence value as a person reads it: a count per name as `name n, name n`."""
+    if isinstance(value, dict):
+        return "(" + ", ".join(f"{k} {v}" for k, v in value.items()) + ")"
+    if isinstance(value, list):
+        return "(" + ", ".join(map(str, value)) + ")"
+    return str(value)
+
+
 def render(report: dict) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -154,7 +163,7 @@ def render(report: dict) -> None:
             f"{impact['calls']} calls  {impact['wall_ms'] / 1000:.1f} s"
         )
         console.print(f"   {escape(f['summary'])}")
-        evidence = ", ".join(f"{k} {v}" for k, v in f["evidence"].items() if v is not None)
+        evidence = ", ".join(f"{k} {_plain(v)}" for k, v in f["evidence"].items() if v is not None)
         console.print(f"   [dim]evidence: {escape(evidence)}[/dim]")
     for name, why in report["not_judged"].items():
         console.print(f"\n[yellow]{name}: not judged[/yellow] ({escape(why)})")
