@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,20 @@ def test_diff_a_receipt_whose_ledger_is_damaged(tmp_path, good, capsys, damage):
         (other / "ledger.jsonl").write_bytes(good.read_bytes()[:-20])
     problem = {"tampered": "chain_break", "torn": "torn_tail", "missing": "no such file"}[damage]
     _one_line_exit_2(capsys, ["diff", str(receipt), str(other / "receipt.json")], problem)
+
+
+@pytest.mark.parametrize("verb", ["explain", "show"])
+def test_a_line_being_written_under_a_live_writers_lock_is_not_a_tear(tmp_path, good, capsys, verb):
+    from docket.ledger.lock import LedgerLock
+
+    path = tmp_path / "live.jsonl"
+    path.write_bytes(good.read_bytes()[:-20])  # the last line's write, in progress
+    with LedgerLock(path):  # the writer is alive: it holds the ledger's lock
+        assert main([verb, str(path), *(["--json"] if verb == "explain" else [])]) == 0
+    out = capsys.readouterr().out
+    if verb == "explain":
+        assert '"live_writer_pid": ' + str(os.getpid()) in out
+    else:
+        assert len(out.splitlines()) == 7  # every complete line; the partial one waits
+    assert main([verb, str(path)]) == 2  # no writer: the same bytes are a torn tail
+    assert "torn tail" in capsys.readouterr().err

@@ -117,9 +117,13 @@ class Explainer:
 
 def explain_ledger(path: Path, limits: Thresholds = DEFAULTS) -> dict:
     explainer = Explainer(limits)
-    for event in read_events(path):
+    live: list[int] = []
+    for event in read_events(path, live):
         explainer.add(event)
-    return explainer.report(str(path))
+    report = explainer.report(str(path))
+    # a run still being written: explained as far as its last complete line
+    report["live_writer_pid"] = live[0] if live else None
+    return report
 
 
 def explain_command(target: str, *, policy: str | None, as_json: bool) -> int:
@@ -147,7 +151,10 @@ def render(report: dict) -> None:
     from rich.markup import escape
 
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
-    ended = f"; ended: {report['ended']}" if report["ended"] else "; no session.end"
+    if report.get("live_writer_pid"):
+        ended = f"; still being written (pid {report['live_writer_pid']}): so far"
+    else:
+        ended = f"; ended: {report['ended']}" if report["ended"] else "; no session.end"
     console.print(
         f"[bold]{escape(str(report['run_id']))}[/bold]: {report['events']} events, "
         f"{report['model_calls']} model calls, ${report['usd']}, "

@@ -17,6 +17,7 @@ from pathlib import Path
 from docket.errors import InputError
 from docket.inputs import existing_file
 from docket.ledger.chain import ChainError, ChainVerifier
+from docket.ledger.lock import holder_pid
 from docket.ledger.reader import LEDGER_MAGIC, Lines, LineTooLong
 from docket.receipts.tally import Tally, TallyError
 
@@ -75,9 +76,13 @@ class EventReader:
         return event
 
 
-def read_lines(path: Path) -> Iterator[tuple[bytes, dict]]:
+def read_lines(path: Path, live: list[int] | None = None) -> Iterator[tuple[bytes, dict]]:
     """Each line of a whole ledger, as its bytes and its checked event; then the torn
-    tail, if any, as an InputError (the events before it are yielded first)."""
+    tail, if any, as an InputError (the events before it are yielded first).
+
+    A tail while a writer holds the ledger's lock is a line being written, not a tear:
+    the lines before it are the run so far, and the writer's pid is appended to `live`.
+    """
     reader = EventReader(path)
     lines = Lines(path)
     try:
@@ -88,6 +93,11 @@ def read_lines(path: Path) -> Iterator[tuple[bytes, dict]]:
     except OSError as exc:
         raise InputError(f"ledger {path}: cannot read ({exc.strerror})") from None
     if lines.tail:
+        writer = holder_pid(path)
+        if writer is not None:
+            if live is not None:
+                live.append(writer)
+            return
         raise InputError(
             f"ledger {path}: torn tail: the last {len(lines.tail)} bytes (from byte "
             f"{reader.chain.offset}) are a line with no newline; "
@@ -95,7 +105,7 @@ def read_lines(path: Path) -> Iterator[tuple[bytes, dict]]:
         )
 
 
-def read_events(path: Path) -> Iterator[dict]:
+def read_events(path: Path, live: list[int] | None = None) -> Iterator[dict]:
     """Every checked event of a whole ledger, in seq order (see read_lines)."""
-    for _, event in read_lines(path):
+    for _, event in read_lines(path, live):
         yield event
