@@ -34,6 +34,10 @@ from docket.reading.thresholds import DEFAULTS, Thresholds, load_thresholds
 from docket.receipts.tally import usd
 
 
+def _has(pattern: Pattern, hook: str) -> bool:
+    return getattr(type(pattern), hook) is not getattr(Pattern, hook)
+
+
 class Explainer:
     """Feed checked events in seq order with `add`; `report()` says what the run shows."""
 
@@ -51,6 +55,10 @@ class Explainer:
             PolicyDenials(limits),
             self.write_scope,
         ]
+        # Each hook, only for the patterns that have one: explain calls them per event.
+        self._on_request = [p.on_request for p in self.patterns if _has(p, "on_request")]
+        self._on_close = [p.on_close for p in self.patterns if _has(p, "on_close")]
+        self._on_event = [p.on_event for p in self.patterns if _has(p, "on_event")]
         self.open: dict[str, Call] = {}  # calls in flight, by call_id
         self.events = 0
         self.calls = 0
@@ -71,8 +79,8 @@ class Explainer:
             self.calls += 1
             if type(event.get("call_id")) is str:
                 self.open[event["call_id"]] = call
-            for p in self.patterns:
-                p.on_request(call)
+            for on_request in self._on_request:
+                on_request(call)
             return
         if kind in ("model.response", "model.error"):
             call_or_none = self.open.pop(event.get("call_id"), None)  # type: ignore[arg-type]  # a non-str id finds nothing
@@ -81,15 +89,15 @@ class Explainer:
             close_call(call_or_none, event)
             call_or_none.marks["retry_after_ms"] = retry_after_ms(event)
             self.cost_nusd += call_or_none.cost_nusd
-            for p in self.patterns:
-                p.on_close(call_or_none)
+            for on_close in self._on_close:
+                on_close(call_or_none)
             return
         if kind == "session.start":
             self.start = event
         elif kind == "session.end":
             self.end = event
-        for p in self.patterns:
-            p.on_event(event)
+        for on_event in self._on_event:
+            on_event(event)
 
     def findings(self) -> list[Finding]:
         found = [f for p in self.patterns for f in p.findings()]
