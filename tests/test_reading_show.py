@@ -184,6 +184,22 @@ def test_follow_stops_on_ctrl_c_when_the_run_has_not_ended(tmp_path):
         writer.wait(timeout=20)
 
 
+def test_follow_stops_at_the_end_of_the_seq_range(tmp_path, capsys):
+    path = tmp_path / "ledger.jsonl"
+    writer = _spawn_writer(path, calls=2, gap_s=0.01, end=False)  # never ends on its own
+    try:
+        deadline = time.monotonic() + 20
+        while not (path.exists() and path.stat().st_size) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        follower = _spawn_show(str(path), "--follow", "--seq", "1..3")
+        out, err = follower.communicate(timeout=20)
+        assert follower.returncode == 0, err
+        assert [int(ln.split()[0]) for ln in out.splitlines()] == [1, 2, 3]
+    finally:
+        os.kill(writer.pid, signal.SIGTERM)
+        writer.wait(timeout=20)
+
+
 def test_follow_refuses_a_tampered_line_as_it_arrives(tmp_path, capsys):
     path = Script().call().call().end().write(tmp_path / "ledger.jsonl")
     data = bytearray(path.read_bytes())

@@ -5,7 +5,7 @@ tally's event checks, so a tampered or malformed ledger is refused where it
 breaks) and printed, and nothing is kept but the chain's state, so memory does
 not grow with the ledger (benchmarks/bench_show.py measures it on 100 MB).
 `--follow` reads what a running writer appends, a line once its newline has
-landed, until the run's session.end (or Ctrl-C).
+landed, until the run's session.end, the last seq of --seq, or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -218,7 +218,8 @@ def _follow(path: Path, flt: Filter, emit: Callable[[bytes, dict], None], out: T
                     event = reader.feed(line)
                     if flt.matches(event):
                         emit(line, event)
-                    if event["type"] == "session.end":
+                    # the run's end, or the end of the range asked for: nothing more to wait for
+                    if event["type"] == "session.end" or event["seq"] == flt.last:
                         out.flush()
                         return EXIT_OK
     except KeyboardInterrupt:
