@@ -107,3 +107,22 @@ def test_a_higher_threshold_never_names_more(ops, more):
         denial_min_repeats=DEFAULTS.denial_min_repeats + more,
     )
     assert {f.pattern for f in explain(evs, stricter)[1]} <= base
+
+
+@given(st.integers(0, 10**12), st.integers(0, 10**12))
+def test_seq_ranges_read_back(a, b):
+    from docket.errors import InputError
+    from docket.reading.show import seq_range
+
+    assert seq_range(f"{a}..") == (a, None)
+    assert seq_range(f"..{b}") == (None, b)
+    assert seq_range(str(a)) == (a, a)
+    if a <= b:
+        assert seq_range(f"{a}..{b}") == (a, b)
+    else:
+        try:
+            seq_range(f"{a}..{b}")
+        except InputError:
+            pass
+        else:
+            raise AssertionError("a range that ends before it starts was taken")
