@@ -26,7 +26,7 @@ def _tampered(good: Path) -> bytes:
     return bytes(data)
 
 
-def _line(event: str) -> bytes:
+def _line(event: bytes) -> bytes:
     return b'{"v":1,"seq":0,"ts":"t","mono_ms":0,"type":"x","prev":"' + b"0" * 64 + event
 
 
