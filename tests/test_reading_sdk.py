@@ -9,16 +9,20 @@ says it counted by them.
 
 from __future__ import annotations
 
+import dataclasses
+
 import openai
 import pytest
 import trio
 from conftest import TOKEN
+from openai.types.chat import ChatCompletionUserMessageParam
 
 from chaos.stub import Behaviour, steady
 from docket.reading.explain import explain_ledger
+from docket.reading.thresholds import DEFAULTS
 
 DEADLINE = 30
-QUESTION = [{"role": "user", "content": "sixteen bytes!!!"}]
+QUESTION: list[ChatCompletionUserMessageParam] = [{"role": "user", "content": "sixteen bytes!!!"}]
 NO_BREAKER = {"resilience": {"breaker_threshold": 1000}}  # every attempt reaches the stub
 
 
@@ -45,6 +49,9 @@ async def test_the_sdks_backed_off_retries_are_no_storm(stub_server, boundary_ri
     report = explain_ledger(rig.ledger_path)
     assert report["model_calls"] == 6  # 2 logical calls, 3 attempts each
     assert report["findings"] == []
+    # Not even one of its four retries was immediate: a threshold of 1 names nothing.
+    eager = dataclasses.replace(DEFAULTS, retry_min_recalls=1)
+    assert explain_ledger(rig.ledger_path, eager)["findings"] == []
 
 
 async def test_retries_told_to_come_back_at_once_are_a_storm(stub_server, boundary_rig):
