@@ -49,9 +49,18 @@ async def test_the_sdks_backed_off_retries_are_no_storm(stub_server, boundary_ri
     report = explain_ledger(rig.ledger_path)
     assert report["model_calls"] == 6  # 2 logical calls, 3 attempts each
     assert report["findings"] == []
-    # Not even one of its four retries was immediate: a threshold of 1 names nothing.
+    # Not one of its four retries was immediate. At a threshold of 1, timing alone
+    # counts one re-call: the second logical call, sent at once after the first gave
+    # up; the SDK's attempt marker (0: a first attempt) tells it apart.
     eager = dataclasses.replace(DEFAULTS, retry_min_recalls=1)
-    assert explain_ledger(rig.ledger_path, eager)["findings"] == []
+    found = explain_ledger(rig.ledger_path, eager)["findings"]
+    requests = [e for e in rig.events() if e["type"] == "model.request"]
+    if all("client_attempt" in r for r in requests):
+        assert found == []
+    else:
+        (storm,) = found
+        assert storm["evidence"]["immediate_recalls"] == 1
+        assert storm["evidence"]["seq"] == f"{requests[3]['seq'] - 1}..{requests[3]['seq']}"
 
 
 async def test_retries_told_to_come_back_at_once_are_a_storm(stub_server, boundary_rig):
