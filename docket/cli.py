@@ -108,6 +108,26 @@ def cmd_game_day(args: argparse.Namespace) -> int:
     return game_day_command(args)
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from docket.reading.explain import explain_command
+
+    return explain_command(args.run, policy=args.policy, as_json=args.json)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from docket.reading.diff import diff_command
+
+    return diff_command(args.receipt_a, args.receipt_b, as_json=args.json)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from docket.reading.show import Filter, seq_range, show_command
+
+    first, last = seq_range(args.seq) if args.seq else (None, None)
+    flt = Filter(tuple(args.type or ()), tuple(args.provider or ()), first, last, args.errors)
+    return show_command(args.ledger, flt, as_json=args.json, follow=args.follow)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="docket",
@@ -292,6 +312,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (your own agent)")
     p.set_defaults(func=cmd_game_day)
+
+    p = verbs.add_parser("explain", help="name the patterns a run shows, costliest first")
+    p.add_argument("run", help="a run's folder (holding ledger.jsonl) or a ledger file")
+    p.add_argument("--policy", default=None, help="docket.toml whose [explain] sets thresholds")
+    p.add_argument("--json", action="store_true", help="the findings as one JSON object")
+    p.set_defaults(func=cmd_explain)
+
+    p = verbs.add_parser("diff", help="what moved between two runs (exit 0 equal, 1 differ)")
+    p.add_argument("receipt_a", help="the first run's receipt")
+    p.add_argument("receipt_b", help="the second run's receipt")
+    p.add_argument("--json", action="store_true", help="the differences as one JSON object")
+    p.set_defaults(func=cmd_diff)
+
+    p = verbs.add_parser("show", help="a ledger one line per event; --follow a live run")
+    p.add_argument("ledger", help="a ledger file, or a run's folder holding ledger.jsonl")
+    p.add_argument("--type", action="append", metavar="T", help="model.error, model, x-docket.*")
+    p.add_argument("--provider", action="append", metavar="NAME", help="this provider's events")
+    p.add_argument("--seq", default=None, metavar="A..B", help="seq A to B (A.., ..B, N)")
+    p.add_argument("--errors", action="store_true", help="failures, refusals, breaches only")
+    p.add_argument("--follow", action="store_true", help="keep reading until session.end")
+    p.add_argument("--json", action="store_true", help="the ledger's own lines, as written")
+    p.set_defaults(func=cmd_show)
+
     document(verbs)  # each verb's description and examples: docket/cli_help.py
     return parser
 

@@ -73,7 +73,18 @@ DESCRIPTIONS = {
     "agent": "The reference agent: calls a boundary (or any OpenAI/Anthropic-shaped URL) in one "
     "of its modes and prints a JSON report. Settings from the environment; flags override.",
     "game-day": "Run the game-day phases (gamedays/*.yaml): each a supervised run under faults, "
-    "judged from its ledger, receipt, metrics and stub logs; an HTML report, JSON and JUnit.",
+    "judged from its ledger, receipt, metrics and stub logs; an HTML report, JSON and JUnit. "
+    "With --agent-command your own agent takes the place each phase names for it, and the "
+    "report adds findings about it (docs/gamedays.md).",
+    "explain": "Name the patterns a run shows (runaway loop, retry storm, cache misses, fat "
+    "context, premium models for small calls, concentration, policy denials, write scope), "
+    "each with the seqs it rests on and its cost, costliest first. Reads the ledger only.",
+    "diff": "Compare two runs by their receipts (each verified first): totals, per model and "
+    "provider, errors, refusals, caps, faults, evidence and the price table. Exit 0 when "
+    "equal, 1 when they differ, 2 on bad input.",
+    "show": "Print a ledger one line per event (seq, time, type, model, tokens, cost, status), "
+    "filtered by type, provider, seq range or errors; --follow watches a live run. Streams: "
+    "memory stays flat on any size.",
 }
 
 EXAMPLES = {
@@ -143,6 +154,25 @@ examples:
   docket game-day                                  # all nine; ./gameday-report/index.html
   docket game-day --phase circuit-breaker --phase partition --seed 7
   docket game-day --toxiproxy http://127.0.0.1:8474 --report out/
+  docket game-day --agent-command "python my_agent.py" --policy docket.toml
+  docket game-day --agent-findings fail -- python my_agent.py --fast
+""",
+    "explain": """\
+examples:
+  docket explain runs/today                 # a run's folder, or its ledger.jsonl
+  docket explain runs/today --json | jq '.findings[].pattern'
+  docket explain runs/today --policy docket.toml   # its [explain] thresholds
+""",
+    "diff": """\
+examples:
+  docket diff yesterday/receipt.json today/receipt.json
+  docket diff a/receipt.json b/receipt.json --json
+""",
+    "show": """\
+examples:
+  docket show runs/today --errors
+  docket show runs/today/ledger.jsonl --type model.error --seq 100..200
+  docket show runs/today --follow            # until the run's session.end
 """,
 }
 

@@ -233,7 +233,10 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     """Check and resolve parsed TOML (or any dict of the same shape) into a Policy."""
     c = _Checker(source)
     c.table(
-        data, "", ("ledger", "caps", "providers", "boundary", "resilience", "egress", "secrets")
+        data,
+        "",
+        # explain: read by docket.reading.thresholds (what explain names, not what a run does)
+        ("ledger", "caps", "providers", "boundary", "resilience", "egress", "secrets", "explain"),
     )
     ledger = _ledger(c, c.section(data, "ledger"))
     caps = _caps(c, c.section(data, "caps"))
