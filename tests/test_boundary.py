@@ -654,8 +654,14 @@ async def test_concurrent_callers_never_push_spend_past_max_usd(stub_server, bou
     assert spent <= cap_nusd and totals.nusd == spent
     assert totals.in_flight == 0 and totals.reserved_nusd == 0
     assert stub_saw == len(forwarded) == len(closing(events)) == answers.count(200)
-    assert len(denied) == answers.count(403) == callers - len(forwarded)
-    assert len(forwarded) >= 6 and len(denied) > 0  # the cap really was contended
+    # Without retries, a call that would fit once the calls in flight settle stays
+    # refused (429 docket_caps_pending); each refusal is recorded, deferred or final.
+    refused = answers.count(403) + answers.count(429)
+    assert len(denied) == refused == callers - len(forwarded)
+    deferred = [e for e in denied if e["error_type"] == "docket_caps_pending"]
+    assert answers.count(429) == len(deferred) > 0  # the cap really was contended
+    assert all(e["would_fit_after_settle"] for e in deferred)
+    assert len(forwarded) >= 4
 
 
 # ---------------------------------------------------------------- /docket/...
