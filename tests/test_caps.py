@@ -458,6 +458,13 @@ class ConcurrentCalls(RuleBasedStateMachine):
                 "a refused call reserved something"
             )
             assert d.reservation is None and d.refusal is not None
+            r = d.refusal
+            if r.would_fit_after_settle is not None:  # a cap's room: which of 429 and 403
+                fits = r.committed + r.requested <= r.limit
+                assert r.would_fit_after_settle == fits
+                assert r.deferred == (fits and self.policy.on_breach == "deny")
+            if r.deferred:  # not a breach: nothing exceeded, nothing stopped
+                assert not d.stop_run and all(e.type != "cap.exceeded" for e in d.events)
             return multiple()
         assert not self.stopped, "a call went through after the run was told to stop"
         assert d.reservation.model == model
