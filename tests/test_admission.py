@@ -304,4 +304,26 @@ def test_unknown_is_not_none():
     facts.bulkhead = None
     assert isinstance(admit(facts), Admitted)
     facts.limiter = UNKNOWN
-    assert admit(facts) == Ask("limiter")
+    assert admit(facts) == Ask("limiter", RULES.index("limiter"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(verdicts=VERDICTS, data=st.data())
+def test_resuming_where_the_last_ask_was_gives_the_same_answer(verdicts, data):
+    # The shell resumes at Ask.at: from any place up to the first rule not passed,
+    # the walk must come to the same answer as one from the start.
+    facts = facts_for(verdicts)
+    whole = admit(facts)
+    first = next(
+        (
+            at
+            for at, rule in enumerate(ORDER)
+            if verdicts[rule] != "pass"
+            and not (rule == "endpoint" and verdicts["request"] != "pass")
+        ),
+        len(ORDER),
+    )
+    start = data.draw(st.integers(0, first))
+    assert admit(facts, start) == whole
+    if isinstance(whole, Ask):
+        assert RULES[whole.at] == whole.rule

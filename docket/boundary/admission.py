@@ -151,9 +151,11 @@ class CallFacts:
 
 @dataclass(frozen=True)
 class Ask:
-    """Learn the fact `rule` needs, then ask again."""
+    """Learn the fact `rule` needs, then ask again from `at` (its place in RULES: the
+    rules before it have let the call through, and need not be walked again)."""
 
     rule: str
+    at: int = 0
 
 
 @dataclass(frozen=True)
@@ -187,16 +189,21 @@ class Refusal:
     shed: bool = False  # a bulkhead shed (counted in docket_load_shed)
 
 
-def admit(facts: CallFacts) -> Ask | Refusal | Admitted:
+def admit(facts: CallFacts, start: int = 0) -> Ask | Refusal | Admitted:
     """The next step for a call with these facts: the first rule, in RULES order,
-    whose fact is unknown (Ask) or that refuses (Refusal); Admitted when none does."""
+    whose fact is unknown (Ask) or that refuses (Refusal); Admitted when none does.
+
+    `start`: begin at RULES[start], the rules before it being known to let the call
+    through (the `at` of the last Ask: the shell resumes there, so one call's
+    admission walks the rules once, not once per fact)."""
     if facts.evidence_lost:
         return evidence_lost(facts.provider, facts.model)
-    for rule in RULES:
-        fact = getattr(facts, FACT_OF[rule])
+    for at in range(start, len(_STEPS)):
+        name, check = _STEPS[at]
+        fact = getattr(facts, name)
         if fact is UNKNOWN:
-            return Ask(rule)
-        refusal = _CHECKS[rule](fact, facts)
+            return _ASKS[at]
+        refusal = check(fact, facts)
         if refusal is not None:
             return refusal
     # Every fact is known and let the call through; the asserts narrow the types.
@@ -362,6 +369,9 @@ _CHECKS: Final[Mapping[str, Callable[..., Refusal | None]]] = {
     "bulkhead": _bulkhead,
     "attempt": _spent,
 }
+# Per place in RULES: the fact's name and its check; and the Ask for it (frozen: shared).
+_STEPS: Final = tuple((FACT_OF[rule], _CHECKS[rule]) for rule in RULES)
+_ASKS: Final = tuple(Ask(rule, at) for at, rule in enumerate(RULES))
 
 
 def _denied(

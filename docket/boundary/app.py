@@ -376,7 +376,7 @@ class Boundary:
             step = admit(facts)
             while isinstance(step, Ask):
                 await self._learners[step.rule](self, call)
-                step = admit(facts)
+                step = admit(facts, step.at)
         except BaseException:
             self._give_back(call)
             raise

@@ -28,6 +28,12 @@ Exceeded means demand crossed the cap, which is past warn_at, so a warning
 always comes first (in the same decision if need be). With on_breach = "kill",
 cap.exceeded also says the run must stop (exit 42), and every later call is
 refused; with "deny" only the call is refused and smaller ones may still fit.
+
+Under "deny", a call whose worst case crosses a cap only because of what calls
+in flight hold (settled + its worst case still fits) is deferred, not denied:
+its Refusal says `deferred` (the boundary answers 429 with Retry-After), and
+no cap.exceeded is raised, since nothing was crossed. Every refusal of a
+crossing says `would_fit_after_settle` (docs/adr/0002-caps-reservations.md).
 """
 
 from __future__ import annotations
