@@ -4,7 +4,9 @@ Routes: `/<provider>/...` forwards a model call to that provider (the guards
 first, then forward.ModelCall); `/docket/...` are the boundary's own endpoints
 (healthz, readyz, metrics, agent/backoff). Every refusal is answered in the
 provider's own error shape with a docket_* type and recorded with the rule that
-refused it.
+refused it, in one place (Boundary.answer_refusal). Which rule refuses a call is
+decided by admission.admit, a pure function of the facts this module learns for
+it (docs/adr/0010-admission.md).
 """
 
 from __future__ import annotations
@@ -369,9 +371,8 @@ class Boundary:
         """Learn the call's facts in the order admission.admit asks for them, then
         answer its refusal or forward it. Whatever a refused call took (a
         reservation, a breaker ticket, a bulkhead slot) is given back first."""
-        call = _Learning(route, request, CallFacts(route.name, request.method, rest,
-                         request.body_complete), self.guards.now(), state)  # fmt: skip
-        facts = call.facts
+        facts = CallFacts(route.name, request.method, rest, request.body_complete)
+        call = _Learning(route, request, facts, self.guards.now(), state)
         try:
             step = admit(facts)
             while isinstance(step, Ask):
@@ -432,10 +433,10 @@ class Boundary:
         assert isinstance(body, bytes)
         request = call.request
         try:
+            path = "/" + call.facts.path
             call.facts.request = providers.request_facts(
-                call.route.kind, "/" + call.facts.path, request.headers, body,
-                method=request.method,
-            )  # fmt: skip
+                call.route.kind, path, request.headers, body, method=request.method
+            )
         except providers.BadRequest as exc:
             # Scrubbed: the message may quote the body (a member's name or value).
             call.facts.request = admission.Unparsed(
@@ -519,9 +520,15 @@ class Boundary:
             self.call_probe(point)
 
     async def _forward(
-        self, route: Route, rest: str, request, respond, admitted: Admitted, passage: Passage,
+        self,
+        route: Route,
+        rest: str,
+        request,
+        respond,
+        admitted: Admitted,
+        passage: Passage,
         state: _CallState,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Record the model.request, then hand the call to ModelCall."""
         facts, body, reservation = admitted.request, admitted.body, admitted.reservation
         call_id = f"{self._call_prefix}-{next(self._call_ids)}"
