@@ -274,7 +274,10 @@ class Redactor:
                 stack.extend(value)
         if not self._maybe("\0".join(strings)):
             return False
-        search = self._pattern.search
+        pattern = self._pattern
+        if pattern is None:  # fields() asks only with a pattern; without one, nothing matches
+            return False
+        search = pattern.search
         return any(self._maybe(text) and search(text) for text in strings)
 
 
