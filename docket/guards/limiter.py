@@ -70,7 +70,7 @@ class Refuse:
 
     @property
     def reason(self) -> str:
-        if self.limit == PER_SECOND:
+        if self.limit == PER_SECOND and self.per_second is not None:
             what = f"{self.per_second:g} calls per second (burst {max(self.per_second, 1):g})"
         else:
             what = f"{self.per_minute} calls per minute"
@@ -137,6 +137,8 @@ class RateLimiter:
         while expiries and expiries[0] <= now:
             expiries.popleft()
         per_second = self.per_second is not None
+        at: int | None
+        full_at: int | None
         if per_second:
             at = math.floor(now * _TICKS_PER_SECOND_F) * self._p
             full_at = self._full_at
@@ -148,7 +150,7 @@ class RateLimiter:
         minute_full = self.per_minute is not None and len(expiries) >= self.per_minute
         if bucket_low or minute_full:
             return self._refuse(now, at, bucket_low, minute_full)
-        if per_second:
+        if at is not None:  # a per-second limit
             self._full_at = (at if full_at is None or full_at < at else full_at) + self._interval
         if self.per_minute is not None:
             expiries.append(now + WINDOW_SECONDS)
@@ -175,12 +177,20 @@ class RateLimiter:
         # The later of the instants each refusing limit next admits binds the
         # retry; on a tie the per-second limit is named.
         limit = PER_SECOND if bucket_low else PER_MINUTE
-        bucket_ready = self._full_at - self._tolerance if bucket_low else None
-        if bucket_low and minute_full and self._units(self._expiries[0]) > bucket_ready:
-            limit = PER_MINUTE
-        # On the minute, the oldest admission leaving the window lets the next in.
-        oldest = self._expiries[0] if minute_full else None
-        target = self._earliest_reading(bucket_ready) if limit == PER_SECOND else oldest
+        bucket_ready: int | None = None
+        if bucket_low:
+            assert self._full_at is not None  # a bucket that is low is not full
+            bucket_ready = self._full_at - self._tolerance
+            oldest_units = self._units(self._expiries[0]) if minute_full else None
+            if oldest_units is not None and oldest_units > bucket_ready:
+                limit = PER_MINUTE
+        if limit == PER_SECOND:
+            assert bucket_ready is not None
+            target = self._earliest_reading(bucket_ready)
+        else:
+            # On the minute, the oldest admission leaving the window lets the next in
+            # (the minute refused: per_second did not, or it binds later).
+            target = self._expiries[0]
         return Refuse(
             limit=limit,
             retry_after_s=_delay_until(now, target),
