@@ -654,8 +654,73 @@ async def test_concurrent_callers_never_push_spend_past_max_usd(stub_server, bou
     assert spent <= cap_nusd and totals.nusd == spent
     assert totals.in_flight == 0 and totals.reserved_nusd == 0
     assert stub_saw == len(forwarded) == len(closing(events)) == answers.count(200)
-    assert len(denied) == answers.count(403) == callers - len(forwarded)
-    assert len(forwarded) >= 6 and len(denied) > 0  # the cap really was contended
+    # Without retries, a call that would fit once the calls in flight settle stays
+    # refused (429 docket_caps_pending); each refusal is recorded, deferred or final.
+    refused = answers.count(403) + answers.count(429)
+    assert len(denied) == refused == callers - len(forwarded)
+    deferred = [e for e in denied if e["error_type"] == "docket_caps_pending"]
+    assert answers.count(429) == len(deferred) > 0  # the cap really was contended
+    assert all(e["would_fit_after_settle"] for e in deferred)
+    assert len(forwarded) >= 4
+
+
+async def test_concurrent_callers_that_retry_a_deferral_make_every_affordable_call(
+    stub_server, boundary_rig
+):
+    """64 callers at once under a deny cap, each retrying a 429 (as the SDKs do): every
+    call that fits is made; the only final refusals are of calls past the cap even
+    once nothing is in flight. Without the deferral (a 403 while the first
+    reservations are held) most callers gave up with room left under the cap."""
+    cap_nusd = 500_000
+    policy = {"caps": {"max_usd": cap_nusd / 1e9, "on_breach": "deny"}}
+    callers = 64
+    finals: list[int] = []
+    retry_afters: set[str] = set()
+    with trio.fail_after(DEADLINE * 2):
+        async with (
+            stub_server("openai", latency=0.02, reply_tokens=16) as up,
+            boundary_rig({"openai": up}, policy) as rig,
+        ):
+            async with rig.client() as http:
+
+                async def caller(i: int) -> None:
+                    body = chat(f"caller {i:02d}", max_tokens=100)  # the same size for all
+                    for _ in range(500):
+                        r = await http.post(CHAT, json=body)
+                        if r.status_code != 429:
+                            finals.append(r.status_code)
+                            return
+                        assert r.json()["error"]["type"] == "docket_caps_pending"
+                        retry_afters.add(r.headers["retry-after"])
+                        # The SDKs wait Retry-After (1 s); scaled down here, with jitter.
+                        await trio.sleep(0.01 + (i % 7) / 1000)
+                    raise AssertionError(f"caller {i} was deferred 500 times")
+
+                async with trio.open_nursery() as nursery:
+                    for i in range(callers):
+                        nursery.start_soon(caller, i)
+            totals = rig.boundary.caps.totals()
+    events = rig.events()
+    spent = sum(e["cost_nusd"] for e in closing(events))
+    made = [e for e in events if e["type"] == "model.request"]
+    worst = {e["request_bytes"] for e in made}
+    (request_bytes,) = worst
+    worst_nusd = worst_case_nusd("gpt-4o-mini", request_bytes, 100)
+    denied = [e for e in events if e["type"] == "policy.denied"]
+    final = [e for e in denied if e["error_type"] == "docket_policy_denied"]
+    deferred = [e for e in denied if e["error_type"] == "docket_caps_pending"]
+    assert sorted(set(finals)) == [200, 403] and len(finals) == callers
+    assert finals.count(200) == len(made) == len(closing(events))
+    assert spent == totals.nusd <= cap_nusd and totals.in_flight == 0
+    # Every affordable call was made: one more would not fit even with nothing in flight...
+    assert spent + worst_nusd > cap_nusd
+    # ...and each final refusal said so, each deferral that it would fit later.
+    assert len(final) == finals.count(403)
+    assert all(e["would_fit_after_settle"] is False for e in final)
+    assert all(e["would_fit_after_settle"] is True for e in deferred) and deferred
+    assert retry_afters == {"1"}
+    # More than the calls that fit at once under the worst case: the retries got through.
+    assert len(made) > cap_nusd // worst_nusd
 
 
 # ---------------------------------------------------------------- /docket/...

@@ -170,3 +170,38 @@ async def test_sdks_read_the_boundarys_refusals_as_their_own_errors(stub_server,
         "auth",
         "auth",
     ]
+
+
+async def test_the_openai_sdk_retries_a_deferred_cap_and_every_call_fits(stub_server, boundary_rig):
+    # A cap that holds three calls' worst case, six calls at once from the SDK with its
+    # retries on: the three deferred (429 docket_caps_pending, Retry-After 1 s) are
+    # retried by the SDK itself and fit once the first ones settle (one wait, ~1 s).
+    worst = 16 * 150 + 100 * 600  # bytes of this body at most, 100 output tokens (nUSD)
+    cap_nusd = 3 * worst + 10_000
+    policy = {"caps": {"max_usd": cap_nusd / 1e9, "on_breach": "deny"}}
+    answers: list[str] = []
+    with trio.fail_after(DEADLINE):
+        async with (
+            stub_server("openai", reply_tokens=1) as up,
+            boundary_rig({"openai": up}, policy) as rig,
+        ):
+            client = openai.AsyncOpenAI(
+                base_url=f"{rig.url}/openai/v1", api_key=TOKEN, max_retries=6
+            )
+            try:
+
+                async def one() -> None:
+                    done = await client.chat.completions.create(
+                        model="gpt-4o-mini", messages=QUESTION, max_tokens=100
+                    )
+                    answers.append(done.choices[0].finish_reason)
+
+                async with trio.open_nursery() as nursery:
+                    for _ in range(6):
+                        nursery.start_soon(one)
+            finally:
+                await client.close()
+    assert len(answers) == 6
+    deferred = rig.events("policy.denied")
+    assert deferred and {e["error_type"] for e in deferred} == {"docket_caps_pending"}
+    assert len(calls(rig)) == 6 and not rig.events("cap.exceeded")

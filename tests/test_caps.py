@@ -156,20 +156,22 @@ def test_a_call_that_would_cross_the_cap_is_refused_and_reserves_nothing():
     g = guard(max_tokens=1000)
     held = g.reserve(model="cheap", request_bytes=400, max_output_tokens=100).reservation
     before = g.totals()
-    d = g.reserve(model="cheap", request_bytes=400, max_output_tokens=101)  # 500 + 501 > 1000
+    # 1001 > 1000 on its own: it cannot fit even once the call in flight settles.
+    d = g.reserve(model="cheap", request_bytes=400, max_output_tokens=601)
     assert not d.allowed and d.reservation is None
     assert d.refusal.rule == "caps.max_tokens" and d.refusal.cap == MAX_TOKENS
     assert (d.refusal.limit, d.refusal.committed, d.refusal.reserved, d.refusal.requested) == (
         1000,
         0,
         500,
-        501,
+        1001,
     )
     assert "max_tokens" in d.refusal.reason
+    assert d.refusal.would_fit_after_settle is False and not d.refusal.deferred
     # Demand crossed the cap, so it passed warn_at too: the warning comes first.
     assert [(e.type, e.cap, e.limit, e.observed) for e in d.events] == [
-        ("cap.warning", MAX_TOKENS, 1000, 1001),
-        ("cap.exceeded", MAX_TOKENS, 1000, 1001),
+        ("cap.warning", MAX_TOKENS, 1000, 1501),
+        ("cap.exceeded", MAX_TOKENS, 1000, 1501),
     ]
     after = g.totals()
     # Only the record of the refusal changes: nothing is held or charged for it.
@@ -181,6 +183,46 @@ def test_a_call_that_would_cross_the_cap_is_refused_and_reserves_nothing():
     again = g.reserve(model="cheap", request_bytes=1, max_output_tokens=1)
     assert not again.allowed and again.events == () and not again.stop_run
     g.settle(held, Usage(1, 1))
+
+
+def test_deny_defers_a_call_that_fits_once_calls_in_flight_settle():
+    g = guard(max_tokens=1000, warn_at=0.9)
+    held = g.reserve(model="cheap", request_bytes=400, max_output_tokens=100).reservation  # 500
+    d = g.reserve(model="cheap", request_bytes=400, max_output_tokens=101)  # 500 + 501 > 1000
+    assert not d.allowed and d.reservation is None
+    assert d.refusal.would_fit_after_settle is True and d.refusal.deferred
+    assert d.refusal.rule == "caps.max_tokens" and "retry" in d.refusal.reason
+    # Not a breach: demand reached warn_at (a warning), but nothing was exceeded.
+    assert [(e.type, e.observed) for e in d.events] == [("cap.warning", 1001)]
+    assert g.totals().exceeded == () and g.totals().refused_calls == 1
+    g.settle(held, Usage(400, 100))  # 500 spent: now the same call fits
+    assert g.reserve(model="cheap", request_bytes=400, max_output_tokens=100).allowed
+    # Spent 500 + held 500: a call of 1 more is deferred; one past 500 alone is final.
+    assert g.reserve(model="cheap", request_bytes=1, max_output_tokens=0).refusal.deferred
+    final = g.reserve(model="cheap", request_bytes=1, max_output_tokens=500).refusal
+    assert (final.would_fit_after_settle, final.deferred) == (False, False)
+    assert g.totals().exceeded == (MAX_TOKENS,)
+
+
+def test_a_final_refusal_comes_before_a_deferred_one():
+    # Calls fit after settling (max_model_calls) but tokens never will: the 403 wins,
+    # though max_model_calls comes first in the order caps are checked.
+    g = guard(max_model_calls=1, max_tokens=1000)
+    held = g.reserve(model="cheap", request_bytes=1, max_output_tokens=1).reservation
+    d = g.reserve(model="cheap", request_bytes=1, max_output_tokens=1000)
+    assert d.refusal.cap == MAX_TOKENS and not d.refusal.deferred
+    # Both fit after settling: the first in order is named, deferred.
+    d = g.reserve(model="cheap", request_bytes=1, max_output_tokens=1)
+    assert d.refusal.cap == MAX_MODEL_CALLS and d.refusal.deferred
+    g.cancel(held)
+
+
+def test_kill_never_defers_a_crossing_stops_the_run():
+    g = guard(max_tokens=1000, on_breach="kill")
+    g.reserve(model="cheap", request_bytes=400, max_output_tokens=100)
+    d = g.reserve(model="cheap", request_bytes=400, max_output_tokens=101)
+    assert d.refusal.would_fit_after_settle is True and not d.refusal.deferred
+    assert d.stop_run and [e.type for e in d.events] == ["cap.warning", "cap.exceeded"]
 
 
 def test_warning_then_exceeded_once_each():
@@ -416,6 +458,13 @@ class ConcurrentCalls(RuleBasedStateMachine):
                 "a refused call reserved something"
             )
             assert d.reservation is None and d.refusal is not None
+            r = d.refusal
+            if r.would_fit_after_settle is not None:  # a cap's room: which of 429 and 403
+                fits = r.committed + r.requested <= r.limit
+                assert r.would_fit_after_settle == fits
+                assert r.deferred == (fits and self.policy.on_breach == "deny")
+            if r.deferred:  # not a breach: nothing exceeded, nothing stopped
+                assert not d.stop_run and all(e.type != "cap.exceeded" for e in d.events)
             return multiple()
         assert not self.stopped, "a call went through after the run was told to stop"
         assert d.reservation.model == model

@@ -4,7 +4,9 @@ Routes: `/<provider>/...` forwards a model call to that provider (the guards
 first, then forward.ModelCall); `/docket/...` are the boundary's own endpoints
 (healthz, readyz, metrics, agent/backoff). Every refusal is answered in the
 provider's own error shape with a docket_* type and recorded with the rule that
-refused it.
+refused it, in one place (Boundary.answer_refusal). Which rule refuses a call is
+decided by admission.admit, a pure function of the facts this module learns for
+it (docs/adr/0010-admission.md).
 """
 
 from __future__ import annotations
@@ -17,26 +19,28 @@ import math
 import os
 import re
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import trio
 
-from docket.boundary import providers
+from docket.boundary import admission, providers
+from docket.boundary.admission import Admitted, Ask, CallFacts, Refusal, admit
 from docket.boundary.forward import (
     ModelCall,
     closing_bound,
     recorded_body,
     request_digest,
 )
-from docket.boundary.guarded import Guards
+from docket.boundary.guarded import Guards, Hold, Passage, record_changes
 from docket.boundary.metrics import Metrics
 from docket.boundary.non_model import non_model_endpoint, relay_non_model
 from docket.boundary.providers.client_marks import client_marks
 from docket.boundary.proxy import handle_proxy, is_proxy_request
 from docket.boundary.stop import StopRequest
 from docket.errors import EXIT_EVIDENCE_LOST
-from docket.guards.caps import CapsGuard
+from docket.guards.caps import CapsGuard, Decision, Reservation
 from docket.guards.deadline import BadDeadline, caller_budget
 from docket.guards.redact import Redactor, sanitize_url
 from docket.guards.scrub import relay_keys
@@ -62,8 +66,25 @@ class _CallState:
 
     def __init__(self) -> None:
         self.model: str | None = None
-        self.reservation = None
+        self.reservation: Reservation | None = None
         self.opened = False
+
+
+class _Learning:
+    """One call while admission learns its facts: the facts, and what the guards
+    hand it (the Hold, once the resilience guards are asked)."""
+
+    __slots__ = ("route", "request", "facts", "arrived", "state", "hold")
+
+    def __init__(
+        self, route: Route, request, facts: CallFacts, arrived: float, state: _CallState
+    ) -> None:
+        self.route = route
+        self.request = request
+        self.facts = facts
+        self.arrived = arrived  # a caller's deadline counts from here
+        self.state = state
+        self.hold: Hold | None = None
 
 
 @dataclass
@@ -92,12 +113,16 @@ def make_route(
     if ":" in host:
         host = f"[{host}]"  # urlsplit drops an IPv6 address's brackets; the Host header keeps them
     host_header = host if (parts.port or default_port) == default_port else f"{host}:{parts.port}"
-    pool = UpstreamPool(
-        f"{parts.scheme}://{parts.netloc}",
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-        **({} if max_connections is None else {"max_connections": max_connections}),
-    )
+    origin = f"{parts.scheme}://{parts.netloc}"
+    if max_connections is None:
+        pool = UpstreamPool(origin, connect_timeout=connect_timeout, read_timeout=read_timeout)
+    else:
+        pool = UpstreamPool(
+            origin,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_connections=max_connections,
+        )
     return Route(
         name=provider.name,
         kind=provider.kind,
@@ -247,44 +272,38 @@ class Boundary:
     def stop(self, reason: str, cap: str | None, exit_status: int = 42) -> None:
         self._stop(self._stop_request(reason, cap=cap, exit_status=exit_status))
 
-    async def refuse(
-        self,
-        respond,
-        kind: str,
-        error_type: str,
-        message: str,
-        *,
-        rule: str,
-        provider: str,
-        model: str | None,
-        extra: dict | None = None,
-        retry_after_s: float | None = None,
-        record: bool = True,
-        close: bool = False,
-        status: int | None = None,
-    ) -> None:
-        """Answer a docket_* refusal in the provider's shape and record it. `close`:
-        the request's body is left unread, so the connection may not carry another
-        request; say so, or a keep-alive client sends its next one into a closing socket.
-        `status`: the HTTP status, when not the error type's own (a 408 docket_bad_request)."""
-        if record:
+    async def answer_refusal(self, respond, kind: str, refusal: Refusal) -> None:
+        """The one place a refusal is recorded and answered: its event (unless the
+        ledger is what failed), then the answer in the provider's shape. An answer
+        whose event could not be written says so."""
+        message = refusal.message
+        if refusal.event is not None:
             try:
                 await self.record(
-                    "policy.denied",
-                    rule=rule,
-                    provider=provider,
-                    model=model or "",
-                    error_type=error_type,
-                    reason=message,
-                    **(extra or {}),
+                    refusal.event,
+                    rule=refusal.rule,
+                    provider=refusal.provider,
+                    model=refusal.model or "",
+                    error_type=refusal.error_type,
+                    **refusal.fields,
                 )
             except (LedgerFull, EvidenceLost):
-                pass_through = "the refusal itself could not be recorded"
-                message = f"{message} ({pass_through})"
+                # Said in the answer; a full ledger is also on readiness and in the receipt.
+                message = f"{message} (the refusal itself could not be recorded)"
+        if refusal.shed:
+            self.metrics.load_shed(refusal.provider)
         answer = providers.refusal(
-            kind, error_type, message, extra=extra, retry_after_s=retry_after_s, status=status
+            kind,
+            refusal.error_type,
+            message,
+            extra=dict(refusal.extra) if refusal.extra else None,
+            retry_after_s=refusal.retry_after_s,
+            status=refusal.status,
         )
-        self.metrics.refused(provider, error_type)
+        self.metrics.refused(refusal.provider, refusal.error_type)
+        # An unread body: say the connection closes, or a keep-alive client sends its
+        # next request into a closing socket.
+        close = refusal.close
         headers = [*answer.headers, (b"connection", b"close")] if close else answer.headers
         await respond.simple(answer.status, headers, answer.body)
 
@@ -306,16 +325,13 @@ class Boundary:
         route = self.routes.get(name)
         if route is None:
             shown = repr(name) if _ROUTE_NAME.match(name) else "at this path"
-            await self.refuse(
-                respond,
-                "openai",
-                "docket_bad_request",
-                f"no provider {shown} at this boundary; configured: {', '.join(self.routes)}",
-                rule="route",
-                provider=UNKNOWN_ROUTE,
-                model=None,
-                close=not request.body_complete,
+            refusal = admission.route_unknown(
+                shown,
+                ", ".join(self.routes),
+                UNKNOWN_ROUTE,
+                body_complete=request.body_complete,
             )
+            await self.answer_refusal(respond, "openai", refusal)
             return
         await self.model_call(route, rest, request, respond)
 
@@ -348,175 +364,183 @@ class Boundary:
             return
         if self.caps.outstanding(state.reservation):
             self.caps.cancel(state.reservation)  # never forwarded
-        await self.refuse(
-            respond,
-            route.kind,
-            "docket_internal_error",
-            message,
-            rule="internal_error",
-            provider=route.name,
-            model=state.model,
-            extra={"detail": self.scrub(what)[:300]},
-            close=True,
-        )
+        refusal = admission.internal_error(route.name, state.model, self.scrub(what)[:300])
+        await self.answer_refusal(respond, route.kind, refusal)
 
-    async def _model_call(self, route: Route, rest: str, request, respond, state) -> None:
-        kind = route.kind
-        arrived = self.guards.now()  # a caller's deadline counts from here
-        token = providers.presented_token(request.headers)
-        if not providers.token_matches(token, self.token):
-            await self.refuse(
-                respond,
-                kind,
-                "docket_unauthorized",
-                "this boundary needs the run's token (DOCKET_RUN_TOKEN), sent as the API key",
-                rule="auth",
-                provider=route.name,
-                model=None,
-                close=not request.body_complete,
-            )
-            return
-        try:
-            self._probe("request.read")
-            body = await request.read_body(limit=MAX_REQUEST_BYTES)
-        except BodyTooLarge:
-            await self.refuse(
-                respond,
-                kind,
-                "docket_bad_request",
-                f"request body over {MAX_REQUEST_BYTES} bytes",
-                rule="max_request_bytes",
-                provider=route.name,
-                model=None,
-                close=True,
-            )
-            return
-        except RequestError as exc:
-            # A body that breaks HTTP's framing (a chunk size not in hex, a chunk longer
-            # than its size) or stops arriving: the client's fault, refused like any bad
-            # request (never an internal error). Nothing was reserved or forwarded.
-            await self.refuse(
-                respond,
-                kind,
-                "docket_bad_request",
-                self.scrub(str(exc)),
-                rule="bad_request",
-                provider=route.name,
-                model=None,
-                extra={"code": exc.code},
-                close=True,
-                status=exc.status,
-            )
-            return
-        try:
-            facts = providers.request_facts(
-                kind, "/" + rest, request.headers, body, method=request.method
-            )
-        except providers.BadRequest as exc:
-            await self.refuse(
-                respond,
-                kind,
-                "docket_bad_request",
-                self.scrub(str(exc)),  # it may quote the body: a member's name or value
-                rule="bad_request",
-                provider=route.name,
-                model=None,
-                extra={
-                    k: self.scrub(v)
-                    for k, v in (("param", exc.param), ("code", exc.code))
-                    if v is not None
-                }
-                or None,
-            )
-            return
+    async def _model_call(
+        self, route: Route, rest: str, request, respond, state: _CallState
+    ) -> None:
+        """Learn the call's facts in the order admission.admit asks for them, then
+        answer its refusal or forward it. Whatever a refused call took (a
+        reservation, a breaker ticket, a bulkhead slot) is given back first."""
+        facts = CallFacts(route.name, request.method, rest, request.body_complete)
+        call = _Learning(route, request, facts, self.guards.now(), state)
         listing = non_model_endpoint(request.method, "/" + rest)
-        if listing is not None:  # a models list or lookup: relayed, recorded, no spend
+        try:
+            step = admit(facts)
+            while isinstance(step, Ask):
+                await self._learners[step.rule](self, call)
+                if listing is not None and isinstance(facts.request, providers.RequestFacts):
+                    break  # authorised and readable: a models list or lookup, relayed below
+                step = admit(facts, step.at)
+        except BaseException:
+            self._give_back(call)
+            raise
+        if isinstance(step, Ask):  # the loop stopped early: a models list or lookup, so
+            # relayed and recorded as provider.call: no spend, no reservation, nothing held.
+            assert listing is not None
             await relay_non_model(self, route, rest, request, respond, listing)
             return
-        if facts.endpoint == "other" or facts.model is None:
-            await self.refuse(
-                respond,
-                kind,
-                "docket_bad_request",
-                f"{request.method} /{rest} is not a model call this boundary records",
-                rule="endpoint",
-                provider=route.name,
-                model=None,
-            )
+        if isinstance(step, Refusal):
+            self._give_back(call)
+            await self.answer_refusal(respond, route.kind, step)
             return
+        hold = call.hold
+        assert hold is not None  # admitted: the guards were asked
         try:
-            budget = caller_budget(request.headers, arrived)
-        except BadDeadline as exc:
-            await self.refuse(
-                respond,
-                kind,
-                "docket_bad_request",
-                str(exc),
-                rule="bad_request",
-                provider=route.name,
-                model=facts.model,
-                extra={"param": "x-docket-deadline-ms"},
-            )
-            return
-        state.model = facts.model
-        decision = self.caps.reserve(
-            model=facts.model, request_bytes=len(body), max_output_tokens=facts.output_tokens_bound
+            passage = hold.pass_through(step.attempt)
+            await self._forward(route, rest, request, respond, step, passage, state)
+        finally:
+            hold.leave()
+
+    def _give_back(self, call: _Learning) -> None:
+        """A call that will not be forwarded: release its reservation (never charged:
+        it never left) and leave the guards."""
+        decision = call.facts.caps
+        if isinstance(decision, Decision):
+            held = decision.reservation
+            if held is not None and self.caps.outstanding(held):
+                self.caps.cancel(held)
+        if call.hold is not None:
+            call.hold.leave()
+
+    # One method per fact admit() may ask for (admission.RULES, less endpoint, which
+    # reads the parsed request). Each does the I/O or takes what the guard hands out;
+    # none decides.
+
+    async def _learn_auth(self, call: _Learning) -> None:
+        call.facts.auth = providers.token_matches(
+            providers.presented_token(call.request.headers), self.token
         )
-        state.reservation = decision.reservation
-        # Shielded, like the model.request below: once a reservation is held or an event
-        # is on its way to disk, a stopping run must not leave it half done (a held
-        # reservation, or a model.request that no closing event follows).
+
+    async def _learn_body(self, call: _Learning) -> None:
+        try:
+            self._probe("request.read")
+            call.facts.body = await call.request.read_body(limit=MAX_REQUEST_BYTES)
+        except BodyTooLarge as exc:
+            call.facts.body = admission.BodyProblem(
+                True, f"request body over {MAX_REQUEST_BYTES} bytes", exc.code, exc.status
+            )
+        except RequestError as exc:
+            # A chunk size not in hex, a chunk longer than its size, a body that stops
+            # arriving. Nothing was reserved or forwarded.
+            call.facts.body = admission.BodyProblem(
+                False, self.scrub(str(exc)), exc.code, exc.status
+            )
+
+    async def _learn_request(self, call: _Learning) -> None:
+        body = call.facts.body
+        assert isinstance(body, bytes)
+        request = call.request
+        try:
+            path = "/" + call.facts.path
+            call.facts.request = providers.request_facts(
+                call.route.kind, path, request.headers, body, method=request.method
+            )
+        except providers.BadRequest as exc:
+            # Scrubbed: the message may quote the body (a member's name or value).
+            call.facts.request = admission.Unparsed(
+                self.scrub(str(exc)),
+                None if exc.param is None else self.scrub(exc.param),
+                None if exc.code is None else self.scrub(exc.code),
+            )
+
+    async def _learn_budget(self, call: _Learning) -> None:
+        try:
+            call.facts.budget = caller_budget(call.request.headers, call.arrived)
+        except BadDeadline as exc:
+            call.facts.budget = admission.BadBudget(str(exc))
+
+    async def _learn_caps(self, call: _Learning) -> None:
+        facts = call.facts
+        request, body = facts.request, facts.body
+        assert isinstance(request, providers.RequestFacts) and isinstance(body, bytes)
+        call.state.model = request.model
+        decision = self.caps.reserve(
+            model=request.model or "",
+            request_bytes=len(body),
+            max_output_tokens=request.output_tokens_bound,
+        )
+        facts.caps, call.state.reservation = decision, decision.reservation
+        # Shielded, like the model.request: once a reservation is held or an event is
+        # on its way to disk, a stopping run must not leave it half done.
         try:
             self._probe("caps.record")
             if decision.events or decision.stop_run:  # else there is nothing to write
                 with trio.CancelScope(shield=True):
                     await self.cap_events(decision)
         except EvidenceLost:
-            await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
-            return
-        if not decision.allowed:
-            refusal = decision.refusal
-            await self.refuse(
-                respond,
-                kind,
-                "docket_policy_denied",
-                refusal.reason,
-                rule=refusal.rule,
-                provider=route.name,
-                model=facts.model,
-                extra={"cap": refusal.cap},
-            )
-            return
-        # The resilience guards (DESIGN.md §5): limiter, breaker, bulkhead, deadline. A
-        # refusal is answered and recorded inside; the passage holds the call's
-        # breaker ticket and bulkhead slot until the call is over.
-        admission = self.guards.passage(self, route, respond, model=facts.model, budget=budget)
-        try:
-            self._probe("guards.enter")
-            passage = await admission.enter()
-        except EvidenceLost:
-            await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
-            return
-        except BaseException:
-            self.caps.cancel(decision.reservation)  # never forwarded
-            raise
-        try:
-            if passage is None:
-                self.caps.cancel(decision.reservation)
-                return
-            await self._forward(
-                route, rest, request, respond, facts, body, decision, passage, state
-            )
-        finally:
-            admission.leave()
+            facts.evidence_lost = True
+
+    async def _learn_deadline(self, call: _Learning) -> None:
+        # The resilience guards (DESIGN.md §5): deadline, limiter, breaker, bulkhead.
+        self._probe("guards.enter")
+        budget = call.facts.budget
+        assert not isinstance(budget, admission.BadBudget | admission._Unknown)
+        call.hold = self.guards.hold(call.route.name, budget)
+        call.facts.deadline = call.hold.deadline()
+
+    async def _learn_limiter(self, call: _Learning) -> None:
+        assert call.hold is not None
+        call.facts.limiter = call.hold.limiter()
+
+    async def _learn_breaker(self, call: _Learning) -> None:
+        assert call.hold is not None
+        verdict = call.facts.breaker = call.hold.breaker()
+        if verdict.events:  # open -> half-open, for a probe
+            try:
+                with trio.CancelScope(shield=True):
+                    await record_changes(self, verdict.events)
+            except EvidenceLost:
+                call.facts.evidence_lost = True
+
+    async def _learn_bulkhead(self, call: _Learning) -> None:
+        assert call.hold is not None
+        call.facts.bulkhead = await call.hold.bulkhead()
+
+    async def _learn_attempt(self, call: _Learning) -> None:
+        assert call.hold is not None
+        call.facts.attempt = call.hold.attempt()
+
+    _learners: dict[str, Callable[[Boundary, _Learning], Awaitable[None]]] = {
+        "auth": _learn_auth,
+        "body": _learn_body,
+        "request": _learn_request,
+        "budget": _learn_budget,
+        "caps": _learn_caps,
+        "deadline": _learn_deadline,
+        "limiter": _learn_limiter,
+        "breaker": _learn_breaker,
+        "bulkhead": _learn_bulkhead,
+        "attempt": _learn_attempt,
+    }
 
     def _probe(self, point: str) -> None:
         if self.call_probe is not None:
             self.call_probe(point)
 
-    async def _forward(self, route, rest, request, respond, facts, body, decision, passage, state):
+    async def _forward(
+        self,
+        route: Route,
+        rest: str,
+        request,
+        respond,
+        admitted: Admitted,
+        passage: Passage,
+        state: _CallState,
+    ) -> None:
         """Record the model.request, then hand the call to ModelCall."""
-        kind = route.kind
+        facts, body, reservation = admitted.request, admitted.body, admitted.reservation
         call_id = f"{self._call_prefix}-{next(self._call_ids)}"
         body_fields = (
             recorded_body("request", body, self.redactor)
@@ -525,7 +549,7 @@ class Boundary:
         )
         # Made before the model.request is written, so that nothing can fail between
         # that write and the call's own closing machinery.
-        call = ModelCall(self, route, facts, decision.reservation, body, call_id, None, passage)
+        call = ModelCall(self, route, facts, reservation, body, call_id, None, passage)
         try:
             self._probe("request.record")
             # Refused unless the ledger can also hold this call's closing event. Not
@@ -546,22 +570,15 @@ class Boundary:
                 **body_fields,
             )
         except LedgerFull as full:
-            self.caps.cancel(decision.reservation)
+            self.caps.cancel(reservation)
             self.stop(f"ledger full ({full.reason})", full.reason)
-            await self.refuse(
-                respond,
-                kind,
-                "docket_ledger_full",
-                str(full),
-                rule=f"ledger.{full.reason}",
-                provider=route.name,
-                model=facts.model,
-                extra={"code": full.reason},
-                record=False,
-            )
+            refusal = admission.ledger_full(route.name, facts.model, full.reason, str(full))
+            await self.answer_refusal(respond, route.kind, refusal)
             return
         except EvidenceLost:
-            await self._evidence_refusal(respond, kind, route, facts, decision.reservation)
+            self.caps.cancel(reservation)
+            refusal = admission.evidence_lost(route.name, facts.model)
+            await self.answer_refusal(respond, route.kind, refusal)
             return
         call.slot, state.opened = slot, True
         call.record.started = self.clock.mono()  # a call's duration counts from here, as before
@@ -571,20 +588,6 @@ class Boundary:
             # ModelCall writes one closing event whatever happens; should it fail to
             # (a bug, raised meanwhile), the room it held goes back to the ledger.
             self.ledger.release(slot)
-
-    async def _evidence_refusal(self, respond, kind, route, facts, reservation) -> None:
-        if reservation is not None:
-            self.caps.cancel(reservation)
-        await self.refuse(
-            respond,
-            kind,
-            "docket_evidence_lost",
-            "the ledger could not be written and fail_fast_evidence is set: the run is stopping",
-            rule="ledger.fail_fast_evidence",
-            provider=route.name,
-            model=facts.model,
-            record=False,
-        )
 
     # ------------------------------------------------------------------ /docket/...
 

@@ -37,10 +37,13 @@ from docket.boundary.bodies import recorded_body
 from docket.boundary.closing import CLOSING_FIXED_BYTES as CLOSING_FIXED_BYTES
 from docket.boundary.closing import RESPONSE_BODY_FIELDS, CallRecord, usage_fields
 from docket.boundary.closing import closing_bound as closing_bound
-from docket.boundary.guarded import record_changes
+from docket.boundary.guarded import Passage, record_changes
+from docket.boundary.ports import CallHost, Upstream
+from docket.guards.caps import Reservation
 from docket.guards.scrub import Scrubber
 from docket.http import client as upstream
 from docket.http.server import ClientGone
+from docket.ledger.pending import ClosingSlot
 from docket.ledger.writer import EvidenceLost
 
 # Response headers that describe one hop, not the answer: never relayed.
@@ -85,22 +88,23 @@ class _Relayed(NamedTuple):
 class ModelCall:
     """The forwarding half of one call, after the guards have let it through.
 
-    `boundary` supplies the ledger, the caps guard, the clock, the pools and the
-    secrets to keep out of the record; this object owns one request's bytes and
-    its closing event.
+    `boundary` supplies (ports.CallHost) the ledger's closing events, the caps
+    guard, the clock and the secrets to keep out of the record and the relay; the
+    route its pool and key; this object owns one request's bytes and its closing
+    event.
     """
 
     def __init__(
         self,
-        boundary,
-        route,
-        facts,
-        reservation,
+        boundary: CallHost,
+        route: Upstream,
+        facts: providers.RequestFacts,
+        reservation: Reservation,
         request_body: bytes,
         call_id: str,
-        slot,
-        passage=None,
-    ):
+        slot: ClosingSlot | None,
+        passage: Passage | None = None,
+    ) -> None:
         self.b = boundary
         self.route = route
         self.facts = facts
@@ -346,6 +350,8 @@ class ModelCall:
     async def _deadline_passed(self, respond) -> None:
         """The caller's deadline cut the attempt: a timeout, like any other, for the
         record and the breaker. Bytes may have left, so the reservation is charged."""
+        # Only a passage with a deadline arms the attempt's cancel scope.
+        assert self.passage is not None and self.passage.attempt.budget_s is not None
         budget = self.passage.attempt.budget_s
         self.record.extra["deadline_ms"] = self.passage.attempt.deadline_ms
         detail = f"the caller's deadline left {budget * 1000:.0f} ms for the upstream; cut there"
@@ -364,6 +370,7 @@ class ModelCall:
         await respond.simple(answer.status, answer.headers, answer.body)
 
     async def _refuse_unrecorded(self, respond) -> None:
+        assert self.unrecorded is not None  # called only once it is set
         error_type, message = self.unrecorded
         answer = providers.refusal(self.route.kind, error_type, message)
         await respond.simple(answer.status, answer.headers, answer.body)
@@ -430,7 +437,7 @@ class ModelCall:
         `bodies`, the response body is left out (an internal error's last resort)."""
         self._disarm()
         r = self.record
-        fields = {"detail": self.b.scrub(detail)[:300]} if detail else {}
+        fields: dict[str, object] = {"detail": self.b.scrub(detail)[:300]} if detail else {}
         body = self._body_fields() if bodies else {}
         if not self.b.caps.outstanding(self.reservation):
             # An earlier close charged the call, then failed before its event: not twice.
@@ -515,6 +522,7 @@ class ModelCall:
         if self._scrub.count:
             fields["key_scrubbed"] = self._scrub.count  # keys taken out of the agent's copy
         self.closed = True  # from here on the event is written once, or not at all
+        assert self.slot is not None  # set once the model.request is written, before run()
         try:
             await self.b.record_closing(self.slot, type, optional=RESPONSE_BODY_FIELDS, **fields)
         except EvidenceLost:
@@ -541,7 +549,7 @@ class ModelCall:
         )
 
 
-def _probe(boundary, point: str) -> None:
+def _probe(boundary: CallHost, point: str) -> None:
     """A harness's probe at a named await point of the call (hooks.CALL_POINTS)."""
     if boundary.call_probe is not None:
         boundary.call_probe(point)

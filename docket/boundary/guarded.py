@@ -1,8 +1,10 @@
 """The resilience guards at the boundary: rate limiter, breakers, bulkheads, deadlines.
 
-The guards decide (docket/guards/, pure); this module puts them in the order of
-DESIGN.md §5, after auth, egress and caps, and turns each decision into an
-event and, for a refusal, an answer in the provider's own shape:
+The guards decide (docket/guards/, pure); admission.admit puts their decisions
+in the order of DESIGN.md §5, after auth and caps, and turns a refusal into the
+event and the answer in the provider's own shape; this module holds what a
+call takes from them (Hold: a limiter token, a breaker ticket, a bulkhead slot)
+and gives it back:
 
     rate limiter  (one per boundary)  429 docket_rate_limited  x-docket.rate-limited
     breaker       (one per upstream)  503 docket_breaker_open  x-docket.breaker-open
@@ -35,12 +37,14 @@ import trio
 
 # through the module, so a game-day mutant can swap how a breaker is built
 from docket.boundary import wiring
+from docket.boundary.admission import Waited
+from docket.boundary.ports import Recorder
 from docket.guards import breaker as brk
 from docket.guards.bulkhead import DEADLINE, UNKNOWN_RETRY_S, Shed
 from docket.guards.bulkhead_trio import Bulkhead, Entered
 from docket.guards.deadline import Attempt, Spent, plan_attempt
-from docket.guards.limiter import Refuse
-from docket.ledger.writer import EvidenceLost, LedgerFull
+from docket.guards.limiter import Admit, Refuse
+from docket.ledger.writer import LedgerFull
 
 # Kept back from a caller's budget for the boundary's own work once the upstream
 # has answered: the closing event's write and fdatasync, then the relay. Larger
@@ -131,24 +135,18 @@ class Guards:
 
     # ------------------------------------------------------------------ a call
 
-    def passage(
-        self, b, route, respond, *, model: str, budget: tuple[int, float] | None
-    ) -> Admission:
-        """Take the call through the limiter, the breaker and the bulkhead, in that
-        order: `async with guards.passage(...) as passage:` gives a Passage, or None
-        once the call has been refused (answered and recorded). On leaving, an
-        unreported ticket is abandoned and the slot freed.
+    def hold(self, upstream: str, budget: tuple[int, float] | None) -> Hold:
+        """What one call to `upstream` takes from the guards, learned one decision at a
+        time (admission.RULES: deadline, limiter, breaker, bulkhead, attempt) and given
+        back by leave()."""
+        return Hold(self, upstream, budget)
 
-        A budget already spent is refused first, so a call that cannot be made
-        takes no token, ticket or slot. EvidenceLost from recording a transition
-        propagates (the boundary has asked the run to stop).
-        """
-        return Admission(self, b, route, respond, model, budget)
-
-    def _plan(self, now: float, budget) -> Attempt | Spent:
+    def _plan(self, now: float, budget: tuple[int, float] | None) -> Attempt | Spent:
         return plan_attempt(now, budget, reserve_s=CLOSE_RESERVE_S)
 
-    async def _enter(self, bulkhead: Bulkhead, budget) -> tuple[Entered | Shed, float | None]:
+    async def _enter(
+        self, bulkhead: Bulkhead, budget: tuple[int, float] | None
+    ) -> tuple[Entered | Shed, float | None]:
         """A slot, or a shed: at once when the queue is full or the expected wait
         outlasts the deadline, or when the deadline passes while queued (then with
         the time it waited)."""
@@ -181,84 +179,66 @@ class Guards:
         ]
 
 
-class Admission:
-    """Guards.passage(...): enter() / leave(), or `async with`. A class rather than an
-    @asynccontextmanager: this is on every call's path, and the generator machinery
-    (with the AsyncExitStack it needed) cost more than the guards' own decisions."""
+class Hold:
+    """What one call holds from the guards: its breaker ticket and bulkhead slot.
 
-    __slots__ = (
-        "guards",
-        "b",
-        "route",
-        "respond",
-        "model",
-        "budget",
-        "breaker",
-        "ticket",
-        "bulkhead",
-        "entered",
-        "passage",
-    )
+    Each method takes one guard's decision (and, when the guard lets the call
+    through, what it hands out); the choice between them is admission.admit's.
+    One reading of the clock serves the deadline, the limiter and the breaker, as
+    one call's arrival at the guards. leave() gives everything back, once. A
+    class with slots rather than a context manager: this is on every call's path.
+    """
 
-    def __init__(self, guards: Guards, b, route, respond, model: str, budget) -> None:
+    __slots__ = ("guards", "upstream", "budget", "now", "ticket", "entered", "passage")
+
+    def __init__(self, guards: Guards, upstream: str, budget: tuple[int, float] | None) -> None:
         self.guards = guards
-        self.b = b
-        self.route = route
-        self.respond = respond
-        self.model = model
+        self.upstream = upstream
         self.budget = budget
-        self.breaker: brk.CircuitBreaker | None = None
+        self.now = 0.0
         self.ticket: brk.Ticket | None = None
-        self.bulkhead: Bulkhead | None = None
         self.entered: Entered | None = None
         self.passage: Passage | None = None
 
-    async def __aenter__(self) -> Passage | None:
-        return await self.enter()
+    def deadline(self) -> Attempt | Spent:
+        """A budget already spent is refused first, so a call that cannot be made
+        takes no token, ticket or slot."""
+        self.now = self.guards.now()
+        return self.guards._plan(self.now, self.budget)
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.leave()
+    def limiter(self) -> Admit | Refuse | None:
+        """The limiter's decision (an admission takes a token); None without one."""
+        limiter = self.guards.limiter
+        return None if limiter is None else limiter.admit(self.now)
 
-    async def enter(self) -> Passage | None:
-        """The Passage, or None once the call has been refused; call leave() after
-        either (not if this raises: it has left by then)."""
-        guards, budget = self.guards, self.budget
-        now = guards.now()
-        spent = guards._plan(now, budget)
-        if isinstance(spent, Spent):
-            await self._refuser().spent(spent)
-            return None
-        if guards.limiter is not None:
-            admitted = guards.limiter.admit(now)
-            if isinstance(admitted, Refuse):
-                await self._refuser().rate_limited(admitted)
-                return None
-        breaker = self.breaker = guards.breakers[self.route.name]
-        verdict = breaker.before_call(now)
-        if verdict.refusal is not None:
-            await self._refuser().breaker_open(verdict.refusal)
-            return None
+    def breaker(self) -> brk.Verdict:
+        """The breaker's verdict; its ticket is held from here on. The caller records
+        verdict.events (open -> half-open, for a probe)."""
+        verdict = self.guards.breakers[self.upstream].before_call(self.now)
         self.ticket = verdict.ticket
-        try:
-            if verdict.events:  # open -> half-open, for a probe
-                with trio.CancelScope(shield=True):
-                    await record_changes(self.b, verdict.events)
-            bulkhead = self.bulkhead = guards.bulkheads.get(self.route.name)
-            if bulkhead is not None:
-                got, waited = await guards._enter(bulkhead, budget)
-                if isinstance(got, Shed):
-                    await self._refuser().shed(got, waited)
-                    return None
-                self.entered = got
-            attempt = guards._plan(guards.now(), budget)  # the wait for a slot used some budget
-            if isinstance(attempt, Spent):
-                await self._refuser().spent(attempt)
-                return None
-            self.passage = Passage(guards, self.route.name, self.ticket, attempt, self.entered)
-            return self.passage
-        except BaseException:
-            self.leave()
-            raise
+        return verdict
+
+    async def bulkhead(self) -> Entered | Waited | None:
+        """A slot (held from here on), a shed (with the time queued, when shed in the
+        queue), or None without a bulkhead."""
+        bulkhead = self.guards.bulkheads.get(self.upstream)
+        if bulkhead is None:
+            return None
+        got, waited = await self.guards._enter(bulkhead, self.budget)
+        if isinstance(got, Shed):
+            return Waited(got, waited)
+        self.entered = got
+        return got
+
+    def attempt(self) -> Attempt | Spent:
+        """The attempt's limit now: the wait for a slot used some of the budget."""
+        return self.guards._plan(self.guards.now(), self.budget)
+
+    def pass_through(self, attempt: Attempt) -> Passage:
+        """The call is admitted: its Passage, to report how it ended."""
+        assert self.ticket is not None  # admitted means the breaker gave a ticket
+        self.passage = Passage(self.guards, self.upstream, self.ticket, attempt, self.entered)
+        return self.passage
 
     def leave(self) -> None:
         """Abandon the ticket unless the call reported (never forwarded, or cancelled:
@@ -266,16 +246,13 @@ class Admission:
         there is nothing to record), and free the slot. Only the first call acts."""
         ticket, self.ticket = self.ticket, None
         if ticket is not None and (self.passage is None or not self.passage.reported):
-            self.breaker.abandon(ticket, self.guards.now())
+            self.guards.breakers[self.upstream].abandon(ticket, self.guards.now())
         entered, self.entered = self.entered, None
         if entered is not None:
-            self.bulkhead.leave(entered)
-
-    def _refuser(self) -> _Refuser:
-        return _Refuser(self.b, self.route, self.respond, self.model)
+            self.guards.bulkheads[self.upstream].leave(entered)
 
 
-async def record_changes(b, changes: Iterable[brk.StateChange]) -> None:
+async def record_changes(b: Recorder, changes: Iterable[brk.StateChange]) -> None:
     """Record breaker transitions. A full ledger stops the run (as a cap event
     would); EvidenceLost propagates, the stop already asked by b.record."""
     for change in changes:
@@ -284,82 +261,3 @@ async def record_changes(b, changes: Iterable[brk.StateChange]) -> None:
         except LedgerFull as full:
             b.stop(f"ledger full ({full.reason})", full.reason)
             return
-
-
-class _Refuser:
-    """Answer a guard's refusal in the provider's shape and record the guard's event."""
-
-    def __init__(self, b, route, respond, model: str) -> None:
-        self.b = b
-        self.route = route
-        self.respond = respond
-        self.model = model
-
-    async def rate_limited(self, refusal: Refuse) -> None:
-        await self._refuse(
-            "docket_rate_limited",
-            refusal.reason,
-            rule=f"resilience.{refusal.limit}",
-            event=(refusal.type, refusal.fields()),
-            retry_after_s=refusal.retry_after_s,
-        )
-
-    async def breaker_open(self, refusal: brk.BreakerRefusal) -> None:
-        await self._refuse(
-            "docket_breaker_open",
-            refusal.reason,
-            rule="resilience.breaker",
-            event=(refusal.type, refusal.fields()),
-            retry_after_s=refusal.retry_after_s,
-        )
-
-    async def shed(self, shed: Shed, waited_s: float | None) -> None:
-        self.b.metrics.load_shed(self.route.name)
-        rule = "deadline" if shed.reason == DEADLINE else "resilience.max_queue"
-        fields = shed.fields()
-        if waited_s is not None:
-            fields["waited_s"] = round(waited_s, 6)  # shed in the queue, not on arrival
-        await self._refuse(
-            "docket_load_shed",
-            shed.message,
-            rule=rule,
-            event=(shed.type, fields),
-            retry_after_s=shed.retry_after_s,
-        )
-
-    async def spent(self, spent: Spent) -> None:
-        await self._refuse(
-            "docket_upstream_timeout",
-            spent.reason,
-            rule=spent.rule,
-            event=("policy.denied", {"reason": spent.reason, **spent.fields()}),
-            retry_after_s=None,
-        )
-
-    async def _refuse(
-        self, error_type: str, message: str, *, rule: str, event, retry_after_s
-    ) -> None:
-        type, fields = event
-        try:
-            await self.b.record(
-                type,
-                rule=rule,
-                provider=self.route.name,
-                model=self.model,
-                error_type=error_type,
-                **fields,
-            )
-        except (LedgerFull, EvidenceLost):
-            # Said in the answer; a full ledger is also on readiness and in the receipt.
-            message = f"{message} (the refusal itself could not be recorded)"
-        await self.b.refuse(
-            self.respond,
-            self.route.kind,
-            error_type,
-            message,
-            rule=rule,
-            provider=self.route.name,
-            model=self.model,
-            retry_after_s=retry_after_s,
-            record=False,
-        )

@@ -18,6 +18,9 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
+from docket.boundary.guarded import Guards
+from docket.boundary.ports import MetricsSource
+
 # An upstream call takes from milliseconds (a cached stub) to minutes (a long stream).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # One write + fdatasync of a batch: sub-millisecond on a fast SSD, tens of ms on a busy disk.
@@ -57,7 +60,7 @@ class Metrics:
         self.latency_count = 0
         self.upstream_latency: dict[str, Histogram] = {}
         self.fsync = Histogram(FSYNC_BUCKETS)
-        self.guards = None  # docket.boundary.guarded.Guards, when the boundary has them
+        self.guards: Guards | None = None  # when the boundary has them
 
     # ------------------------------------------------------------------ the hot path
 
@@ -83,8 +86,9 @@ class Metrics:
 
     # ------------------------------------------------------------------ scraping
 
-    def render(self, boundary) -> str:
-        """The text format, for `boundary` (its caps guard and ledger are read now)."""
+    def render(self, boundary: MetricsSource) -> str:
+        """The text format, for `boundary` (its caps' totals and its ledger's counters
+        are read now)."""
         # Imported here: it costs ~70 ms, which every `docket` start would pay otherwise.
         from prometheus_client import CollectorRegistry, generate_latest
 
@@ -96,7 +100,7 @@ class Metrics:
 class _Scrape:
     """A collector for one scrape (prometheus_client calls collect() once)."""
 
-    def __init__(self, metrics: Metrics, boundary) -> None:
+    def __init__(self, metrics: Metrics, boundary: MetricsSource) -> None:
         self.m = metrics
         self.b = boundary
 
@@ -165,7 +169,7 @@ class _Scrape:
             value=ledger.stats.unwritten_events,
         )
 
-    def _guards(self, guards) -> Iterator:
+    def _guards(self, guards: Guards) -> Iterator:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         now = guards.now()
@@ -202,9 +206,9 @@ class _Scrape:
             shed.add_metric([name], self.m.shed[name])
             bulkhead = guards.bulkheads.get(name)
             if bulkhead is not None:
-                status = bulkhead.core.status()
-                in_flight.add_metric([name], status.in_flight)
-                queued.add_metric([name], status.queued)
+                slots = bulkhead.core.status()
+                in_flight.add_metric([name], slots.in_flight)
+                queued.add_metric([name], slots.queued)
         yield shed
         yield in_flight
         yield queued

@@ -52,6 +52,7 @@ from urllib.parse import quote, urlsplit
 
 import trio
 
+from docket.boundary.ports import ProxyHost
 from docket.boundary.providers import token_matches
 from docket.boundary.wiring import egress_rule_for
 from docket.guards.egress import Allowed, Denied
@@ -150,15 +151,15 @@ def parse_target(method: str, target: bytes) -> ProxyTarget:
         raise ValueError("a proxy request's target is an absolute http(s) URL")
     try:
         parts = urlsplit(text)
-        port = parts.port
+        given = parts.port
     except ValueError:
         raise ValueError("not a URL (its host or port does not parse)") from None
     if not parts.hostname:
         raise ValueError("the URL names no host")
     scheme = parts.scheme.lower()
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    port = port if port is not None else (443 if scheme == "https" else 80)
-    return ProxyTarget(method, parts.hostname, _port(str(port)), scheme, path, text)
+    number = given if given is not None else (443 if scheme == "https" else 80)
+    return ProxyTarget(method, parts.hostname, _port(str(number)), scheme, path, text)
 
 
 def _port(text: str) -> int:
@@ -238,9 +239,11 @@ class _Connection:
     detail: str | None = None
 
 
-async def handle_proxy(boundary, request, respond, config: ProxyConfig | None = None) -> None:
+async def handle_proxy(
+    boundary: ProxyHost, request, respond, config: ProxyConfig | None = None
+) -> None:
     """Serve one proxy request (a CONNECT or an absolute-form request) for
-    `boundary` (its policy, token, clock, scrub and record)."""
+    `boundary` (ports.ProxyHost: its policy, token, clock, scrub, record and stop)."""
     config = config or ProxyConfig()
     try:
         target = parse_target(request.method, request.target)
@@ -312,12 +315,12 @@ def _ended_by(exc: BaseException) -> str:
     return "internal_error"
 
 
-def _recorded_url(boundary, target: ProxyTarget) -> str:
+def _recorded_url(boundary: ProxyHost, target: ProxyTarget) -> str:
     return boundary.scrub(sanitize_url(target.url))[:MAX_RECORDED_URL] if target.url else ""
 
 
 async def _deny(
-    boundary, request, respond, denied: Denied, status: int, *, url: str, extra=None
+    boundary: ProxyHost, request, respond, denied: Denied, status: int, *, url: str, extra=None
 ) -> None:
     fields = {
         "host": boundary.scrub(denied.host),
@@ -351,7 +354,7 @@ async def _answer(respond, status, error_type, message, rule, headers=(), *, clo
     await respond.simple(status, pairs, body)
 
 
-async def _record_connect(boundary, conn: _Connection, url: str) -> None:
+async def _record_connect(boundary: ProxyHost, conn: _Connection, url: str) -> None:
     """The connection's one event, finished even when the run is stopping."""
     fields = {
         "host": conn.allowed.host,
@@ -379,7 +382,7 @@ async def _record_connect(boundary, conn: _Connection, url: str) -> None:
             return  # boundary.record has already asked the run to stop, saying why
 
 
-async def _tunnel(boundary, respond, conn: _Connection, idle: float) -> None:
+async def _tunnel(boundary: ProxyHost, respond, conn: _Connection, idle: float) -> None:
     allowed = conn.allowed
     try:
         upstream = await open_upstream_stream(
@@ -476,7 +479,7 @@ class _CountedBody:
         return chunk
 
 
-async def _forward(boundary, request, respond, conn: _Connection, idle: float) -> None:
+async def _forward(boundary: ProxyHost, request, respond, conn: _Connection, idle: float) -> None:
     allowed, target = conn.allowed, conn.target
     pool = UpstreamPool(
         Origin(target.scheme or "http", allowed.host, allowed.port),

@@ -28,6 +28,12 @@ Exceeded means demand crossed the cap, which is past warn_at, so a warning
 always comes first (in the same decision if need be). With on_breach = "kill",
 cap.exceeded also says the run must stop (exit 42), and every later call is
 refused; with "deny" only the call is refused and smaller ones may still fit.
+
+Under "deny", a call whose worst case crosses a cap only because of what calls
+in flight hold (settled + its worst case still fits) is deferred, not denied:
+its Refusal says `deferred` (the boundary answers 429 with Retry-After), and
+no cap.exceeded is raised, since nothing was crossed. Every refusal of a
+crossing says `would_fit_after_settle` (docs/adr/0002-caps-reservations.md).
 """
 
 from __future__ import annotations
@@ -83,6 +89,11 @@ class Refusal:
     reserved: int = 0  # held by calls in flight
     requested: int = 0  # this call's worst case
     unit: str = ""
+    # For a cap the call's worst case would cross: whether it would fit once the calls
+    # in flight settle (under "deny" such a call is deferred, 429, not denied); None
+    # for a refusal that is not about room under a cap (on_unpriced, wall, stopping).
+    would_fit_after_settle: bool | None = None
+    deferred: bool = False  # refused for now only (deny, and it fits after settling): a 429
 
 
 @dataclass(frozen=True)
@@ -181,7 +192,7 @@ class CapsGuard:
         self.prices = prices
         self._usd_enforced = caps.budget_mode == "usd" and caps.max_nusd is not None
         self._limits: dict[str, int] = {}
-        if self._usd_enforced:
+        if caps.budget_mode == "usd" and caps.max_nusd is not None:
             self._limits[MAX_USD] = caps.max_nusd
         if caps.max_tokens is not None:
             self._limits[MAX_TOKENS] = caps.max_tokens
@@ -240,7 +251,9 @@ class CapsGuard:
                 )
             )
         declared = max_output_tokens is not None
-        out_bound = max_output_tokens if declared else self.caps.default_max_output_tokens
+        out_bound = (
+            self.caps.default_max_output_tokens if max_output_tokens is None else max_output_tokens
+        )
         nusd = 0
         if price is not None:
             nusd = (
@@ -248,32 +261,9 @@ class CapsGuard:
                 + out_bound * price.output_nusd_per_token
             )
         requested = {MAX_MODEL_CALLS: 1, MAX_TOKENS: request_bytes + out_bound, MAX_USD: nusd}
-        for cap in _COUNTED_CAPS:
-            limit = self._limits.get(cap)
-            if limit is None:
-                continue
-            demand = self._committed[cap] + self._reserved[cap] + requested[cap]
-            if demand > limit:
-                warning = self._maybe_warn(cap, limit, demand)
-                events = (warning,) if warning is not None else ()
-                events += self._exceed(cap, limit, demand)
-                stop = self._stop_if_kill(cap, events)
-                return self._refuse(
-                    Refusal(
-                        rule=f"caps.{cap}",
-                        cap=cap,
-                        reason=_crossing_reason(
-                            cap, limit, self._committed[cap], self._reserved[cap], requested[cap]
-                        ),
-                        limit=limit,
-                        committed=self._committed[cap],
-                        reserved=self._reserved[cap],
-                        requested=requested[cap],
-                        unit=UNITS[cap],
-                    ),
-                    events=events,
-                    stop_run=stop,
-                )
+        crossing = self._crossing(requested)
+        if crossing is not None:
+            return self._refuse_crossing(crossing, requested)
         events = []
         for cap in _COUNTED_CAPS:
             self._reserved[cap] += requested[cap]
@@ -400,6 +390,69 @@ class CapsGuard:
         )
 
     # ------------------------------------------------------------ inside
+
+    def _crossing(self, requested: Mapping[str, int]) -> tuple[str, bool] | None:
+        """The cap this call's worst case would cross, in _COUNTED_CAPS order, and
+        whether it would fit once the calls in flight settle; None if it fits now.
+
+        Under "deny", a cap the call cannot fit under even when every call in flight
+        has settled comes first: that refusal is final (403), so it must not be
+        hidden behind one that a retry lifts (429). Under "kill" the first crossing
+        decides, as it always has: demand crossing the cap stops the run.
+        """
+        first: tuple[str, bool] | None = None
+        for cap in _COUNTED_CAPS:
+            limit = self._limits.get(cap)
+            if limit is None:
+                continue
+            if self._committed[cap] + self._reserved[cap] + requested[cap] <= limit:
+                continue
+            fits_later = self._committed[cap] + requested[cap] <= limit
+            if self.caps.on_breach == "kill":
+                return cap, fits_later
+            if not fits_later:
+                return cap, False
+            if first is None:
+                first = (cap, True)
+        return first
+
+    def _refuse_crossing(
+        self, crossing: tuple[str, bool], requested: Mapping[str, int]
+    ) -> Decision:
+        """Refuse a call whose worst case would cross `cap`. Under "deny", a call that
+        fits once the calls in flight settle is only deferred: not a breach (no
+        cap.exceeded; the boundary answers 429 with Retry-After, which SDKs retry),
+        the warning aside, since demand did reach warn_at. Otherwise the cap is
+        exceeded, and under "kill" the run stops."""
+        cap, fits_later = crossing
+        limit = self._limits[cap]
+        committed, reserved = self._committed[cap], self._reserved[cap]
+        demand = committed + reserved + requested[cap]
+        warning = self._maybe_warn(cap, limit, demand)
+        events: tuple[CapEvent, ...] = (warning,) if warning is not None else ()
+        deferred = fits_later and self.caps.on_breach == "deny"
+        if not deferred:
+            events += self._exceed(cap, limit, demand)
+        stop = self._stop_if_kill(cap, events)
+        reason = _crossing_reason(cap, limit, committed, reserved, requested[cap])
+        if deferred:
+            reason += "; it fits once the calls in flight settle: retry"
+        return self._refuse(
+            Refusal(
+                rule=f"caps.{cap}",
+                cap=cap,
+                reason=reason,
+                limit=limit,
+                committed=committed,
+                reserved=reserved,
+                requested=requested[cap],
+                unit=UNITS[cap],
+                would_fit_after_settle=fits_later,
+                deferred=deferred,
+            ),
+            events=events,
+            stop_run=stop,
+        )
 
     def _refuse(
         self, refusal: Refusal, events: tuple[CapEvent, ...] = (), stop_run: bool = False

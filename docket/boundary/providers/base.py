@@ -506,6 +506,9 @@ DOCKET_ERRORS: dict[str, RefusalKind] = {
     "docket_policy_denied": RefusalKind(403, False),
     "docket_breaker_open": RefusalKind(503, True),
     "docket_rate_limited": RefusalKind(429, True),
+    # A cap the call fits under once the calls in flight settle (on_breach = "deny"):
+    # a 429 with Retry-After, which SDKs retry; a call past the cap even then is a 403.
+    "docket_caps_pending": RefusalKind(429, True),
     "docket_load_shed": RefusalKind(503, True),
     "docket_unauthorized": RefusalKind(401, False),
     "docket_bad_request": RefusalKind(400, False),
