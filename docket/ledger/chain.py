@@ -55,6 +55,12 @@ EVENT_TYPES = CONTROL_TYPES | frozenset(
         "evidence.gap",
         "evidence.low_disk",
         "cache.hit",
+        # --snapshot (docket.snapshot): the tree before the run, what the run changed,
+        # what a rollback restored. Not control events: a long change list must not
+        # eat the reserve kept for session.end.
+        "snapshot.taken",
+        "snapshot.changes",
+        "snapshot.restored",
     }
 )
 
