@@ -228,6 +228,9 @@ class Tally:
         # call_id -> seq of each model.request no closing event has followed yet. Bounded
         # by the calls in flight at once: a closed call is dropped.
         self.open: dict[str, int] = {}
+        from docket.receipts.snapshot_claims import SnapshotFold
+
+        self.snapshot = SnapshotFold()  # the receipt's `snapshot` (section 7.6)
         self._fold = {
             "session.start": self._on_start,
             "session.end": self._on_end,
@@ -239,6 +242,9 @@ class Tally:
             "cap.exceeded": self._on_cap,
             "fault.injected": self._on_fault,
             "evidence.gap": self._on_gap,
+            "snapshot.taken": self.snapshot.on_taken,
+            "snapshot.changes": self.snapshot.on_changes,
+            "snapshot.restored": self.snapshot.on_restored,
         }
 
     def add(self, event: dict) -> None:

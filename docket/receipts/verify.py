@@ -83,6 +83,7 @@ PRICING_MISMATCH = "pricing_mismatch"
 CAPS_MISMATCH = "caps_mismatch"
 POLICY_MISMATCH = "policy_mismatch"
 FAULTS_MISMATCH = "faults_mismatch"
+SNAPSHOT_MISMATCH = "snapshot_mismatch"
 
 # Input error codes (exit 2): verification could not start.
 RECEIPT_UNREADABLE = "receipt_unreadable"
@@ -542,6 +543,14 @@ def verify(
         found = first_difference(receipt[key], claims[key], key, unbacked)
         if found:
             return _failed(code, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
+    # --snapshot's section (spec 7.6): absent from both, or the same.
+    found = first_difference(
+        receipt.get("snapshot"), scan.tally.snapshot.claims(), "snapshot", unbacked
+    )
+    if found:
+        return _failed(
+            SNAPSHOT_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
+        )
     return Verdict(
         ok=True,
         claims=claims,

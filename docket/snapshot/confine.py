@@ -32,10 +32,11 @@ FORBIDDEN_ROOTS = ("/proc", "/sys", "/dev")
 class Refused(Exception):
     """A path the confinement will not touch, and why (recorded, never silent)."""
 
-    def __init__(self, path: str, why: str) -> None:
+    def __init__(self, path: str, why: str, errno: int | None = None) -> None:
         super().__init__(f"{path}: {why}")
         self.path = path
         self.why = why
+        self.errno = errno  # the OS's, when an open failed (ENOENT: a parent is absent)
 
 
 def _forbidden_devices() -> set[int]:
@@ -96,7 +97,7 @@ class Tree:
         try:
             fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
         except OSError as exc:
-            raise Refused(path, _why_not_dir(exc)) from None
+            raise Refused(path, _why_not_dir(exc), exc.errno) from None
         if os.fstat(fd).st_dev != self.dev:
             os.close(fd)
             raise Refused(path, "another filesystem is mounted here: not entered")

@@ -84,6 +84,9 @@ def make_plan(
     chmods: list[Step] = []
     for path in sorted(set(paths)):
         want, have, left = before.get(path), now.get(path), run_end.get(path)
+        if _state(have) == _state(want):
+            plan.unchanged.append(path)  # as in the snapshot already (restored before?)
+            continue
         if _state(have) != _state(left) and not force:
             plan.conflicts.append(
                 {
@@ -93,9 +96,6 @@ def make_plan(
                     "found": _state(have),
                 }
             )
-            continue
-        if _state(have) == _state(want):
-            plan.unchanged.append(path)
             continue
         keep_dir = have is not None and want is not None and have.kind == DIR == want.kind
         # A file or link over a file or link: renamed over it in one step (atomic).
@@ -116,6 +116,23 @@ def make_plan(
             creates.append(Step(WRITE, path, want, over))
         elif want.kind == LINK:
             creates.append(Step(SYMLINK, path, want, over))
+    # A directory that holds a conflict stays, and so does what it holds: removing
+    # it would fail (not empty) or, forced, take the conflicting path with it.
+    held = {a for c in plan.conflicts for a in parents(c["path"])}
+    for s in removes:
+        if s.path in held:
+            plan.conflicts.append(
+                {
+                    "path": s.path,
+                    "why": "holds a path in conflict",
+                    "expected": None,
+                    "found": _state(s.have),
+                }
+            )
+    blocked = {s.path for s in removes if s.path in held}
+    removes = [s for s in removes if s.path not in blocked]
+    creates = [s for s in creates if s.path not in blocked]
+    chmods = [s for s in chmods if s.path not in blocked]
     removes.sort(key=lambda s: (-depth(s.path), s.path))
     creates.sort(key=lambda s: (depth(s.path), s.path))
     chmods.sort(key=lambda s: (-depth(s.path), s.path))

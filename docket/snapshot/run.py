@@ -9,8 +9,8 @@ snapshot.changes once the child is reaped; snapshot.restored after a rollback.
 
 from __future__ import annotations
 
+import errno
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,7 +78,7 @@ def take(
         "skipped": result.skipped,
     }
     path = snap.record_path(folder)
-    path.parent.mkdir(mode=0o700, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.write_text(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
     fields = {
         "index": index,
@@ -141,6 +141,7 @@ class RootRestore:
     index: int
     root: str
     plan: Plan
+    store: Store
     applied: Applied | None = None
 
 
@@ -179,6 +180,8 @@ def current(tree: Tree, paths: list[str]) -> tuple[dict, list[dict]]:
                     continue
                 entry = _entry_at(fd, name, path, st)
         except Refused as exc:
+            if exc.errno == errno.ENOENT:
+                continue  # a directory above it is gone: so is it
             unreachable.append({"path": path, "why": f"cannot be reached: {exc.why}"})
             continue
         if entry is None:
@@ -198,7 +201,3 @@ def states_from_rows(rows: list, side: str) -> dict:
         if value is not None:
             out[path] = entry_from_dict(f"snapshot.changes {path!r}", value)
     return out
-
-
-def os_fspath(p: str | os.PathLike) -> str:
-    return os.fspath(p)

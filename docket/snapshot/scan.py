@@ -76,7 +76,10 @@ def _walk(tree, fd, prefix, excluder, store, entries, skipped) -> None:
             except UnicodeEncodeError:
                 skipped.append({"path": ascii(path), "why": "name is not UTF-8"})
                 continue
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone since the listing: absent, as it is now
             mode = st.st_mode
             if stat.S_ISDIR(mode):
                 if (st.st_dev, st.st_ino) in excluder.skip_dirs:
@@ -92,7 +95,11 @@ def _walk(tree, fd, prefix, excluder, store, entries, skipped) -> None:
                 entries[path] = Entry(DIR, stat.S_IMODE(os.fstat(sub).st_mode))
                 _walk(tree, sub, path + "/", excluder, store, entries, skipped)
             elif stat.S_ISLNK(mode):
-                target = os.fsdecode(os.readlink(name, dir_fd=fd))
+                try:
+                    target = os.fsdecode(os.readlink(name, dir_fd=fd))
+                except OSError as exc:  # replaced since the stat (by a directory, a file)
+                    skipped.append({"path": path, "why": f"changed while read ({exc.strerror})"})
+                    continue
                 try:
                     target.encode("utf-8")
                 except UnicodeEncodeError:
