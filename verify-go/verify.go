@@ -274,6 +274,13 @@ func Verify(receiptPath, ledgerPath string) (*Verdict, *InputError) {
 			return withFigures(failed(c.code, p, p+": "+what)), nil
 		}
 	}
+	claimedSnapshot := receipt.Get("snapshot") // section 7.6: absent means []
+	if claimedSnapshot == nil {
+		claimedSnapshot = &Value{Kind: Array}
+	}
+	if p, what, found := firstDifference(claimedSnapshot, scan.Tally.Snapshots(), "snapshot", &unbackedPaths); found {
+		return withFigures(failed("snapshot_mismatch", p, p+": "+what)), nil
+	}
 	v = withFigures(&Verdict{OK: true, Claims: claims, Unbacked: unbackedPaths,
 		Complete: evidence.Get("ledger_complete").B, TailBytes: tailBytes})
 	return v, nil

@@ -545,7 +545,7 @@ def verify(
             return _failed(code, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
     # --snapshot's section (spec 7.6): absent from both, or the same.
     found = first_difference(
-        receipt.get("snapshot"), scan.tally.snapshot.claims(), "snapshot", unbacked
+        receipt.get("snapshot", []), scan.tally.snapshot.claims() or [], "snapshot", unbacked
     )
     if found:
         return _failed(
