@@ -220,3 +220,21 @@ def test_verify_checks_the_receipts_snapshot_section_against_the_ledger(tmp_path
             [*DOCKET, "verify", str(path)], capture_output=True, text=True, timeout=60
         )
         assert v.returncode == 1 and "snapshot_mismatch" in v.stdout and field in v.stdout, v.stdout
+
+
+def test_the_policys_snapshot_exclude_is_left_out_and_never_rolled_back(tmp_path):
+    tree = _tree(tmp_path)
+    (tree / "build.log").write_text("old log\n")
+    policy = tmp_path / "docket.toml"
+    policy.write_text('[snapshot]\nexclude = ["*.log"]\n')  # .git is snapshotted now
+    code = (
+        "import time\nopen('build.log','w').write('new log')\n"
+        "open('.git/HEAD','w').write('ref: other')\ntime.sleep(60)\n"
+    )
+    flags = ["--policy", str(policy), f"--snapshot={tree}", "--rollback-on-breach"]
+    proc, run = _run(tmp_path, tree, *flags, "--max-wall-clock", "1", code=code)
+    assert proc.returncode == 42, proc.stderr
+    assert (tree / "build.log").read_text() == "new log"  # excluded: not the snapshot's to undo
+    assert (tree / ".git" / "HEAD").read_text() == "ref: x\n"  # included: rolled back
+    taken = next(e for e in read_events(run / "ledger.jsonl") if e["type"] == "snapshot.taken")
+    assert taken["exclude"] == ["*.log"]
