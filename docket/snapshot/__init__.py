@@ -1,5 +1,5 @@
 """Undoing a run: a content-addressed snapshot of a tree, the changes a run made to it,
-and a restore that never writes outside it (issue 16, docs/snapshot.md).
+and a restore that never writes outside it (issue 16; README "Undo what a run changed").
 
   manifest.py  pure: a tree's entries (files by sha256, modes, links as links, dirs),
                its digest, and the diff of two manifests (what a run changed)
@@ -10,6 +10,8 @@ and a restore that never writes outside it (issue 16, docs/snapshot.md).
   plan.py      pure: what a restore must do, given the snapshot, the run's end
                state and the tree as it is now (conflicts included)
   restore.py   a plan applied through confine.py, each step re-checked at write time
-  run.py       what `docket run --snapshot` and `docket restore` call
+  run.py       take, change scan, rollback; the snapshot's record in the run's folder
+  session.py   --snapshot and --rollback-on-breach inside `docket run`
+  command.py   `docket restore`
 Each name is imported from the module that defines it.
 """
