@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from docket.snapshot.confine import Refused, Tree, lstat_at, open_regular
 from docket.snapshot.manifest import DIR, FILE, LINK, Entry, parents
 from docket.snapshot.plan import CHMOD, MKDIR, REMOVE, SYMLINK, WRITE, Plan, Step
-from docket.snapshot.store import CHUNK, Store, StoreError
+from docket.snapshot.store import CHUNK, Store, StoreError, sync_fs
 
 
 @dataclass
@@ -48,6 +48,10 @@ def apply_plan(tree: Tree, store: Store, plan: Plan) -> Applied:
             out.failed.append({"op": step.op, "path": step.path, "why": exc.strerror or str(exc)})
         else:
             out.applied.append({"op": step.op, "path": step.path})
+    if out.applied:
+        # One syncfs for the whole restore, not an fsync per file (ten times faster on
+        # this disk); a crash before it may leave a restored file short: restore again.
+        sync_fs(tree.fd)
     return out
 
 
@@ -142,7 +146,6 @@ def _write_file(fd: int, tmp: str, store: Store, want: Entry) -> None:
             if h.hexdigest() != want.sha256:
                 raise StoreError(f"object {want.sha256}: its bytes do not hash to its name")
             os.fchmod(dst, want.mode)
-            os.fsync(dst)
         except BaseException:
             os.close(dst)
             os.unlink(tmp, dir_fd=fd)

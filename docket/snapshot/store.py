@@ -36,6 +36,7 @@ class Store:
         self.methods: dict[str, int] = {"reflink": 0, "copy_file_range": 0, "copy": 0}
         self.added = 0  # objects new to the store
         self.deduped = 0  # copies dropped: the content was stored already
+        self._made: set[str] = set()  # objects/xx folders known to exist (a mkdir each is slow)
 
     def object_path(self, sha: str) -> Path:
         return self.root / "objects" / sha[:2] / sha[2:]
@@ -60,7 +61,9 @@ class Store:
             tmp.unlink()
             self.deduped += 1
         else:
-            final.parent.mkdir(mode=0o700, exist_ok=True)
+            if final.parent.name not in self._made:
+                final.parent.mkdir(mode=0o700, exist_ok=True)
+                self._made.add(final.parent.name)
             os.replace(tmp, final)
             self.added += 1
         return sha, size
@@ -75,11 +78,17 @@ class Store:
         """One syncfs for the whole snapshot rather than an fsync per object."""
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.syncfs(fd) != 0:
-                raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+            sync_fs(fd)
         finally:
             os.close(fd)
+
+
+def sync_fs(fd: int) -> None:
+    """syncfs(2) on the filesystem holding `fd`: everything written there reaches the disk."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def copy_fd(src: int, dst: int) -> str:
