@@ -238,3 +238,40 @@ def test_the_policys_snapshot_exclude_is_left_out_and_never_rolled_back(tmp_path
     assert (tree / ".git" / "HEAD").read_text() == "ref: x\n"  # included: rolled back
     taken = next(e for e in read_events(run / "ledger.jsonl") if e["type"] == "snapshot.taken")
     assert taken["exclude"] == ["*.log"]
+
+
+def test_the_default_run_folder_and_other_runs_evidence_are_left_out(tmp_path):
+    tree = _tree(tmp_path)
+    old = tree / "docket-runs" / "an-earlier-run"
+    old.mkdir(parents=True)
+    (old / "ledger.jsonl").write_text("another run's evidence\n")
+    agent = tmp_path / "agent.py"
+    agent.write_text("open('docket-runs/an-earlier-run/ledger.jsonl','a').write('more\\n')\n")
+    proc = subprocess.run(
+        [*DOCKET, "run", "--snapshot", "--", sys.executable, str(agent)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run,) = [p for p in (tree / "docket-runs").iterdir() if p.name.startswith("2")]
+    record = json.loads((run / "snapshots" / "0.json").read_text())
+    assert not any(p.startswith("docket-runs") for p in record["entries"])
+    changes = next(e for e in read_events(run / "ledger.jsonl") if e["type"] == "snapshot.changes")
+    assert changes["counts"] == {"created": 0, "modified": 0, "deleted": 0, "mode_changed": 0}
+
+
+def test_restore_refuses_a_snapshot_record_that_is_empty_binary_or_deep(tmp_path):
+    tree = _tree(tmp_path)
+    proc, run = _run(tmp_path, tree, f"--snapshot={tree}", code="open('README','w').write('x')")
+    assert proc.returncode == 0
+    record = run / "snapshots" / "0.json"
+    for bad in (b"", b"\x00\xff\xfe binary", b"[" * 100_000 + b"]" * 100_000, b'{"format": 7}'):
+        record.write_bytes(bad)
+        r = subprocess.run(
+            [*DOCKET, "restore", str(run), "--apply"], capture_output=True, text=True, timeout=60
+        )
+        assert r.returncode == 2 and r.stderr.startswith("docket: restore: snapshot 0:"), r.stderr
+        assert r.stderr.count("\n") == 1
+    assert (tree / "README").read_text() == "x"

@@ -147,7 +147,13 @@ def restore_command(run_dir: str, *, apply: bool, only: list[str] | None, force:
             for r in roots
         ],
     }
-    _write_json(folder / "restore.json", report)
+    try:
+        _write_json(folder / "restore.json", report)
+    except OSError as exc:
+        raise InputError(
+            f"restore: cannot write {folder / 'restore.json'} ({exc.strerror}); "
+            + ("the changes above were made" if apply else "nothing was changed")
+        ) from None
     bad = any(r.plan.conflicts or (r.applied and r.applied.failed) for r in roots)
     return EXIT_CHECK_FAILED if bad else EXIT_OK
 

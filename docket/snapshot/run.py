@@ -60,11 +60,12 @@ def take(
     folder: Path,
     store_dir: Path,
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
+    also_skip: tuple[Path, ...] = (),
 ) -> tuple[RootSnapshot, dict]:
     """Snapshot `root` into the store; (the snapshot, snapshot.taken's fields). Refused
     (confine) for a root that cannot be one; OSError if the copy fails."""
     store = Store(store_dir)
-    excluder = Excluder(tuple(exclude), identities([folder, store_dir]))
+    excluder = Excluder(tuple(exclude), identities([folder, store_dir, *also_skip]))
     with Tree(root) as tree:
         result = scan(tree, excluder, store)
         real = tree.root
@@ -154,6 +155,8 @@ def load_record(folder: Path, taken: dict) -> tuple[Manifest, str, Store, list[s
     try:
         data = json.loads(path.read_text("utf-8"))
         manifest = manifest_from_dict(data)
+    except RecursionError:
+        raise RestoreInputError(f"{path}: JSON nested too deeply") from None
     except (OSError, ValueError, ManifestError) as exc:
         raise RestoreInputError(f"{path}: {exc}") from None
     if manifest.digest() != taken.get("manifest_sha256"):

@@ -55,10 +55,13 @@ class SnapshotSession:
             if self.options.snapshot_store
             else default_store(folder)
         )
+        # docket-runs/ (the default): other runs' evidence, which a concurrent run may be
+        # writing, is never this run's to snapshot or roll back.
+        others = (folder.parent,) if self.options.ledger_dir is None else ()
         for index, root in enumerate(self.options.snapshot):
             try:
                 snap, fields = await trio.to_thread.run_sync(
-                    take, index, root, folder, store, self.exclude
+                    take, index, root, folder, store, self.exclude, others
                 )
             except (Refused, OSError) as exc:
                 why = exc.why if isinstance(exc, Refused) else (exc.strerror or str(exc))
