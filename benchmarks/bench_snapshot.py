@@ -85,7 +85,9 @@ def run(quick: bool) -> dict:
             same = changes(snap)
             scan_same.append(time.perf_counter() - t0)
             assert same["counts"] == {"created": 0, "modified": 0, "deleted": 0, "mode_changed": 0}
-            victims = sorted(snap.before.entries)[-changed:]
+            victims = sorted(p for p, e in snap.before.entries.items() if e.kind == "file")[
+                -changed:
+            ]
             for p in victims:
                 (tree / p).write_bytes(b"rewritten by the run " + p.encode())
             t0 = time.perf_counter()

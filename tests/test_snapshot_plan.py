@@ -183,3 +183,86 @@ def test_only_picks_paths_under_it_and_the_changed_directories_above_them():
     assert targets(changed, ["x"]) == ["x"]
     assert targets(changed, ["d/e/fg"]) == []
     assert targets(changed, None) == sorted(changed)
+
+
+# ---------------------------------------------------------------- the receipt's fold
+
+
+def _taken(**kw):
+    return {
+        "type": "snapshot.taken",
+        "index": 0,
+        "root": "/r",
+        "manifest_sha256": "a" * 64,
+        "files": 1,
+        "bytes": 2,
+    } | kw
+
+
+@pytest.mark.parametrize(
+    "events, why",
+    [
+        ([{"type": "snapshot.changes", "index": 0, "counts": {}}], "no snapshot.taken precedes"),
+        ([_taken(), _taken()], "a second snapshot.taken"),
+        ([_taken(manifest_sha256="A" * 64)], "manifest_sha256"),
+        ([_taken(files=-1)], "snapshot.taken.files"),
+        (
+            [_taken(), {"type": "snapshot.changes", "index": 0, "counts": {"created": 1}}],
+            "counts.modified",
+        ),
+        (
+            [
+                _taken(),
+                {
+                    "type": "snapshot.restored",
+                    "index": 0,
+                    "applied": 1,
+                    "failed": 0,
+                    "verified": True,
+                },
+            ],
+            "failed must be an array",
+        ),
+        (
+            [
+                _taken(),
+                {
+                    "type": "snapshot.restored",
+                    "index": 0,
+                    "applied": 1,
+                    "failed": [],
+                    "verified": 1,
+                },
+            ],
+            "verified",
+        ),
+    ],
+)
+def test_the_tally_refuses_malformed_snapshot_events(events, why):
+    from docket.receipts.tally import Tally, TallyError
+
+    tally = Tally()
+    with pytest.raises(TallyError, match=why):
+        for seq, e in enumerate(events):
+            tally.add({"seq": seq} | e)
+
+
+def test_the_tally_folds_the_last_changes_and_restored_per_root():
+    from docket.receipts.tally import Tally
+
+    tally = Tally()
+    counts = {"created": 1, "modified": 2, "deleted": 3, "mode_changed": 4}
+    for e in (
+        _taken(index=1),
+        _taken(),
+        {"type": "snapshot.changes", "index": 0, "counts": counts},
+        {"type": "snapshot.changes", "index": 0, "error": "scan failed"},  # keeps the counts
+        {"type": "snapshot.restored", "index": 0, "applied": 9, "failed": [{}], "verified": False},
+    ):
+        tally.add(e | {"seq": 0})
+    claims = tally.snapshot.claims()
+    assert [c["index"] for c in claims] == [0, 1]
+    assert claims[0]["changes"] == counts
+    assert claims[0]["restored"] == {"applied": 9, "failed": 1, "verified": False}
+    assert claims[1]["changes"] is None and claims[1]["restored"] is None
+    assert Tally().snapshot.claims() is None
