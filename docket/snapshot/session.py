@@ -73,7 +73,9 @@ class SnapshotSession:
                 return False
             self.snapshots.append(snap)
             await sup._record("snapshot.taken", **fields)
-        return True
+        # A stop asked while the tree was copied (a signal, the wall-clock cap, which
+        # counts the snapshot's time): the child is not started only to be stopped.
+        return sup.stop_requested is None
 
     async def after_reap(self, sup: Any) -> None:
         for snap in self.snapshots:
