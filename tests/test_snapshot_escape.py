@@ -507,3 +507,19 @@ def _cli_run(tmp_path: Path, tree: Path, code: str) -> Path:
 
 # unused names kept explicit for readers of the plan's vocabulary
 _ = (DIR, LINK, MKDIR, SYMLINK)
+
+
+def test_a_root_swapped_for_a_symlink_after_the_run_is_refused_by_restore(tmp_path, world):
+    tree, outside = world
+    run = _cli_run(tmp_path, tree, "import os; os.remove('README')")
+    os.rename(tree, tmp_path / "tree.real")
+    os.symlink(outside, tree)  # the recorded root now leads to the outside
+    before = fingerprint(outside)
+    proc = subprocess.run(
+        [*DOCKET, "restore", str(run), "--apply", "--force"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "not the snapshot's tree" in proc.stderr, proc.stderr
+    assert fingerprint(outside) == before

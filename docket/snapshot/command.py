@@ -88,7 +88,7 @@ def plan_root(
                 else:
                     run_end.pop(path, None)
     paths = targets(changed_paths, only)
-    with Tree(root) as tree:
+    with Tree(root, recorded=True) as tree:
         now, unreachable = current(tree, paths)
     blocked = {u["path"] for u in unreachable}
     plan = make_plan(
@@ -125,7 +125,7 @@ def restore_command(run_dir: str, *, apply: bool, only: list[str] | None, force:
             raise InputError(f"restore: snapshot {index}: root {exc.path}: {exc.why}") from None
     for r in roots:
         if apply:
-            with Tree(r.root) as tree:
+            with Tree(r.root, recorded=True) as tree:
                 r.applied = apply_plan(tree, r.store, r.plan)
         _print(r, apply)
     report = {

@@ -76,8 +76,15 @@ class Tree:
     symlink after the check is not entered either.
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, recorded: bool = False) -> None:
         self.root = check_root(root)
+        if recorded and self.root != root:
+            # A snapshot records its root's real path: one that resolves elsewhere now
+            # (it, or a folder above it, swapped for a symlink since) is not that tree.
+            raise Refused(
+                root,
+                f"now resolves to {self.root} (a symlink on the way?): not the snapshot's tree",
+            )
         self.fd = os.open(self.root, DIR_FLAGS)
         self.dev = os.fstat(self.fd).st_dev
 

@@ -48,7 +48,7 @@ class RootSnapshot:
     after_skipped: list[dict] = field(default_factory=list)
 
     def tree(self) -> Tree:
-        return Tree(self.root)
+        return Tree(self.root, recorded=True)
 
     def record_path(self, folder: Path) -> Path:
         return folder / SNAPSHOT_DIR / f"{self.index}.json"
