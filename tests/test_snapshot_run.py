@@ -275,3 +275,23 @@ def test_restore_refuses_a_snapshot_record_that_is_empty_binary_or_deep(tmp_path
         assert r.returncode == 2 and r.stderr.startswith("docket: restore: snapshot 0:"), r.stderr
         assert r.stderr.count("\n") == 1
     assert (tree / "README").read_text() == "x"
+
+
+def test_restore_after_a_run_that_never_recorded_its_changes_plans_every_difference(tmp_path):
+    """The supervisor killed mid-run: the ledger ends before snapshot.changes (a valid
+    prefix), so restore compares the tree with the snapshot itself, and says so."""
+    tree = _tree(tmp_path)
+    before = fingerprint(tree)
+    proc, run = _run(tmp_path, tree, f"--snapshot={tree}", "--max-wall-clock", "1")
+    assert proc.returncode == 42
+    ledger = run / "ledger.jsonl"
+    lines = ledger.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if b'"type":"process.spawn"' in line)
+    ledger.write_bytes(b"".join(lines[: cut + 1]))
+    done = subprocess.run(
+        [*DOCKET, "restore", str(run), "--apply"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "note: the ledger has no snapshot.changes" in done.stdout
+    assert fingerprint(tree) == before
+    assert json.loads((run / "restore.json").read_text())["roots"][0]["notes"]

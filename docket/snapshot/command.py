@@ -66,9 +66,35 @@ def plan_root(
     from docket.snapshot.plan import make_plan
 
     taken, changed = events.get("snapshot.taken"), events.get("snapshot.changes")
-    if taken is None or changed is None or "error" in changed:
-        raise RestoreInputError("the ledger has no complete snapshot.taken/snapshot.changes pair")
-    before, root, store, _ = load_record(folder, taken)
+    if taken is None:
+        raise RestoreInputError("the ledger has no snapshot.taken for it")
+    before, root, store, exclude = load_record(folder, taken)
+    notes: list[str] = []
+    if changed is None or "error" in changed:
+        # The run did not end normally (its supervisor killed, the change scan failed):
+        # what it changed is not on record, so every difference from the snapshot is.
+        changed_paths, run_end = _differences_now(root, before, exclude)
+        notes.append(
+            "the ledger has no snapshot.changes (the run did not end normally): every "
+            "difference from the snapshot is planned, and a change made after the run "
+            "cannot be told from one the run made"
+        )
+    else:
+        changed_paths, run_end = _recorded_changes(changed, events, before)
+    paths = targets(changed_paths, only)
+    with Tree(root, recorded=True) as tree:
+        now, unreachable = current(tree, paths)
+    blocked = {u["path"] for u in unreachable}
+    plan = make_plan(
+        [p for p in paths if p not in blocked], before.entries, run_end, now, force=force
+    )
+    plan.conflicts.extend(unreachable)
+    return RootRestore(taken["index"], root, plan, store, notes=notes)
+
+
+def _recorded_changes(changed: dict, events: dict[str, dict], before) -> tuple[list[str], dict]:
+    """The paths snapshot.changes names, and the state each was left in (by the run, or
+    by its rollback when snapshot.restored says one ran)."""
     rows = [row for kind in CHANGE_KINDS for row in changed.get(kind) or []]
     try:
         for row in rows:
@@ -87,15 +113,16 @@ def plan_root(
                     run_end[path] = before.entries[path]
                 else:
                     run_end.pop(path, None)
-    paths = targets(changed_paths, only)
+    return changed_paths, run_end
+
+
+def _differences_now(root: str, before, exclude: list[str]) -> tuple[list[str], dict]:
+    from docket.snapshot.manifest import diff
+    from docket.snapshot.scan import Excluder, scan
+
     with Tree(root, recorded=True) as tree:
-        now, unreachable = current(tree, paths)
-    blocked = {u["path"] for u in unreachable}
-    plan = make_plan(
-        [p for p in paths if p not in blocked], before.entries, run_end, now, force=force
-    )
-    plan.conflicts.extend(unreachable)
-    return RootRestore(taken["index"], root, plan, store)
+        now = scan(tree, Excluder(tuple(exclude))).manifest
+    return list(diff(before, now).paths()), dict(now.entries)
 
 
 def restore_command(run_dir: str, *, apply: bool, only: list[str] | None, force: bool) -> int:
@@ -143,6 +170,7 @@ def restore_command(run_dir: str, *, apply: bool, only: list[str] | None, force:
                 "failed": r.applied.failed if r.applied else [],
                 "skipped": r.plan.conflicts,
                 "unchanged": r.plan.unchanged,
+                "notes": r.notes,
             }
             for r in roots
         ],
@@ -181,6 +209,8 @@ def _print(r: RootRestore, apply: bool) -> None:
             print(f"  {verb} {s.path}: FAILED ({why})")
     for c in r.plan.conflicts:
         print(f"  conflict {c['path']}: {c['why']}; skipped (--force to overwrite)")
+    for note in r.notes:
+        print(f"  note: {note}")
     if not r.plan.steps and not r.plan.conflicts:
         print("  nothing to do: the tree's changed paths are as in the snapshot")
     if not apply and r.plan.steps:

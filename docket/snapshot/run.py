@@ -144,6 +144,7 @@ class RootRestore:
     plan: Plan
     store: Store
     applied: Applied | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def load_record(folder: Path, taken: dict) -> tuple[Manifest, str, Store, list[str]]:
