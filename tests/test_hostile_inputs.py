@@ -253,6 +253,18 @@ CASES = [
          before=WRONG),
     Case("stub --port in Arabic-Indic digits", ("stub", "--port", "٨٠"), "--port", before=WRONG),
     Case("chaos --seed with an exponent", ("chaos", "--seed", "1e3", "--", "true"), "--seed"),
+    # -- docket run --snapshot and docket restore
+    Case("run --snapshot of /proc", ("run", "--snapshot=/proc", "--", "true"), "nothing under /proc"),
+    Case("run --snapshot of a missing folder", ("run", "--snapshot=nowhere", "--", "true"),
+         "cannot read"),
+    Case("run --rollback-on-breach alone", ("run", "--rollback-on-breach", "--", "true"),
+         "needs --snapshot"),
+    Case("restore a folder with no ledger", ("restore", "."), "no ledger.jsonl"),
+    Case("restore a binary ledger", ("restore", "."), "chain does not hold",
+         {"ledger.jsonl": b"\x00\xff\n"}),
+    Case("restore an empty ledger", ("restore", "."), "took no snapshot", {"ledger.jsonl": b""}),
+    Case("restore --only ..", ("restore", ".", "--only", "../x"), "--only",
+         {"ledger.jsonl": b""}),
 ]  # fmt: skip
 
 
