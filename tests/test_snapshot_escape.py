@@ -123,17 +123,17 @@ def test_a_ledger_edited_to_name_another_path_breaks_its_chain_and_is_refused(tm
     assert fingerprint(outside) == before
 
 
-@pytest.mark.parametrize("only", ["../outside", "/etc", "src/../.."])
-def test_only_with_a_path_out_of_the_tree_is_a_usage_error(tmp_path, world, only):
+def test_only_with_a_path_out_of_the_tree_is_a_usage_error(tmp_path, world):
     tree, _ = world
     run = _cli_run(tmp_path, tree, "open('README','w').write('changed')")
-    proc = subprocess.run(
-        [*DOCKET, "restore", str(run), "--apply", "--only", only],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 2 and proc.stderr.startswith("docket: restore: --only")
+    for only in ("../outside", "/etc", "src/../.."):
+        proc = subprocess.run(
+            [*DOCKET, "restore", str(run), "--apply", "--only", only],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2 and proc.stderr.startswith("docket: restore: --only"), only
     assert (tree / "README").read_text() == "changed"
 
 
