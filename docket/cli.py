@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         const=".",
         metavar="PATH",
-        help="copy this tree (default: .) before the run and record what it changed; repeat",
+        help="copy a tree before the run and record what it changed: --snapshot alone is the "
+        "working directory, --snapshot=PATH another (repeat for more)",
     )
     p.add_argument(
         "--rollback-on-breach",

@@ -523,3 +523,30 @@ def test_a_root_swapped_for_a_symlink_after_the_run_is_refused_by_restore(tmp_pa
     )
     assert proc.returncode == 2 and "not the snapshot's tree" in proc.stderr, proc.stderr
     assert fingerprint(outside) == before
+
+
+# ------------------------------------------------------------------ the walker, any path
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PARTS = st.sampled_from(["a", "b", "..", ".", "", "out", "link", "/", "\0", "a\\b", "x" * 300])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PARTS, min_size=1, max_size=6))
+def test_any_path_the_walker_accepts_has_its_parent_inside_the_root(tmp_path_factory, parts):
+    base = tmp_path_factory.mktemp("walk")
+    root = base / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (base / "out").mkdir()
+    os.symlink(base / "out", root / "link")
+    os.symlink("../../out", root / "a" / "link")
+    path = "/".join(parts)
+    with Tree(str(root)) as t:
+        try:
+            with t.parent(path) as (fd, _name):
+                where = os.readlink(f"/proc/self/fd/{fd}")
+        except Refused:
+            return
+    assert where == str(root) or where.startswith(str(root) + "/"), (path, where)
