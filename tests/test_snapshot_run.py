@@ -295,3 +295,30 @@ def test_restore_after_a_run_that_never_recorded_its_changes_plans_every_differe
     assert "note: the ledger has no snapshot.changes" in done.stdout
     assert fingerprint(tree) == before
     assert json.loads((run / "restore.json").read_text())["roots"][0]["notes"]
+
+
+def test_an_incomplete_rollback_is_a_warning_before_the_last_line(tmp_path):
+    """The agent leaves a directory where a file was, holding a FIFO, which no scan
+    reads: the rollback cannot remove the directory, says so in snapshot.restored,
+    and `docket run` prints it before its last line."""
+    tree = _tree(tmp_path)
+    code = (
+        "import os, time\nos.remove('README')\nos.mkdir('README')\n"
+        "os.mkfifo('README/pipe')\ntime.sleep(60)\n"
+    )
+    proc, run = _run(
+        tmp_path,
+        tree,
+        f"--snapshot={tree}",
+        "--rollback-on-breach",
+        "--max-wall-clock",
+        "1",
+        code=code,
+    )
+    assert proc.returncode == 42
+    restored = next(
+        e for e in read_events(run / "ledger.jsonl") if e["type"] == "snapshot.restored"
+    )
+    assert restored["verified"] is False and restored["failed"]
+    assert "docket: warning: the rollback of" in proc.stderr
+    assert "path(s) could not be snapshotted or scanned" in proc.stderr

@@ -263,7 +263,7 @@ class Supervisor(ChildControl):
             ()
             if ledger.reserve_kept is None
             else (f"the ledger's spare blocks could not be freed: {ledger.reserve_kept}",)
-        )
+        ) + tuple(self._snapshots.warnings)
         if receipt_error is not None:
             # The run's own status stays in the receipt; the process says evidence was lost.
             exit_status = EXIT_EVIDENCE_LOST

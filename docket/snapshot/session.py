@@ -47,6 +47,7 @@ class SnapshotSession:
         self.options = options
         self.exclude = exclude_of(policy)
         self.snapshots: list[RootSnapshot] = []
+        self.warnings: list[str] = []  # printed before `docket run`'s last line
 
     async def take(self, sup: Any) -> bool:
         folder = Path(sup.folder)
@@ -86,6 +87,11 @@ class SnapshotSession:
                 await sup._record("snapshot.changes", index=snap.index, error=why)
                 continue
             await sup._record("snapshot.changes", **fields)
+            if fields.get("skipped"):
+                self.warnings.append(
+                    f"--snapshot {snap.root}: {len(fields['skipped'])} path(s) could not be "
+                    "snapshotted or scanned (devices, FIFOs, mounts...): see snapshot.changes' skipped"
+                )
         stop = sup.stop_requested
         if not (
             self.options.rollback_on_breach
@@ -109,3 +115,9 @@ class SnapshotSession:
                     "error": why,
                 }
             await sup._record("snapshot.restored", **fields)
+            if not fields["verified"]:
+                self.warnings.append(
+                    f"the rollback of {snap.root} is incomplete: {len(fields['failed'])} step(s) "
+                    "failed and the tree is not as the snapshot (see snapshot.restored; "
+                    "docket restore --apply retries)"
+                )
