@@ -550,3 +550,23 @@ def test_any_path_the_walker_accepts_has_its_parent_inside_the_root(tmp_path_fac
         except Refused:
             return
     assert where == str(root) or where.startswith(str(root) + "/"), (path, where)
+
+
+def test_restored_entries_keep_the_owner_of_what_they_replace_or_their_folder(tmp_path, world):
+    """Run as root, a restore would otherwise hand a user's files to root."""
+    tree, _ = world
+    for here, dirs, files in os.walk(tree):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(here, name), 1234, 5678, follow_symlinks=False)
+    os.chown(tree, 1234, 5678)
+    snap = _snap(tmp_path, tree)
+    (tree / "README").write_text("the run's")  # replaced: keeps its owner
+    import shutil
+
+    shutil.rmtree(tree / "src")  # recreated: takes its folder's owner
+    changes(snap)
+    assert rollback(snap)["verified"]
+    for p in ("README", "src", "src/pkg", "src/pkg/mod.py", "src/run.sh"):
+        st = os.lstat(tree / p)
+        assert (st.st_uid, st.st_gid) == (1234, 5678), p
+    assert os.stat(tree / "src" / "run.sh").st_mode & 0o777 == 0o755

@@ -61,6 +61,7 @@ def _apply(tree: Tree, store: Store, step: Step) -> None:
         where = os.fstat(fd)
         current = lstat_at(fd, name)
         _recheck(fd, name, step, current)
+        owner = _owner(current or where)
         if step.op == REMOVE:
             assert current is not None
             if stat.S_ISDIR(current.st_mode):
@@ -69,6 +70,8 @@ def _apply(tree: Tree, store: Store, step: Step) -> None:
                 os.unlink(name, dir_fd=fd)
         elif step.op == MKDIR:
             os.mkdir(name, 0o700, dir_fd=fd)
+            if owner is not None:
+                os.chown(name, *owner, dir_fd=fd, follow_symlinks=False)
         elif step.op == CHMOD:
             assert step.want is not None
             sub = tree.open_dir(fd, name, step.path)
@@ -80,10 +83,12 @@ def _apply(tree: Tree, store: Store, step: Step) -> None:
             assert step.want is not None
             tmp = f".docket-restore-{secrets.token_hex(8)}"
             if step.op == WRITE:
-                _write_file(fd, tmp, store, step.want)
+                _write_file(fd, tmp, store, step.want, owner)
             else:
                 assert step.want.target is not None
                 os.symlink(step.want.target, tmp, dir_fd=fd)
+                if owner is not None:
+                    os.chown(tmp, *owner, dir_fd=fd, follow_symlinks=False)
             try:
                 os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
             except OSError:
@@ -128,7 +133,18 @@ def _entry_at(fd: int, name: str, path: str, st: os.stat_result) -> Entry | None
     return None  # a device, FIFO or socket: never the entry a plan expects
 
 
-def _write_file(fd: int, tmp: str, store: Store, want: Entry) -> None:
+def _owner(st: os.stat_result) -> tuple[int, int] | None:
+    """Who a restored entry belongs to, when this process may choose (root): the owner of
+    the entry it replaces, else of its directory. The manifest records no owners; as
+    anyone else, what is written is the writer's, as it was when the run wrote it."""
+    if os.geteuid() != 0:
+        return None
+    return st.st_uid, st.st_gid
+
+
+def _write_file(
+    fd: int, tmp: str, store: Store, want: Entry, owner: tuple[int, int] | None = None
+) -> None:
     src = store.open_object(want.sha256 or "")
     try:
         dst = os.open(
@@ -145,6 +161,8 @@ def _write_file(fd: int, tmp: str, store: Store, want: Entry) -> None:
                 pos += len(block)
             if h.hexdigest() != want.sha256:
                 raise StoreError(f"object {want.sha256}: its bytes do not hash to its name")
+            if owner is not None:
+                os.fchown(dst, *owner)  # before the mode: a chown clears setuid bits
             os.fchmod(dst, want.mode)
         except BaseException:
             os.close(dst)
