@@ -85,6 +85,11 @@ class SnapshotSession:
             except (Refused, OSError) as exc:
                 why = exc.why if isinstance(exc, Refused) else (exc.strerror or str(exc))
                 await sup._record("snapshot.changes", index=snap.index, error=why)
+                self.warnings.append(
+                    f"--snapshot {snap.root}: the change scan failed ({why}): what the run "
+                    "changed is not on record and nothing was rolled back (docket restore "
+                    "compares the tree with the snapshot instead)"
+                )
                 continue
             await sup._record("snapshot.changes", **fields)
             if fields.get("skipped"):
