@@ -217,12 +217,23 @@ def test_a_link_with_dotdot_in_its_target_is_restored_as_a_link_only(tmp_path, w
 def test_symlinks_swapped_in_and_out_during_a_restore_never_lead_a_write_out(tmp_path, world):
     """Another thread flips src/pkg between a directory and a link to the outside, as
     fast as it can, while 200 files are restored into it."""
+    _flip_race(tmp_path, world, 200)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("round_", range(10))
+def test_the_symlink_flip_race_at_length(tmp_path, world, round_):
+    """`nox -s slow`: the race above, ten times over 2,000 files."""
+    _flip_race(tmp_path, world, 2000)
+
+
+def _flip_race(tmp_path, world, n: int) -> None:
     tree, outside = world
     pkg = tree / "src" / "pkg"
-    for i in range(200):
+    for i in range(n):
         (pkg / f"f{i}").write_text(f"v{i}\n")
     snap = _snap(tmp_path, tree)
-    for i in range(200):
+    for i in range(n):
         (pkg / f"f{i}").write_text("changed\n")
         (outside / f"f{i}").write_text("changed\n")  # a followed link would find what it expects
     changes(snap)
@@ -244,7 +255,7 @@ def test_symlinks_swapped_in_and_out_during_a_restore_never_lead_a_write_out(tmp
         stop.set()
         flipper.join(10)
     assert fingerprint(outside) == before
-    assert result["applied"] + len(result["failed"]) >= 200
+    assert result["applied"] + len(result["failed"]) >= n
     assert all(f["why"] for f in result["failed"])
 
 
