@@ -69,6 +69,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+def cmd_restore(args: argparse.Namespace) -> int:
+    from docket.snapshot.command import restore_command
+
+    return restore_command(args.run_dir, apply=args.apply, only=args.only, force=args.force)
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from docket.policy import init_command
 
@@ -195,8 +201,38 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="quota: a subscription with no per-token bill (tokens, calls and time still capped)",
     )
+    p.add_argument(
+        "--snapshot",
+        action="append",
+        nargs="?",
+        const=".",
+        metavar="PATH",
+        help="copy a tree before the run and record what it changed: --snapshot alone is the "
+        "working directory, --snapshot=PATH another (repeat for more)",
+    )
+    p.add_argument(
+        "--rollback-on-breach",
+        action="store_true",
+        help="when a cap stops the run (exit 42), restore what it changed before the receipt",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=cmd_run)
+
+    p = verbs.add_parser("restore", help="undo what a --snapshot run changed (dry run by default)")
+    p.add_argument("run_dir", help="the run's folder (its ledger, receipt and snapshots/)")
+    p.add_argument(
+        "--apply", action="store_true", help="make the changes (default: print the plan)"
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="PATH",
+        help="only this path (relative to its root); repeat",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="also overwrite what changed after the run ended"
+    )
+    p.set_defaults(func=cmd_restore)
 
     p = verbs.add_parser("init", help="write a commented docket.toml covering every policy key")
     p.add_argument("path", nargs="?", default="docket.toml")

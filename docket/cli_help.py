@@ -82,6 +82,10 @@ DESCRIPTIONS = {
     "diff": "Compare two runs by their receipts (each verified first): totals, per model and "
     "provider, errors, refusals, caps, faults, evidence and the price table. Exit 0 when "
     "equal, 1 when they differ, 2 on bad input.",
+    "restore": "Put a --snapshot run's tree back as it was before the run. Prints the plan "
+    "(what would be written, deleted, recreated) and changes nothing unless --apply; a path "
+    "changed again after the run is a conflict, skipped unless --force. Never writes outside "
+    "the snapshot's root; writes restore.json beside the evidence, never the ledger.",
     "show": "Print a ledger one line per event (seq, time, type, model, tokens, cost, status), "
     "filtered by type, provider, seq range or errors; --follow watches a live run. Streams: "
     "memory stays flat on any size.",
@@ -116,6 +120,7 @@ examples:
   docket run -- python my_agent.py
   docket run --policy docket.toml --ledger-dir runs/today -- ./agent.sh --task fix-tests
   docket run --max-wall-clock 600 --budget-mode quota -- claude -p "fix the tests"
+  docket run --snapshot --rollback-on-breach -- python my_agent.py   # tree back on a breach
 """,
     "init": """\
 examples:
@@ -167,6 +172,12 @@ examples:
 examples:
   docket diff yesterday/receipt.json today/receipt.json
   docket diff a/receipt.json b/receipt.json --json
+""",
+    "restore": """\
+examples:
+  docket restore docket-runs/RUN                 # the plan only
+  docket restore docket-runs/RUN --apply
+  docket restore docket-runs/RUN --apply --only src/app.py --force
 """,
     "show": """\
 examples:

@@ -131,6 +131,13 @@ class SecretsPolicy:
     drop_env: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class SnapshotPolicy:
+    # What `docket run --snapshot` leaves out (docket.snapshot.scan): a pattern without
+    # "/" matches a name at any depth, one with "/" the path from the snapshot's root.
+    exclude: tuple[str, ...] = (".git",)
+
+
 def default_providers() -> Mapping[str, ProviderPolicy]:
     return MappingProxyType(
         {
@@ -150,6 +157,7 @@ class Policy:
     resilience: ResiliencePolicy = field(default_factory=ResiliencePolicy)
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     secrets: SecretsPolicy = field(default_factory=SecretsPolicy)
+    snapshot: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     # Where it came from; not part of the digest (the same rules from two files are the same policy).
     source: str = field(default="defaults", compare=False)
 
@@ -186,6 +194,7 @@ class Policy:
             "resilience": section(self.resilience),
             "egress": section(self.egress),
             "secrets": section(self.secrets),
+            "snapshot": section(self.snapshot),
         }
 
     def digest(self) -> str:
@@ -236,7 +245,17 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
         data,
         "",
         # explain: read by docket.reading.thresholds (what explain names, not what a run does)
-        ("ledger", "caps", "providers", "boundary", "resilience", "egress", "secrets", "explain"),
+        (
+            "ledger",
+            "caps",
+            "providers",
+            "boundary",
+            "resilience",
+            "egress",
+            "secrets",
+            "snapshot",
+            "explain",
+        ),
     )
     ledger = _ledger(c, c.section(data, "ledger"))
     caps = _caps(c, c.section(data, "caps"))
@@ -245,6 +264,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     resilience = _resilience(c, c.section(data, "resilience"))
     egress = _egress(c, c.section(data, "egress"))
     secrets = _secrets(c, c.section(data, "secrets"))
+    snapshot = _snapshot(c, c.section(data, "snapshot"))
     return Policy(
         ledger=ledger,
         caps=caps,
@@ -253,6 +273,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
         resilience=resilience,
         egress=egress,
         secrets=secrets,
+        snapshot=snapshot,
         source=source,
     )
 
@@ -413,6 +434,22 @@ def _secrets(c: _Checker, t: dict) -> SecretsPolicy:
                 f"secrets.drop_env[{i}]", f"must be an environment variable name, got {_show(name)}"
             )
     return SecretsPolicy(drop_env=tuple(names))
+
+
+def _snapshot(c: _Checker, t: dict) -> SnapshotPolicy:
+    c.table(t, "snapshot", _keys(SnapshotPolicy))
+    patterns = t.get("exclude", list(SnapshotPolicy().exclude))
+    if not isinstance(patterns, list):
+        c.fail(
+            "snapshot.exclude", f'must be a list of patterns, e.g. [".git"], got {_show(patterns)}'
+        )
+    for i, p in enumerate(patterns):
+        if not isinstance(p, str) or not p.strip("/") or "\0" in p or ".." in p.split("/"):
+            c.fail(
+                f"snapshot.exclude[{i}]",
+                f"must be a non-empty pattern without '..', got {_show(p)}",
+            )
+    return SnapshotPolicy(exclude=tuple(patterns))
 
 
 def _valid_egress(entry: str) -> bool:

@@ -256,6 +256,29 @@ CASES = [
          before=WRONG),
     Case("stub --port in Arabic-Indic digits", ("stub", "--port", "٨٠"), "--port", before=WRONG),
     Case("chaos --seed with an exponent", ("chaos", "--seed", "1e3", "--", "true"), "--seed"),
+    # -- docket run --snapshot and docket restore
+    Case("run --snapshot of /proc", ("run", "--snapshot=/proc", "--", "true"), "nothing under /proc"),
+    Case("run --snapshot of a missing folder", ("run", "--snapshot=nowhere", "--", "true"),
+         "cannot read"),
+    Case("run --rollback-on-breach alone", ("run", "--rollback-on-breach", "--", "true"),
+         "needs --snapshot"),
+    Case("restore a folder with no ledger", ("restore", "."), "no ledger.jsonl"),
+    Case("restore a binary ledger", ("restore", "."), "chain does not hold",
+         {"ledger.jsonl": b"\x00\xff\n"}),
+    Case("restore an empty ledger", ("restore", "."), "took no snapshot", {"ledger.jsonl": b""}),
+    Case("restore --only ..", ("restore", ".", "--only", "../x"), "--only",
+         {"ledger.jsonl": b""}),
+    # -- reading a run: explain, show, diff (tests/test_reading_inputs.py has the rest)
+    Case("explain a binary ledger", ("explain", "l.jsonl"), "not a docket ledger",
+         {"l.jsonl": b"\x00\xff\n"}),
+    Case("explain an empty ledger", ("explain", "l.jsonl"), "is empty", {"l.jsonl": b""}),
+    Case("explain 500-deep JSON", ("explain", "l.jsonl"), "not a docket ledger",
+         {"l.jsonl": "[" * 500 + "]" * 500 + "\n"}),
+    Case("show a missing ledger", ("show", "nowhere.jsonl"), "no such file"),
+    Case("show --seq backwards", ("show", "l.jsonl", "--seq", "9..2"), "ends before it starts",
+         {"l.jsonl": b""}),
+    Case("diff a binary receipt", ("diff", "a.json", "a.json"), "binary data",
+         {"a.json": b"\x00\xff"}),
 ]  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from docket.policy import (
     ProviderPolicy,
     ResiliencePolicy,
     SecretsPolicy,
+    SnapshotPolicy,
     load_policy,
     policy_from_dict,
     template_text,
@@ -34,6 +35,7 @@ SECTIONS = {
     "resilience": ResiliencePolicy,
     "egress": EgressPolicy,
     "secrets": SecretsPolicy,
+    "snapshot": SnapshotPolicy,
 }
 
 
@@ -319,6 +321,7 @@ CHANGES = {
     "resilience.max_queue": 0,
     "egress.allow": ["pypi.org"],
     "secrets.drop_env": ["MY_GATEWAY_KEY"],
+    "snapshot.exclude": [".git", "node_modules"],
 }
 
 
@@ -393,3 +396,14 @@ def test_init_into_a_missing_directory_is_one_line(tmp_path):
     result = docket("init", str(tmp_path / "nowhere" / "docket.toml"), cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "no such directory" in result.stderr
+
+
+def test_snapshot_exclude_is_read_and_checked():
+    assert policy_from_dict({}).snapshot.exclude == (".git",)
+    assert policy_from_dict({"snapshot": {"exclude": []}}).snapshot.exclude == ()
+    p = policy_from_dict({"snapshot": {"exclude": [".git", "*.pyc", "build/cache"]}})
+    assert p.snapshot.exclude == (".git", "*.pyc", "build/cache")
+    assert "snapshot.exclude: must be a list" in error_of({"snapshot": {"exclude": ".git"}})
+    assert "snapshot.exclude[0]" in error_of({"snapshot": {"exclude": ["../up"]}})
+    assert "snapshot.exclude[1]" in error_of({"snapshot": {"exclude": ["a", ""]}})
+    assert "snapshot.exclud: unknown key" in error_of({"snapshot": {"exclud": []}})

@@ -245,33 +245,29 @@ def test_write_scope_not_judged_without_a_snapshot(tmp_path):
 
 
 def snapshot_run(path: str) -> Script:
-    row = {"path": path, "before": None, "after": {"kind": "file"}}
+    """A --snapshot run's two events as docket.snapshot writes them (see
+    docket/snapshot/run.py): the tree taken, then what the run changed in it."""
+    row = {"path": path, "before": None, "after": {"kind": "file", "mode": 420}}
     return (
         Script()
+        .add(1, "snapshot.taken", index=0, root="/work/tree", manifest_sha256="0" * 64,
+             files=3, bytes=120)  # fmt: skip
         .call()
         .add(
             5,
             "snapshot.changes",
+            index=0,
             created=[row],
             modified=[],
             deleted=[],
             mode_changed=[],
-            counts={"created": 1},
+            counts={"created": 1, "modified": 0, "deleted": 0, "mode_changed": 0},
         )
         .end()
     )
 
 
-@pytest.fixture
-def snapshot_events(monkeypatch):
-    """snapshot.changes is helper F's event (docket run --snapshot); until that branch
-    lands, the writer is told the type here so the ledger is still the writer's own."""
-    import docket.ledger.writer as writer
-
-    monkeypatch.setattr(writer, "EVENT_TYPES", writer.EVENT_TYPES | {"snapshot.changes"})
-
-
-def test_write_scope_judged_from_snapshot_changes_and_the_declared_scope(tmp_path, snapshot_events):
+def test_write_scope_judged_from_snapshot_changes_and_the_declared_scope(tmp_path):
     policy = tmp_path / "docket.toml"
     policy.write_text('[explain]\nwrite_scope = ["src"]\n')
     limits = load_thresholds(str(policy))

@@ -68,6 +68,7 @@ type sessionEnd struct {
 }
 
 type Tally struct {
+	snapshots snapshotFold // the receipt's `snapshot` (snapshot.go)
 	events    uint64
 	start     *sessionStart
 	end       *sessionEnd
@@ -246,6 +247,8 @@ func (t *Tally) Add(e *Value) (msg string) {
 		t.onFault(e)
 	case "evidence.gap":
 		t.onGap(e)
+	case "snapshot.taken", "snapshot.changes", "snapshot.restored":
+		t.snapshots.add(e, kind) // snapshot.go
 	}
 	t.events++
 	return ""

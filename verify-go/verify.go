@@ -282,6 +282,13 @@ func Verify(receiptPath, ledgerPath string) (*Verdict, *InputError) {
 	if p, what, found := firstDifference(claimedRetries, scan.Tally.ClientRetries(), "ops.client_retries", &ignored); found {
 		return withFigures(failed("client_retries_mismatch", p, p+": "+what)), nil
 	}
+	claimedSnapshot := receipt.Get("snapshot") // section 7.7: absent means []
+	if claimedSnapshot == nil {
+		claimedSnapshot = &Value{Kind: Array}
+	}
+	if p, what, found := firstDifference(claimedSnapshot, scan.Tally.Snapshots(), "snapshot", &unbackedPaths); found {
+		return withFigures(failed("snapshot_mismatch", p, p+": "+what)), nil
+	}
 	v = withFigures(&Verdict{OK: true, Claims: claims, Unbacked: unbackedPaths,
 		Complete: evidence.Get("ledger_complete").B, TailBytes: tailBytes})
 	return v, nil

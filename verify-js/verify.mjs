@@ -457,6 +457,7 @@ const T = {
   anyObj: isObj,
   objOrNull: (v) => v === null || isObj(v),
 };
+const SNAPSHOT_COUNTS = ['created', 'modified', 'deleted', 'mode_changed'];
 const COUNTERS = ['model_calls', 'responses', 'errors', 'refused', 'input_tokens', 'output_tokens', 'cached_tokens', 'cost_nusd', 'unpriced_calls'];
 const counterShape = { obj: Object.fromEntries([...COUNTERS.map((n) => [n, T.uint]), ['usd', T.usd]]) };
 const capShape = { obj: { cap: T.str, seq: T.uint, limit: T.any, observed: T.any } };
@@ -501,7 +502,13 @@ const RECEIPT_SHAPE = {
       optional: ['open_calls', 'client_retries'],
     },
     faults: { obj: { seed: T.sintOrNull, plan: T.objOrNull, injected: T.uint, by_fault: { map: T.uint } } },
+    snapshot: { arr: { obj: {
+      index: T.uint, root: T.str, manifest_sha256: T.hex64, files: T.uint, bytes: T.uint,
+      changes: (v) => v === null || shapeDeparture(v, { obj: Object.fromEntries(SNAPSHOT_COUNTS.map((n) => [n, T.uint])) }, '') === null,
+      restored: (v) => v === null || shapeDeparture(v, { obj: { applied: T.uint, failed: T.uint, verified: T.bool } }, '') === null,
+    } } },
   },
+  optional: ['snapshot'], // section 7.7: a --snapshot run's only
 };
 
 // The path of the first departure from the shape, in the order of section 7.3, or null.
@@ -564,6 +571,7 @@ class Tally {
     // client_attempt (decimal string) → model.request events carrying it (section 7.6).
     this.attempts = new Map();
     this.bad = null; // the first malformed_event: {seq, offset, message}
+    this.snapshots = new Map(); // index → the receipt's snapshot entry (section 7.7)
   }
 
   add(ev, seq, offset) {
@@ -691,6 +699,37 @@ class Tally {
         if (!isUint(lost)) return 'evidence.gap: lost is not an integer';
         if (!isUint(ffs)) return 'evidence.gap: first_failing_seq is not an integer';
         this.gaps.push([lost, ffs]);
+        return undefined;
+      }
+      case 'snapshot.taken': {
+        const index = ev.get('index');
+        if (!isUint(index)) return 'snapshot.taken: index is not an integer';
+        if (this.snapshots.has(index)) return `snapshot.taken: a second one for snapshot ${index}`;
+        if (typeof ev.get('root') !== 'string') return 'snapshot.taken: root is not a string';
+        if (!T.hex64(ev.get('manifest_sha256'))) return 'snapshot.taken: manifest_sha256 is not hex64';
+        if (!isUint(ev.get('files')) || !isUint(ev.get('bytes'))) return 'snapshot.taken: files or bytes is not an integer';
+        this.snapshots.set(index, obj([['index', index], ['root', ev.get('root')], ['manifest_sha256', ev.get('manifest_sha256')],
+          ['files', ev.get('files')], ['bytes', ev.get('bytes')], ['changes', null], ['restored', null]]));
+        return undefined;
+      }
+      case 'snapshot.changes':
+      case 'snapshot.restored': {
+        const index = ev.get('index');
+        if (!isUint(index) || !this.snapshots.has(index)) return `${type}: index names no earlier snapshot.taken`;
+        const entry = this.snapshots.get(index);
+        if (type === 'snapshot.changes') {
+          if (ev.has('error')) return undefined; // the scan failed: changes stay null
+          const counts = ev.get('counts');
+          if (!isObj(counts)) return 'snapshot.changes: counts is not an object';
+          if (!SNAPSHOT_COUNTS.every((n) => isUint(counts.get(n)))) return 'snapshot.changes: a count is not an integer';
+          entry.set('changes', obj(SNAPSHOT_COUNTS.map((n) => [n, counts.get(n)])));
+          return undefined;
+        }
+        const failedList = ev.get('failed');
+        if (!Array.isArray(failedList)) return 'snapshot.restored: failed is not an array';
+        if (typeof ev.get('verified') !== 'boolean') return 'snapshot.restored: verified is not true or false';
+        if (!isUint(ev.get('applied'))) return 'snapshot.restored: applied is not an integer';
+        entry.set('restored', obj([['applied', ev.get('applied')], ['failed', failedList.length], ['verified', ev.get('verified')]]));
         return undefined;
       }
       default:
@@ -1062,6 +1101,11 @@ function verify(receiptPath, ledgerPath) {
   const noRetries = obj([['marked', 0], ['retries', 0], ['by_attempt', new Map()]]);
   const retried = firstDiff(ops.has('client_retries') ? ops.get('client_retries') : noRetries, tally.clientRetries(), 'ops.client_retries');
   if (retried !== null) throw failed('client_retries_mismatch', `${retried} is not what the ledger says`, { field: retried });
+  // Section 7.7: absent means [].
+  const snapshots = [...tally.snapshots].sort((a, b) => a[0] - b[0]).map(([, entry]) => entry);
+  const stated = receipt.has('snapshot') ? receipt.get('snapshot') : [];
+  const sd = firstDiff(stated, snapshots, 'snapshot');
+  if (sd !== null) throw failed('snapshot_mismatch', `${sd} is not what the ledger says`, { field: sd });
   return {
     events: chain.count,
     head: chain.head,

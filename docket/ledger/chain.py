@@ -57,6 +57,12 @@ EVENT_TYPES = CONTROL_TYPES | frozenset(
         "evidence.low_disk",
         "cache.hit",
         "provider.call",  # a relayed call that is not a model call (a models list): no spend
+        # --snapshot (docket.snapshot): the tree before the run, what the run changed,
+        # what a rollback restored. Not control events: a long change list must not
+        # eat the reserve kept for session.end.
+        "snapshot.taken",
+        "snapshot.changes",
+        "snapshot.restored",
     }
 )
 

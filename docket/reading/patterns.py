@@ -700,41 +700,46 @@ class PolicyDenials(Pattern):
 
 
 class WriteScope(Pattern):
-    """Files the run changed outside what it was meant to touch: judged only from a
-    `snapshot.changes` event (docket run --snapshot) and a declared scope ([explain]
-    write_scope, path prefixes); without both, "not judged" and why, never a guess."""
+    """Files the run changed outside what it was meant to touch: judged only from the
+    `snapshot.changes` events (docket run --snapshot, one per snapshot root) and a
+    declared scope ([explain] write_scope: path prefixes relative to each snapshot's
+    root); without both, "not judged" and why, never a guess."""
 
     name = "write-scope"
 
     def __init__(self, limits: Thresholds) -> None:
         super().__init__(limits)
-        self.changes: dict | None = None
+        self.changes: dict[int, dict] = {}  # snapshot index -> its last snapshot.changes
 
     def on_event(self, event: dict) -> None:
         if event["type"] == "snapshot.changes":
-            self.changes = event
+            self.changes[event["index"]] = event
 
     def not_judged(self) -> str | None:
         """Why write-scope cannot be judged for this run, or None when it can."""
-        if self.changes is None:
+        if not self.changes:
             return "no snapshot.changes event (run with docket run --snapshot)"
-        if type(self.changes.get("error")) is str:
-            return f"the snapshot's change scan failed: {self.changes['error']}"
+        for e in self.changes.values():
+            if type(e.get("error")) is str:
+                return f"the snapshot's change scan failed: {e['error']}"
         if not self.limits.write_scope:
             return "no scope declared ([explain] write_scope in the policy)"
         return None
 
     def findings(self) -> list[Finding]:
-        e = self.changes
-        if e is None or self.not_judged() is not None:
+        if self.not_judged() is not None:
             return []
-        outside = []
-        for kind in ("created", "modified", "deleted", "mode_changed"):
-            rows = e.get(kind)
-            for row in rows if isinstance(rows, list) else ():
-                path = row.get("path") if isinstance(row, dict) else None
-                if type(path) is str and not under(path, self.limits.write_scope):
-                    outside.append(f"{kind} {path}")
+        outside, seqs = [], []
+        for e in self.changes.values():
+            before = len(outside)
+            for kind in ("created", "modified", "deleted", "mode_changed"):
+                rows = e.get(kind)
+                for row in rows if isinstance(rows, list) else ():
+                    path = row.get("path") if isinstance(row, dict) else None
+                    if type(path) is str and not under(path, self.limits.write_scope):
+                        outside.append(f"{kind} {path}")
+            if len(outside) > before:
+                seqs.append(e["seq"])
         if not outside:
             return []
         return [
@@ -742,7 +747,7 @@ class WriteScope(Pattern):
                 self.name,
                 f"the run changed {len(outside)} paths outside its scope",
                 {
-                    "seq": seq_range(e["seq"], e["seq"]),
+                    "seq": seq_range(min(seqs), max(seqs)),
                     "outside_scope": outside[:20],
                     "count": len(outside),
                     "scope": list(self.limits.write_scope),

@@ -150,6 +150,31 @@ RECEIPT_SHAPE = {
     },
 }
 
+
+def _object_of_or_null(shape: dict):
+    def check(v: object) -> str | None:
+        if v is None:
+            return None
+        found = shape_problem(v, shape)
+        return None if found is None else f"must be null or an object of {', '.join(shape)}"
+
+    return check
+
+
+# --snapshot's section (spec section 7.7); absent when the run took no snapshot.
+SNAPSHOT_SHAPE = {
+    "index": _count,
+    "root": _str,
+    "manifest_sha256": _hex64,
+    "files": _count,
+    "bytes": _count,
+    "changes": _object_of_or_null(
+        dict.fromkeys(("created", "modified", "deleted", "mode_changed"), _count)
+    ),
+    "restored": _object_of_or_null({"applied": _count, "failed": _count, "verified": _bool}),
+}
+RECEIPT_SHAPE["snapshot"] = _Optional(_ListOf(SNAPSHOT_SHAPE))
+
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -244,6 +269,9 @@ def build_receipt(
         "ledger": {"file": Path(file).as_posix(), "events": count, "head": head, "bytes": size},
         "ops": {"evidence": check_evidence(evidence, "evidence")},
     }
+    snapshot = tally.snapshot.claims()
+    if snapshot is not None:  # said only for a --snapshot run
+        receipt["snapshot"] = snapshot
     open_calls = tally.open_calls()
     if open_calls:  # said only when there are some, so a receipt without any is unchanged
         receipt["ops"]["open_calls"] = open_calls

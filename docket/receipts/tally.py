@@ -231,6 +231,9 @@ class Tally:
         # model.request's client_attempt (the SDK's x-stainless-retry-count) -> requests
         # carrying it; bounded by the distinct attempts, not the requests.
         self.client_attempts: dict[int, int] = {}
+        from docket.receipts.snapshot_claims import SnapshotFold
+
+        self.snapshot = SnapshotFold()  # the receipt's `snapshot` (section 7.7)
         self._fold = {
             "session.start": self._on_start,
             "session.end": self._on_end,
@@ -242,6 +245,9 @@ class Tally:
             "cap.exceeded": self._on_cap,
             "fault.injected": self._on_fault,
             "evidence.gap": self._on_gap,
+            "snapshot.taken": self._on_snapshot,
+            "snapshot.changes": self._on_snapshot,
+            "snapshot.restored": self._on_snapshot,
         }
 
     def add(self, event: dict) -> None:
@@ -364,6 +370,19 @@ class Tally:
                 raise TallyError(f"fault.injected.seed {seed} is not the run's seed {expected}")
         self.fault_seed = seed
         self.faults[fault] = self.faults.get(fault, 0) + 1
+
+    def _on_snapshot(self, event: dict) -> None:
+        from docket.receipts import snapshot_claims
+
+        fold = {
+            "snapshot.taken": self.snapshot.on_taken,
+            "snapshot.changes": self.snapshot.on_changes,
+            "snapshot.restored": self.snapshot.on_restored,
+        }[event["type"]]
+        try:
+            fold(event)
+        except snapshot_claims.TallyError as exc:
+            raise TallyError(str(exc)) from None
 
     def _on_gap(self, event: dict) -> None:
         lost = _count(event.get("lost"), "evidence.gap.lost")

@@ -87,6 +87,7 @@ FAULTS_MISMATCH = "faults_mismatch"
 CLIENT_RETRIES_MISMATCH = "client_retries_mismatch"
 # ops.client_retries when the receipt omits it (spec section 7.6): no request was marked.
 NO_CLIENT_RETRIES = {"marked": 0, "retries": 0, "by_attempt": {}}
+SNAPSHOT_MISMATCH = "snapshot_mismatch"
 
 # Input error codes (exit 2): verification could not start.
 RECEIPT_UNREADABLE = "receipt_unreadable"
@@ -551,6 +552,14 @@ def verify(
     if found:
         return _failed(
             CLIENT_RETRIES_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
+        )
+    # --snapshot's section (spec 7.7): absent from both, or the same.
+    found = first_difference(
+        receipt.get("snapshot", []), scan.tally.snapshot.claims() or [], "snapshot", unbacked
+    )
+    if found:
+        return _failed(
+            SNAPSHOT_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
         )
     return Verdict(
         ok=True,

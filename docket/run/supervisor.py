@@ -127,6 +127,9 @@ class Supervisor(ChildControl):
         # Called once session.start is on disk: `docket run` prints its start warnings
         # there, so a run refused at start (bad folder, full disk) is one line only.
         self.on_started = None
+        from docket.snapshot.session import SnapshotSession
+
+        self._snapshots = SnapshotSession(options, self.policy)
 
     def _harden(self) -> None:
         """Close this process's environ and memory to the agent, and make it the
@@ -260,7 +263,7 @@ class Supervisor(ChildControl):
             ()
             if ledger.reserve_kept is None
             else (f"the ledger's spare blocks could not be freed: {ledger.reserve_kept}",)
-        )
+        ) + tuple(self._snapshots.warnings)
         if receipt_error is not None:
             # The run's own status stays in the receipt; the process says evidence was lost.
             exit_status = EXIT_EVIDENCE_LOST
@@ -431,7 +434,12 @@ class Supervisor(ChildControl):
         self.boundary_url = url
         if self.wall_limit() is not None:
             nursery.start_soon(self._watch_wall_clock, boundary)
-        return await self._run_child(nursery, url)
+        if self.options.snapshot and not await self._snapshots.take(self):
+            return None  # it asked for the stop (why) itself: no child without its snapshot
+        status = await self._run_child(nursery, url)
+        if self.options.snapshot:
+            await self._snapshots.after_reap(self)
+        return status
 
 
 def run_command(args) -> int:
@@ -441,6 +449,8 @@ def run_command(args) -> int:
         ledger_dir=args.ledger_dir,
         max_wall_clock=_seconds(args.max_wall_clock, "--max-wall-clock", positive=True),
         budget_mode=getattr(args, "budget_mode", None),
+        snapshot=tuple(getattr(args, "snapshot", None) or ()),
+        rollback_on_breach=bool(getattr(args, "rollback_on_breach", False)),
     )
     grace = _seconds(getattr(args, "grace", None), "--grace", positive=False)
     if grace is not None:
@@ -450,6 +460,9 @@ def run_command(args) -> int:
             "run: give the command to supervise after --, e.g. docket run -- python agent.py"
         )
     _check_command(options.command)
+    from docket.snapshot.session import check_run_options
+
+    check_run_options(options)
     supervisor = Supervisor(options)
     supervisor._harden()
     _drop_keys_from_environ(supervisor)

@@ -26,6 +26,10 @@ class RunOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     stdout: IO | None = None  # the child's stdout (default: ours), e.g. a file to read its report
     stderr: IO | None = None
+    # --snapshot: the trees copied before the child starts (docket.snapshot); empty: none
+    snapshot: tuple[str, ...] = ()
+    rollback_on_breach: bool = False  # a cap's stop (exit 42) restores them before the receipt
+    snapshot_store: str | None = None  # default: .docket-snapshot-store beside the run's folder
 
 
 @dataclass

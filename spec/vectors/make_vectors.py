@@ -1314,6 +1314,7 @@ def make(out: Path) -> None:
         "head_mismatch",
         field="ledger.head",
     )
+    snapshot_vectors(v)
 
     # -- the client's own retries (section 7.6), added with ops.client_retries
     retried = chain(client_retry_run())
@@ -1382,6 +1383,104 @@ def make(out: Path) -> None:
     )
 
     v.write_manifest()
+
+
+def snapshot_run(*, changes_first: bool = False) -> list[Entry]:
+    """A --snapshot --rollback-on-breach run stopped by the wall-clock cap (section 7.7)."""
+    taken = Entry(
+        "snapshot.taken",
+        40,
+        {
+            "index": 0,
+            "root": "/home/dev/project",
+            "files": 12,
+            "dirs": 3,
+            "links": 1,
+            "bytes": 48213,
+            "manifest_sha256": "9f" * 32,
+            "manifest": "snapshots/0.json",
+            "exclude": [".git"],
+            "skipped": [],
+        },
+    )
+    row = {"path": "src/app.py", "before": None, "after": None}
+    changes = Entry(
+        "snapshot.changes",
+        40 if changes_first else 2510,  # mono_ms never goes down
+        {
+            "index": 0,
+            "created": [{**row, "path": "tmp.out"}],
+            "modified": [row],
+            "deleted": [{**row, "path": "README.md"}],
+            "mode_changed": [],
+            "counts": {"created": 1, "modified": 1, "deleted": 1, "mode_changed": 0},
+            "after_manifest_sha256": "a0" * 32,
+            "skipped": [],
+        },
+    )
+    spawn_to_exit = [
+        Entry("process.spawn", 41, {"pid": 7001, "argv": ["python", "agent.py"]}),
+        Entry("signal.forwarded", 2401, {"pgid": 7001, "signal": "SIGTERM"}),
+        Entry("process.exit", 2500, {"pid": 7001, "status": -15, "reason": "signal SIGTERM"}),
+    ]
+    first = [changes, taken] if changes_first else [taken]
+    rest = [] if changes_first else [changes]
+    return [
+        start("run-2026-11-18-0009", caps={"max_wall_seconds": 2.5}),
+        *first,
+        *spawn_to_exit,
+        *rest,
+        Entry(
+            "snapshot.restored",
+            2530,
+            {
+                "index": 0,
+                "applied": 3,
+                "paths": ["tmp.out", "README.md", "src/app.py"],
+                "failed": [],
+                "verified": True,
+                "manifest_sha256": "9f" * 32,
+            },
+        ),
+        end(2531, reason="wall-clock cap reached", status=42, cap="max_wall_seconds"),
+    ]
+
+
+def snapshot_vectors(v: Vectors) -> None:
+    """Section 7.7's vectors: a run with a snapshot and a rollback, and two forgeries."""
+    led = chain(snapshot_run())
+    receipt = receipt_for(led, COMPLETE)
+    v.ok(
+        "ok-snapshot-rollback", "a --snapshot run rolled back after a cap stopped it", led, receipt
+    )
+    v.fail(
+        "receipt-snapshot-restored",
+        "the receipt says the rollback left the tree unverified; snapshot.restored says verified",
+        None,
+        edited(
+            receipt,
+            "snapshot",
+            [
+                {
+                    **receipt["snapshot"][0],
+                    "restored": {"applied": 3, "failed": 0, "verified": False},
+                }
+            ],
+        ),
+        "snapshot_mismatch",
+        ledger_arg="ok-snapshot-rollback/ledger.jsonl",
+        field="snapshot[0].restored.verified",
+    )
+    bad = chain(snapshot_run(changes_first=True))
+    v.fail(
+        "snapshot-changes-before-taken",
+        "a snapshot.changes that no snapshot.taken precedes (re-chained, receipt re-pointed)",
+        bad.data,
+        edited(edited(receipt, "ledger.head", bad.head), "ledger.bytes", len(bad.data)),
+        "malformed_event",
+        seq=1,
+        offset=bad.offsets[1],
+    )
 
 
 def main(argv: list[str]) -> int:
