@@ -74,7 +74,7 @@ def pick_seed(args, scenario: Scenario) -> tuple[int, bool]:
 
 def ranges(ordinals: list[int]) -> str:
     """[1, 2, 3, 7] -> "1..3, 7"."""
-    out: list[str] = []
+    out: list[list[int]] = []  # [first, last] of each run of consecutive ordinals
     for n in ordinals:
         if out and out[-1][1] == n - 1:
             out[-1][1] = n

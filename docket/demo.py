@@ -68,6 +68,8 @@ async def record_run(folder: Path) -> tuple[Path, Path]:
                 max_output_tokens=1024,
             )
             price = prices.lookup(model)
+            # CALLS names only models in the table shipped with Docket, loaded above.
+            assert price is not None, model
             cost = price.cost_nusd(inp, out, cached, cached_is_subset=True)
             await ledger.append(
                 "model.response",

@@ -42,6 +42,8 @@ def doctor_facts(ledger: Path) -> dict:
         }
     doctor = diagnosis.to_json()
     prefix = None
+    quarantine: dict[str, object]
+    verify: dict[str, object]
     try:
         q = quarantine_torn_tail(diagnosis)
     except DocketError as exc:

@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import jmespath
 import jmespath.exceptions
@@ -129,9 +130,11 @@ def json_equal(a: object, b: object) -> bool:
     ta, tb = json_type(a), json_type(b)
     if ta != tb:
         return False
-    if ta == "array":
+    # Of one JSON type now: "array" is exactly list | tuple and "object" exactly dict
+    # (json_type tests bool, number and string first, which no container is).
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if ta == "object":
+    if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     return a == b
 
@@ -148,11 +151,14 @@ class Operator:
     name: str
     operand: str  # what the YAML value must be: "any" | "number" | "true" | "array" | "regex"
     needs: str  # what the observed value must be: "value" | "number" | "boolean" | "container" | "string" | "any"
-    holds: Callable[[object, object], bool]
+    # Any, not object: holds is called only on values whose JSON types `needs` and
+    # `operand` stand for (checked by _observed_problem and operand_problem), a link
+    # from a string to a type that the checker cannot follow.
+    holds: Callable[[Any, Any], bool]
     shown: str  # how a report writes "observed <shown> expected"
 
 
-def _contains(observed: object, expected: object) -> bool:
+def _contains(observed: str | list | tuple, expected: object) -> bool:
     if isinstance(observed, str):
         return isinstance(expected, str) and expected in observed
     return any(json_equal(item, expected) for item in observed)
@@ -267,6 +273,8 @@ def evaluate(assertion: Assertion, evidence: object) -> Check:
             reason,
         )
 
+    # Never None once built: __post_init__ compiles the query when none was given.
+    assert assertion.compiled is not None
     try:
         observed = assertion.compiled.search(evidence)
     except _QUERY_ERRORS as exc:

@@ -14,6 +14,9 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import TypeGuard, TypeVar
+
+_T = TypeVar("_T")
 
 CLOSING = ("model.response", "model.error")
 OPEN = "open"
@@ -67,9 +70,10 @@ def counts(events: Iterable[Mapping], known: Iterable[str] = ()) -> dict[str, in
     return out
 
 
-def first_seq(events: Iterable[Mapping]) -> dict[str, int]:
-    """The seq of the first event of each type (to assert one kind of event comes first)."""
-    out: dict[str, int] = {}
+def first_seq(events: Iterable[Mapping]) -> dict[str, int | None]:
+    """The seq of the first event of each type (to assert one kind of event comes first);
+    None for an event without one (a ledger's events all have one)."""
+    out: dict[str, int | None] = {}
     for e in events:
         out.setdefault(str(e.get("type")), e.get("seq"))
     return out
@@ -80,8 +84,8 @@ def mono(events: Sequence[Mapping]) -> dict:
     span its wall-clock stamps (`ts`) cover: the two differ when the clock was stepped."""
     stamps = [e.get("mono_ms") for e in events]
     walls = [wall_ms(e.get("ts")) for e in events]
-    wall_span = None if not walls or None in walls else round(max(walls) - min(walls))
-    if not stamps or not all(_number(s) for s in stamps):
+    wall_span = None if not walls or not _none_free(walls) else round(max(walls) - min(walls))
+    if not stamps or not _numbers(stamps):
         return {"non_decreasing": None, "span_ms": None, "wall_span_ms": wall_span}
     ordered = all(a <= b for a, b in zip(stamps, stamps[1:], strict=False))
     return {"non_decreasing": ordered, "span_ms": stamps[-1] - stamps[0], "wall_span_ms": wall_span}
@@ -126,7 +130,7 @@ def stub_rate_all(stub_logs: Mapping[str, Sequence[Mapping]]) -> dict | None:
     """The same over every stub together, for a limit that spans upstreams. The stubs'
     monotonic clocks start apart, so their calls meet on the wall clock (`ts`, 1 ms)."""
     stamps = [wall_ms(e.get("ts")) for entries in stub_logs.values() for e in model_calls(entries)]
-    if any(s is None for s in stamps):
+    if not _none_free(stamps):
         return None
     return {
         "calls": len(stamps),
@@ -309,18 +313,28 @@ def _stub_calls_between(entries: Sequence[Mapping], start: float | None, end: fl
     if start is None or end is None:
         return None
     stamps = [wall_ms(e.get("ts")) for e in model_calls(entries)]
-    if any(s is None for s in stamps):
+    if not _none_free(stamps):
         return None
     return sum(1 for s in stamps if start < s < end)
 
 
 def _total(values: Iterable[int | None]) -> int | None:
-    values = list(values)
-    return None if any(v is None for v in values) else sum(values)
+    known = list(values)
+    return sum(known) if _none_free(known) else None
+
+
+def _none_free(values: Sequence[_T | None]) -> TypeGuard[Sequence[_T]]:
+    """Whether no value is None (null: unknown), so the values can be computed with."""
+    return all(v is not None for v in values)
 
 
 def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _numbers(values: Sequence[object]) -> TypeGuard[Sequence[float]]:
+    """Whether every value is a number (_number: a bool is not one)."""
+    return all(_number(v) for v in values)
 
 
 def derive(evidence: Mapping, upstreams: Iterable[str] = ()) -> dict:

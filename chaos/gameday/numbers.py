@@ -32,8 +32,8 @@ def plain(value: object, decimals: int = 3) -> str:
 def latency_text(summary: Mapping | None) -> str:
     """`p50 12 ms · p95 30 ms · max 41 ms over 40 calls`, naming the percentiles that are
     only the slowest call over this few calls instead of printing them as if measured."""
-    count = (summary or {}).get("count") or 0
-    if not count:
+    count = summary.get("count") if summary is not None else None
+    if summary is None or not count:
         return "no calls closed"
     calls = "1 call" if count == 1 else f"{count} calls"
     shown = [

@@ -11,6 +11,7 @@ import sys
 
 from rich.console import Console
 from rich.markup import escape
+from rich.status import Status
 
 from chaos.gameday.phase import Phase
 from chaos.gameday.results import GameDayResult, PhaseResult
@@ -23,7 +24,7 @@ class Progress:
         self.console = console or Console(file=sys.stdout, highlight=False)
         self.total = total
         self.index = 0
-        self._status = None
+        self._status: Status | None = None
 
     @property
     def live(self) -> bool:
@@ -33,8 +34,9 @@ class Progress:
         self.index += 1
         what = f"[{self.index}/{self.total}] {phase.name}: {phase.title}"
         if self.live:
-            self._status = self.console.status(escape(what) + " …")
-            self._status.start()
+            status = self.console.status(escape(what) + " …")
+            self._status = status
+            status.start()
         else:
             print(f"{what} ...", file=self.console.file, flush=True)
 

@@ -389,8 +389,8 @@ def render_junit(result: GameDayResult) -> str:
         counts = _your_agent_suite(root, result)
         for key in totals:
             totals[key] += counts[key]
-    for key, value in totals.items():
-        root.set(key, str(value))
+    for key, total in totals.items():
+        root.set(key, str(total))
     root.set("time", f"{result.duration_s:.3f}")
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -35,6 +36,9 @@ from chaos.gameday.phase import Phase, RunSpec
 from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult, PhaseRun
 from chaos.gameday.review import facts_for_review
 from chaos.gameday.timeline import timeline_of
+
+if TYPE_CHECKING:
+    from chaos.scenario import Scenario
 
 DEFAULT_REPORT_DIR = "gameday-report"
 EVIDENCE_DIR = "evidence"  # REPORT/evidence/PHASE/RUN/run: each run's files, unless --keep
@@ -198,11 +202,21 @@ def _outcome(result) -> Outcome:
     )
 
 
+def _scenario(spec: RunSpec) -> Scenario:
+    """The run's scenario as the engine's type. RunSpec holds it as `object` (phase.py
+    leaves the engine unimported until a file is read); the phase reader builds every
+    one with chaos.scenario.scenario_from_data, so the check always holds."""
+    from chaos.scenario import Scenario
+
+    assert isinstance(spec.scenario, Scenario), type(spec.scenario)
+    return spec.scenario
+
+
 async def run_in_process(spec: RunSpec, seed: int, folder: Path, toxiproxy: str | None) -> Outcome:
     from chaos.run.engine import run_chaos
 
     run_dir = folder / "run"
-    result = await run_chaos(spec.scenario, seed=seed, folder=run_dir, toxiproxy_url=toxiproxy)
+    result = await run_chaos(_scenario(spec), seed=seed, folder=run_dir, toxiproxy_url=toxiproxy)
     if result.interrupted_by is not None:
         # The run's supervisor caught the user's Ctrl-C (it listens for SIGINT while it
         # runs, to stop the agent legibly): the day stops too, as if the KeyboardInterrupt
@@ -250,7 +264,7 @@ async def run_in_subprocess(
         run_dir,
         seed=seed,
         schedule=list(getattr(spec.scenario, "faults", ())),
-        repro=repro_command(spec.scenario, seed, toxiproxy),
+        repro=repro_command(_scenario(spec), seed, toxiproxy),
         agents=[a.name for a in getattr(spec.scenario, "agents", ())],
         duration_s=time.monotonic() - started,
         killed=(status, why),
@@ -302,6 +316,8 @@ async def run_one(
         engine_repro = write_scenario(spec, folder, seed, toxiproxy)
     try:
         outcome = await RUNNERS[phase.mode](spec, seed, folder, toxiproxy)
+        # Both runners build their Outcome with _outcome, from a result's evidence.
+        assert outcome.evidence is not None
         await add_aftermath(outcome.evidence)
     except Exception as exc:  # noqa: BLE001 - one run's crash is its verdict, not the day's end
         outcome = Outcome(None, f"the run could not run: {type(exc).__name__}: {exc}")
@@ -511,7 +527,7 @@ async def check_toxiproxy_for(phases: Sequence[Phase], seed: int | None, url: st
     for phase in phases:
         for spec in phase.runs:
             schedule = FaultSchedule.parse(
-                phase.seed if seed is None else seed, spec.scenario.faults
+                phase.seed if seed is None else seed, _scenario(spec).faults
             )
             await check_toxiproxy(url, schedule)
     return await left_alone_notes(url)

@@ -158,9 +158,9 @@ def frames(ex: Exchange, reply: Reply, seq: int, created: int) -> Iterator[tuple
             True,
         )
     yield _event("content_block_stop", {"type": "content_block_stop", "index": 0}), False
-    delta = {"stop_reason": _stop_reason(reply), "stop_sequence": None}
+    stop = {"stop_reason": _stop_reason(reply), "stop_sequence": None}
     usage = {"output_tokens": reply.output_tokens}
-    yield _event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}), False
+    yield _event("message_delta", {"type": "message_delta", "delta": stop, "usage": usage}), False
     yield _event("message_stop", {"type": "message_stop"}), False
 
 

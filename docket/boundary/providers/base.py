@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 try:
     import jiter
 except ImportError:  # the standard library's parser, made as strict, does it alone
-    jiter = None
+    jiter = None  # type: ignore[assignment]  # None marks "not installed" below
 
 from docket.boundary.providers.headers import header_value
 from docket.boundary.providers.sse import SSEEvent, SSEParser, parse_block
@@ -269,10 +269,10 @@ def _holds_lone_surrogate(value: object) -> bool:
     return False
 
 
-def nests_deeper(value: object, limit: int) -> bool:
+def nests_deeper(value: dict | list, limit: int) -> bool:
     """Whether objects and arrays in a decoded value nest deeper than `limit` (a
     bare object is 1 deep). With a stack of its own, not Python's: any depth is safe."""
-    stack = [(value, 1)]
+    stack: list[tuple[dict | list, int]] = [(value, 1)]
     while stack:
         value, depth = stack.pop()
         members = value.values() if type(value) is dict else value

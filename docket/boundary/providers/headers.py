@@ -25,7 +25,10 @@ _NEVER_FORWARDED = (
 
 
 def _name(name: bytes | str) -> bytes:
-    return (name if type(name) is bytes else name.encode("latin-1")).lower()
+    # `type() is`, not isinstance: once per header on the hot path, and measurably
+    # faster. The checker narrows only the `is bytes` branch (a bytes subclass could
+    # reach the other); h11 and the tests give exactly bytes or str.
+    return (name if type(name) is bytes else name.encode("latin-1")).lower()  # type: ignore[union-attr]
 
 
 def _value(value: bytes | str) -> bytes:
@@ -53,9 +56,9 @@ def presented_token(headers) -> str | None:
         if scheme.lower() == b"bearer" and token.strip():
             return token.strip().decode("latin-1")
     for key in (b"x-api-key", b"api-key"):
-        token = found.get(key)
-        if token:
-            return token.decode("latin-1")
+        api_key = found.get(key)
+        if api_key:
+            return api_key.decode("latin-1")
     return None
 
 

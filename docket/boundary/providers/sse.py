@@ -96,9 +96,13 @@ class SSEParser:
         exactly the bytes fed.
         """
         buf = self._buf
+        # `view` is the memoryview over buf when earlier bytes were held, else None and
+        # the chunk is searched where it lies (no copy into buf for the common case).
+        view: memoryview | None = None
+        data: bytes | memoryview
         if buf:
             buf += chunk
-            data = memoryview(buf)
+            data = view = memoryview(buf)
         else:
             data = chunk
         blocks = []
@@ -110,16 +114,16 @@ class SSEParser:
                 blocks.append(bytes(data[start:end]))
                 start = end
         else:
-            find = data.find if data is chunk else buf.find
+            find = chunk.find if view is None else buf.find
             while (at := find(b"\n\n", start or self._scan)) >= 0:
                 end = at + 2
                 blocks.append(bytes(data[start:end]))
                 start = end
-        if data is chunk:
+        if view is None:
             if start < len(chunk):
                 buf += chunk[start:]
         else:
-            data.release()
+            view.release()
             if start:
                 del buf[:start]
         self._scan = max(0, len(buf) - 2)
