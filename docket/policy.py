@@ -157,13 +157,13 @@ class Policy:
         return self.providers.get(name)
 
     def ledger_limits(self):
-        """The [ledger] ceilings as the writer takes them (docket.ledger.writer.LedgerLimits).
+        """The [ledger] ceilings as the writer takes them (docket.ledger.limits.LedgerLimits).
 
         record_bodies is not the writer's to enforce (nor is min_free_bytes at
         start; the writer records evidence.low_disk when the volume drops below
         it); read them from self.ledger.
         """
-        from docket.ledger.writer import LedgerLimits
+        from docket.ledger.limits import LedgerLimits
 
         return LedgerLimits(
             max_ledger_bytes=self.ledger.max_ledger_bytes,

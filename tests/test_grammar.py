@@ -10,12 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.faults import VALUE_TYPES
-from chaos.faults.grammar import (
-    FAMILIES,
+from chaos.faults.grammar import Fault, FaultSyntaxError, parse_fault
+from chaos.faults.table import FAMILIES
+from chaos.faults.values import (
     Chance,
     Duration,
-    Fault,
-    FaultSyntaxError,
     HttpDate,
     Instant,
     Ordinals,
@@ -23,7 +22,6 @@ from chaos.faults.grammar import (
     Size,
     Trigger,
     Window,
-    parse_fault,
 )
 from docket.errors import EXIT_USAGE, InputError
 

@@ -7,7 +7,7 @@ names the 1-based column and what was expected. Every `Fault` prints back
 
 The values live in chaos.faults.values, the table of targets and kinds in
 chaos.faults.table, the per-shape value converters in chaos.faults.converters;
-this module re-exports their public names so `chaos.faults.grammar` stays the one door.
+import them from there.
 """
 
 from __future__ import annotations
@@ -23,12 +23,8 @@ from chaos.faults.values import (
     CONDITION_ORDER,
     Chance,
     Condition,
-    Duration,
-    HttpDate,
     Instant,
     Ordinals,
-    Rate,
-    Size,
     Trigger,
     Value,
     Window,
@@ -37,23 +33,10 @@ from chaos.faults.values import (
 from docket.errors import InputError
 
 __all__ = [
-    "FAMILIES",
-    "Chance",
-    "Condition",
-    "Duration",
     "Fault",
     "FaultSyntaxError",
-    "HttpDate",
-    "Instant",
-    "Ordinals",
-    "Rate",
-    "Size",
-    "Trigger",
-    "Value",
-    "Window",
     "parse_fault",
     "parse_faults",
-    "value_text",
 ]
 
 # ---------------------------------------------------------------- faults

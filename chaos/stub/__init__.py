@@ -3,25 +3,3 @@
 `Stub(StubConfig(kind=...))` serves under a trio nursery; `docket stub` runs one
 from the command line. The wire shapes live in openai.py and anthropic.py.
 """
-
-from chaos.stub.server import (
-    Arrival,
-    Behaviour,
-    Chooser,
-    RequestLog,
-    Stub,
-    StubConfig,
-    fingerprint,
-    steady,
-)
-
-__all__ = [
-    "Arrival",
-    "Behaviour",
-    "Chooser",
-    "RequestLog",
-    "Stub",
-    "StubConfig",
-    "fingerprint",
-    "steady",
-]

@@ -40,8 +40,8 @@ from docket.boundary.closing import closing_bound as closing_bound
 from docket.boundary.guarded import record_changes
 from docket.guards.scrub import Scrubber
 from docket.http import client as upstream
-from docket.http.server import ClientGone
-from docket.ledger.writer import EvidenceLost
+from docket.http.server_errors import ClientGone
+from docket.ledger.limits import EvidenceLost
 
 # Response headers that describe one hop, not the answer: never relayed.
 _HOP_HEADERS = frozenset(

@@ -188,7 +188,7 @@ class ChildControl(OrphanSweep):
         trio sleeps and reads time on the monotonic clock, so a wall clock that
         steps (NTP, a chaos clock fault on `clock`) cannot move any of this.
         """
-        from docket.ledger.writer import EvidenceLost
+        from docket.ledger.limits import EvidenceLost
 
         hard = self.options.max_wall_clock
         caps = boundary.caps

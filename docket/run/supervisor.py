@@ -278,7 +278,7 @@ class Supervisor(ChildControl):
 
     def _reserve_receipt(self) -> Path:
         """Blocks for the receipt, taken before the run starts (docket.receipts.receipt.reserve_receipt)."""
-        from docket.ledger.writer import describe_os_error
+        from docket.ledger.limits import describe_os_error
         from docket.receipts.receipt import RECEIPT_RESERVE_BYTES, reserve_receipt
 
         try:
@@ -297,7 +297,7 @@ class Supervisor(ChildControl):
         line on stderr, always, and a file in the policy's ledger.fallback_dir,
         naming the ledger relative to that folder so `docket verify` takes it as is.
         """
-        from docket.ledger.writer import describe_os_error
+        from docket.ledger.limits import describe_os_error
         from docket.receipts.receipt import (
             build_receipt,
             receipt_line,
@@ -377,7 +377,7 @@ class Supervisor(ChildControl):
 
     async def _record(self, type: str, **fields) -> int | None:
         """Append; a ceiling or lost evidence stops the run instead of crashing it."""
-        from docket.ledger.writer import EvidenceLost, LedgerFull
+        from docket.ledger.limits import EvidenceLost, LedgerFull
 
         try:
             return await self._ledger.append(type, **self._redactor.fields(fields))
