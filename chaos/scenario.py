@@ -22,8 +22,8 @@ from chaos.faults.schedule import FaultSchedule
 from chaos.yamldoc import Where, load
 from docket.agent.config import MODES
 from docket.errors import InputError
-from docket.inputs import parse_duration
 from docket.policy import policy_from_dict
+from docket.values import DURATION_SHAPE, ValueProblem, host_problem, parse_duration
 
 # A seed must survive the receipt: its `faults.seed` is a JSON integer, exact only
 # below 2^53 (spec/docket-receipt-1.md), a narrower range than the schedule's 2^64.
@@ -46,7 +46,6 @@ class ProviderSpec:
 
 
 LOOPBACK = "127.0.0.1"
-_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\Z")
 
 
 @dataclass(frozen=True)
@@ -76,16 +75,7 @@ class Hosts:
 
 def check_host(value: object) -> str | None:
     """The problem with a bind address, or None: an IP address or a host name."""
-    import ipaddress
-
-    if not isinstance(value, str) or not value:
-        return f"must be an IP address or a host name, got {value!r}"
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:  # not an address: then it must be a host name
-        if not _HOST_NAME.match(value):
-            return f"must be an IP address or a host name, got {value!r}"
-    return None
+    return host_problem(value)
 
 
 def with_hosts(
@@ -194,16 +184,13 @@ class _Check:
         value = self.data.get(key, default)
         if value is default:
             return value
-        seconds = None
-        if isinstance(value, str):
-            seconds = parse_duration(value, units=("ms", "s", "m"))
-        elif type(value) is int and value == 0:
-            seconds = 0.0
-        if seconds is None or (positive and seconds <= 0):
-            shape = "a duration above zero" if positive else "a duration"
-            raise self.fail(
-                key, f"must be {shape} like 500ms, 2s or 1m (at most ten years), got {value!r}"
-            )
+        shape = "a duration above zero" if positive else "a duration"
+        try:
+            seconds = parse_duration(value).seconds
+        except ValueProblem as exc:
+            raise self.fail(key, f"must be {shape}: {DURATION_SHAPE}; {exc.reason}") from None
+        if positive and seconds <= 0:
+            raise self.fail(key, f"must be {shape}: {DURATION_SHAPE}; got {value!r}")
         return seconds
 
     def boolean(self, key: str, default: bool) -> bool:

@@ -6,9 +6,11 @@ value is always refused with its key path and the reason, never a traceback.
 The resolved policy has a stable digest that the receipt carries, so a reader
 can tell which rules a run was held to.
 
-Durations are seconds: a number, or a string with a unit ("500ms", "30s",
-"5m", "1h"). Sizes are bytes: an integer, or a string with a unit ("16MiB",
-"1GB"). TOML has no null, so a key whose default is "none" is simply left out.
+Durations, sizes, money and shares are read by docket.values, the one grammar
+every config reader shares: a duration is seconds (a number) or a string with a
+unit ("500ms", "30s", "5m", "1h"); a size is bytes (an integer) or a string with
+a unit ("16MiB", "1GB"); a share is a number or a percentage ("80%"). TOML has no
+null, so a key whose default is "none" is simply left out.
 """
 
 from __future__ import annotations
@@ -28,13 +30,21 @@ from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 from docket.errors import InputError
-from docket.inputs import parse_duration, read_text
+from docket.inputs import read_text
+from docket.values import (
+    DURATION_SHAPE,
+    ValueProblem,
+    nano_usd,
+    parse_duration,
+    parse_fraction,
+    parse_size,
+    parse_usd,
+)
 
 MiB = 1024 * 1024
-NANO = 10**9  # nano-USD per USD: every money figure is an integer count of these
 
 ON_BREACH = ("deny", "kill")
 ON_UNPRICED = ("deny", "allow")
@@ -82,7 +92,7 @@ class CapsPolicy:
     @property
     def max_nusd(self) -> int | None:
         """max_usd in nano-USD (exact: the value has at most 9 decimals)."""
-        return None if self.max_usd is None else int(self.max_usd * NANO)
+        return None if self.max_usd is None else nano_usd(self.max_usd)
 
     def limits_dict(self) -> dict:
         """The caps as JSON-ready data for session.start and the receipt (USD as a string)."""
@@ -426,19 +436,6 @@ def _valid_egress(entry: str) -> bool:
 # ---------------------------------------------------------------- value checks
 
 
-_SIZE = re.compile(r"\s*([0-9]{1,15})\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*\Z")  # ASCII digits
-_SIZE_UNITS = {
-    None: 1,
-    "B": 1,
-    "KB": 1000,
-    "MB": 1000**2,
-    "GB": 1000**3,
-    "KiB": 1024,
-    "MiB": 1024**2,
-    "GiB": 1024**3,
-}
-
-
 def _show(value: Any) -> str:
     """A value as the user would have typed it in TOML."""
     if isinstance(value, bool):
@@ -466,7 +463,7 @@ class _Checker:
     def __init__(self, source: str) -> None:
         self.source = source
 
-    def fail(self, path: str, reason: str):
+    def fail(self, path: str, reason: str) -> NoReturn:
         raise PolicyError(f"policy {self.source}: {path}: {reason}")
 
     def table(self, t: dict, path: str, known: tuple[str, ...]) -> None:
@@ -522,9 +519,10 @@ class _Checker:
         if key not in t:
             return default
         v = t[key]
-        if not _is_number(v) or not math.isfinite(v) or not 0 < v <= 1:
-            self.fail(path, f"must be a number above 0 and at most 1, got {_show(v)}")
-        return float(v)
+        try:
+            return parse_fraction(v)
+        except ValueProblem:
+            self.fail(path, f'must be a number above 0 and at most 1 (or "80%"), got {_show(v)}')
 
     def usd(self, t: dict, path: str) -> Decimal | None:
         key = path.rsplit(".", 1)[-1]
@@ -533,26 +531,24 @@ class _Checker:
         v = t[key]
         if not _is_number(v) or not math.isfinite(v) or v <= 0:
             self.fail(path, f"must be a positive number, got {_show(v)}")
-        # str() of a float is its shortest round-trip form: 10.1 stays 10.1, not 10.0999...
-        amount = Decimal(str(v))
-        if amount.as_tuple().exponent < -9:
-            self.fail(path, f"has more than 9 decimal places (nano-USD is the unit), got {v}")
-        # One spelling per value (10, 10.0 and 1E+1 are the same cap), so the digest is stable.
-        return Decimal(format(amount.normalize(), "f"))
+        try:
+            return parse_usd(v)
+        except ValueProblem as exc:
+            self.fail(path, exc.reason)
 
     def duration(self, t: dict, path: str, default: float | None) -> float | None:
         key = path.rsplit(".", 1)[-1]
         if key not in t:
             return default
         v = t[key]
-        # A number is seconds; a string needs its unit ("30" in quotes is a slip).
-        seconds = parse_duration(v, bare=not isinstance(v, str))
-        if seconds is None or seconds <= 0:
+        try:
+            seconds = parse_duration(v).seconds
+        except ValueProblem as exc:
             self.fail(
-                path,
-                'must be a positive duration: seconds, or a string like "500ms", "30s", "5m", '
-                f'"1h" (at most ten years); got {_show(v)}',
+                path, f"must be a positive duration: {DURATION_SHAPE}; {exc.reason}, got {_show(v)}"
             )
+        if seconds <= 0:
+            self.fail(path, f"must be a positive duration: {DURATION_SHAPE}; got {_show(v)}")
         return seconds
 
     def size(self, t: dict, path: str, default: int, minimum: int) -> int:
@@ -560,14 +556,13 @@ class _Checker:
         if key not in t:
             return default
         v = t[key]
-        size = None
-        if isinstance(v, int) and not isinstance(v, bool):
-            size = v
-        elif isinstance(v, str) and (m := _SIZE.match(v)):
-            size = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
-        if size is None:
+        try:
+            size = parse_size(v)
+        except ValueProblem as exc:
             self.fail(
-                path, f'must be bytes: a whole number or a string like "256MiB", got {_show(v)}'
+                path,
+                f'must be bytes: a whole number or a string like "256MiB", got {_show(v)} '
+                f"({exc.reason}; units B, KB, MB, GB, KiB, MiB, GiB)",
             )
         if size < minimum:
             self.fail(path, f"must be at least {minimum} bytes, got {_show(v)}")

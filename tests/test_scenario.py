@@ -68,7 +68,7 @@ def test_a_full_scenario_is_read_into_values(tmp_path):
         ("seed: 1\nfaults: []\nbogus: 1\n", 3, "at bogus unknown key 'bogus'"),
         ("seed: -1\n", 1, "at seed must be a whole number in [0, 9007199254740992)"),
         (f"seed: {2**60}\n", 1, "at seed must be a whole number"),
-        ("faults:\n  - 'upstream:latency(2h)@20%'\n", 2, "column 19: unknown duration unit 'h'"),
+        ("faults:\n  - 'upstream:latency(2d)@20%'\n", 2, "column 19: unknown duration unit 'd'"),
         ("faults:\n  - 3\n", 2, "at faults[0] must be a fault text"),
         ("faults: ['net:down@5%']\n", 1, "net:down disables the whole proxy"),
         (
@@ -77,7 +77,8 @@ def test_a_full_scenario_is_read_into_values(tmp_path):
             "net faults need a provider with via_proxy: true",
         ),
         ("faults: ['ledger:eio@seq 1', 'ledger:eio@seq 1']\n", 1, "fault listed twice"),
-        ("max_wall_clock: 10\n", 1, "at max_wall_clock must be a duration above zero"),
+        ("max_wall_clock: 0s\n", 1, "at max_wall_clock must be a duration above zero"),
+        ("max_wall_clock: '10'\n", 1, "expected a unit (ms, s, m or h) after '10'"),
         ("probe_every: 2 hours\n", 1, "at probe_every must be a duration"),
         ("agents:\n  - {mode: sprint}\n", 2, "at agents[0].mode must be one of once"),
         ("agents:\n  - {mode: once, provider: nope}\n", 2, "no provider 'nope'"),

@@ -31,6 +31,7 @@ from chaos.faults.values import (
     value_text,
 )
 from docket.errors import InputError
+from docket.values import ValueProblem, parse_percent
 
 __all__ = [
     "Fault",
@@ -341,14 +342,10 @@ class _Parser:
         if not m:
             number = re.compile(r"[0-9]+(?:\.[0-9]+)?").match(self.text, self.pos)
             raise self.expected("'%' after the percentage", number.end() if number else at)
-        whole, frac = m.group(1), m.group(2) or ""
-        if len(whole) > MAX_ORDINAL_DIGITS:
-            raise self.fail(f"a percentage is at most 100%, found {m.group()}", at)
-        if len(frac) > 2:
-            raise self.fail("a percentage takes at most two decimal places", at)
-        basis_points = int(whole) * 100 + int(frac.ljust(2, "0") or 0)
-        if basis_points > 10_000:
-            raise self.fail(f"a percentage is at most 100%, found {m.group()}", at)
+        try:
+            basis_points = parse_percent(m.group())  # docket.values' percentage grammar
+        except ValueProblem as exc:
+            raise self.fail(exc.reason, at) from None
         self.pos = m.end()
         return Chance(basis_points)
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from chaos.gameday.assertions import OPERATORS, Assertion, QueryError, compile_query
 from chaos.gameday.assertions import operand_problem as _operand_problem
 from chaos.yamldoc import Where, YamlError, load, loads
-from docket import inputs as durations
 from docket.errors import InputError
+from docket.values import DURATION_SHAPE, duration_seconds
 
 MODES = ("in-process", "subprocess")
 KEYS = ("name", "title", "fmea", "seed", "run", "runs", "mode", "budget", "expect")
@@ -129,9 +129,9 @@ class Phase:
 
 
 def parse_duration(value: object) -> float | None:
-    """Seconds from `20s`, `500ms`, `1.5m` or a bare number of seconds; None if not one
-    (docket.inputs' one duration grammar: ASCII digits, finite, bounded)."""
-    return durations.parse_duration(value, units=("ms", "s", "m"), bare=not isinstance(value, str))
+    """Seconds from `20s`, `500ms`, `1.5m`, `1h` or a number of seconds; None if not one
+    (docket.values' one duration grammar: ASCII digits, finite, bounded)."""
+    return duration_seconds(value)
 
 
 def leading_comment(text: str) -> str:
@@ -308,7 +308,7 @@ def _budget(value: object, where: Where) -> float:
     seconds = parse_duration(value)
     if seconds is None:
         raise where.error(
-            ("budget",), f"budget must be a duration like 20s or 500ms, not {value!r}"
+            ("budget",), f"budget must be a duration ({DURATION_SHAPE}), not {value!r}"
         )
     if not 0 < seconds <= MAX_BUDGET_S:
         raise where.error(("budget",), f"budget must be more than 0 and at most {MAX_BUDGET_S:g}s")

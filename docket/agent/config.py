@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from docket.agent.backoff import BackoffPolicy
 from docket.errors import InputError
-from docket.inputs import MAX_DURATION_SECONDS
+from docket.inputs import duration_text
+from docket.values import ValueProblem
 
 MODES = ("once", "stream", "loop", "hammer", "backoff")
 PROVIDERS = ("openai", "anthropic")
@@ -99,12 +100,14 @@ class _Settings:
         if text is None:
             return default
         try:
-            value = float(text) if text.isascii() else None  # float() reads "١" too
-        except ValueError:
-            value = None
-        if value is None:
-            raise self.bad(name, "not a number of seconds")
-        if not (0 < value <= MAX_DURATION_SECONDS):
+            value = duration_text(text, signed=True).seconds  # docket.values' grammar: 30, 30s, 500ms, 1h
+        except ValueProblem as exc:
+            if exc.reason == "at most ten years":
+                raise self.bad(
+                    name, "must be a positive number of seconds, at most ten years"
+                ) from None
+            raise self.bad(name, f"not a number of seconds ({exc.reason})") from None
+        if value <= 0:
             raise self.bad(name, "must be a positive number of seconds, at most ten years")
         return value
 
