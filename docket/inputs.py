@@ -90,4 +90,4 @@ def seconds_arg(text: str) -> float:
 
 
 integer_arg.__name__ = "whole number"  # argparse names the type in its error
-seconds_arg.__name__ = "duration"
+seconds_arg.__name__ = "number of seconds"  # argparse: "invalid number of seconds value"

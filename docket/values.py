@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
-MAX_WHOLE_DIGITS = 16  # 2**53, the largest size, has 16
+MAX_WHOLE_DIGITS = 19  # the largest size, 2**63 - 1, has 19
 MAX_DECIMALS = 9
 
 
@@ -159,14 +159,15 @@ SIZE_UNITS = {
     "MiB": 1 << 20,
     "GiB": 1 << 30,
 }
-MAX_BYTES = 1 << 53  # exact as a JSON number (the ledger, the receipt, Toxiproxy's API)
+MAX_BYTES = (1 << 63) - 1  # TOML's largest integer, and an off_t's (a fault's size is
+# further held to 2**53, exact as a JSON number in Toxiproxy's API: chaos.faults.converters)
 SIZE_SHAPE = 'a whole number of bytes, or "NUMBER UNIT" with a unit of B, KB, MB, GB, KiB, MiB or GiB (e.g. "256MiB")'
 
 
 def parse_size(value: object) -> int:
-    """Bytes from an int, or text: ASCII digits (at most 15), then an optional unit
+    """Bytes from an int, or text: ASCII digits (at most 19), then an optional unit
     (B, KB, MB, GB in powers of 1000; KiB, MiB, GiB in powers of 1024), optional
-    spaces between and around. Whole numbers only; at most 2**53 bytes."""
+    spaces between and around. Whole numbers only; at most 2**63 - 1 bytes."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueProblem(f"not a size: {_kind(value)}")
     if isinstance(value, int):
@@ -184,7 +185,7 @@ def parse_size(value: object) -> int:
     if n < 0:
         raise ValueProblem(f"a size is not negative, found {value}")
     if n > MAX_BYTES:
-        raise ValueProblem(f"at most {MAX_BYTES} bytes (2**53)")
+        raise ValueProblem(f"at most {MAX_BYTES} bytes (2**63 - 1)")
     return n
 
 

@@ -20,8 +20,8 @@ from chaos.yamldoc import YamlError, loads
 from docket.errors import InputError, one_line
 from docket.guards.egress import provider_entry
 from docket.http.client import Origin
-from docket.values import MAX_DURATION_SECONDS, duration_seconds
 from docket.policy import load_policy, url_problem
+from docket.values import MAX_DURATION_SECONDS, duration_seconds
 
 # Characters that matter to each grammar, plus the ones that broke them: digits that
 # are not ASCII, line breaks, NUL, an escape.

@@ -98,7 +98,7 @@ def test_any_text_is_a_bounded_duration_or_a_value_problem(text):
         (None, "not a duration"),
         ("１s", "not a number with a unit"),  # fullwidth digit
         ("٣s", "not a number with a unit"),  # Arabic-Indic digit
-        ("1" * 17 + "s", "more than 16 digits"),
+        ("1" * 20 + "s", "more than 19 digits"),
         ("1.0000000001s", "more than 9 decimal places"),
         ("87601h", "at most ten years"),
         (10.0**300, "at most ten years"),
@@ -154,7 +154,7 @@ def test_any_value_is_a_bounded_size_or_a_value_problem(value):
 
 
 @pytest.mark.parametrize(
-    "value", ["1.5MiB", "-1KiB", "5TB", "lots", "１KiB", 2**53 + 1, "9999999999GiB", 1.0, True]
+    "value", ["1.5MiB", "-1KiB", "5TB", "lots", "１KiB", 2**63, "9999999999GiB", 1.0, True]
 )
 def test_sizes_refused(value):
     with pytest.raises(ValueProblem):

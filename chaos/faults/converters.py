@@ -96,10 +96,8 @@ def _size(p: ColumnReporter, param: Param, token: str, at: int) -> Size | None:
         return None
     _digits(p, param, m.group(2), at)
     try:
-        n = parse_size(token)
+        n = _whole(p, param, parse_size(token), at, token)
     except ValueProblem as exc:
-        if exc.reason.startswith("at most"):
-            raise p.fail(f"{param.name!r} is at most {MAX_WHOLE}, found {token}", at) from None
         raise p.fail(exc.reason, at + exc.offset) from None
     _check_range(p, param, n, at, token)
     return Size(n)

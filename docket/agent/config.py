@@ -100,7 +100,8 @@ class _Settings:
         if text is None:
             return default
         try:
-            value = duration_text(text, signed=True).seconds  # docket.values' grammar: 30, 30s, 500ms, 1h
+            # docket.values' grammar: 30, 30s, 500ms, 1h (a sign, to say "positive")
+            value = duration_text(text, signed=True).seconds
         except ValueProblem as exc:
             if exc.reason == "at most ten years":
                 raise self.bad(
