@@ -15,16 +15,13 @@ null, so a key whose default is "none" is simply left out.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import ipaddress
 import json
-import math
 import os
 import re
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from importlib import resources
@@ -33,16 +30,9 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from docket.errors import InputError
+from docket.fields import Fields, alternatives, show
 from docket.inputs import read_text
-from docket.values import (
-    DURATION_SHAPE,
-    ValueProblem,
-    nano_usd,
-    parse_duration,
-    parse_fraction,
-    parse_size,
-    parse_usd,
-)
+from docket.values import is_ip, nano_usd
 
 MiB = 1024 * 1024
 
@@ -242,7 +232,7 @@ def load_policy(path: str | os.PathLike | None) -> Policy:
 def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     """Check and resolve parsed TOML (or any dict of the same shape) into a Policy."""
     c = _Checker(source)
-    c.table(
+    c.fields(
         data, "", ("ledger", "caps", "providers", "boundary", "resilience", "egress", "secrets")
     )
     ledger = _ledger(c, c.section(data, "ledger"))
@@ -269,32 +259,32 @@ def _keys(cls) -> tuple[str, ...]:
 
 
 def _ledger(c: _Checker, t: dict) -> LedgerPolicy:
-    c.table(t, "ledger", _keys(LedgerPolicy))
+    f = c.fields(t, "ledger", _keys(LedgerPolicy))
     d = LedgerPolicy()
     return LedgerPolicy(
-        max_ledger_bytes=c.size(t, "ledger.max_ledger_bytes", d.max_ledger_bytes, minimum=4096),
-        max_events=c.integer(t, "ledger.max_events", None, minimum=1),
-        fail_fast_evidence=c.boolean(t, "ledger.fail_fast_evidence", d.fail_fast_evidence),
-        min_free_bytes=c.size(t, "ledger.min_free_bytes", d.min_free_bytes, minimum=0),
-        record_bodies=c.boolean(t, "ledger.record_bodies", d.record_bodies),
-        fallback_dir=c.string(t, "ledger.fallback_dir", None),
+        max_ledger_bytes=f.size("max_ledger_bytes", d.max_ledger_bytes, minimum=4096),
+        max_events=f.integer("max_events", None, minimum=1),
+        fail_fast_evidence=f.boolean("fail_fast_evidence", d.fail_fast_evidence),
+        min_free_bytes=f.size("min_free_bytes", d.min_free_bytes, minimum=0),
+        record_bodies=f.boolean("record_bodies", d.record_bodies),
+        fallback_dir=f.string("fallback_dir", None),
     )
 
 
 def _caps(c: _Checker, t: dict) -> CapsPolicy:
-    c.table(t, "caps", _keys(CapsPolicy))
+    f = c.fields(t, "caps", _keys(CapsPolicy))
     d = CapsPolicy()
     caps = CapsPolicy(
-        max_usd=c.usd(t, "caps.max_usd"),
-        max_tokens=c.integer(t, "caps.max_tokens", None, minimum=1),
-        max_model_calls=c.integer(t, "caps.max_model_calls", None, minimum=1),
-        max_wall_seconds=c.duration(t, "caps.max_wall_seconds", None),
-        warn_at=c.fraction(t, "caps.warn_at", d.warn_at),
-        on_breach=c.choice(t, "caps.on_breach", d.on_breach, ON_BREACH),
-        on_unpriced=c.choice(t, "caps.on_unpriced", d.on_unpriced, ON_UNPRICED),
-        budget_mode=c.choice(t, "caps.budget_mode", d.budget_mode, BUDGET_MODES),
-        default_max_output_tokens=c.integer(
-            t, "caps.default_max_output_tokens", d.default_max_output_tokens, minimum=1
+        max_usd=f.usd("max_usd"),
+        max_tokens=f.integer("max_tokens", None, minimum=1),
+        max_model_calls=f.integer("max_model_calls", None, minimum=1),
+        max_wall_seconds=f.duration("max_wall_seconds", None),
+        warn_at=f.fraction("warn_at", d.warn_at),
+        on_breach=f.choice("on_breach", d.on_breach, ON_BREACH),
+        on_unpriced=f.choice("on_unpriced", d.on_unpriced, ON_UNPRICED),
+        budget_mode=f.choice("budget_mode", d.budget_mode, BUDGET_MODES),
+        default_max_output_tokens=f.integer(
+            "default_max_output_tokens", d.default_max_output_tokens, minimum=1
         ),
     )
     if caps.budget_mode == "quota" and caps.max_usd is not None:
@@ -316,7 +306,7 @@ def _providers(c: _Checker, t: Any) -> Mapping[str, ProviderPolicy]:
     if t is None:
         return default_providers()
     if not isinstance(t, dict):
-        c.fail("providers", f"must be a table of [providers.NAME] tables, got {_show(t)}")
+        c.fail("providers", f"must be a table of [providers.NAME] tables, got {show(t)}")
     if not t:
         c.fail("providers", "names no provider; remove the [providers] table to use the defaults")
     out = {}
@@ -325,58 +315,51 @@ def _providers(c: _Checker, t: Any) -> Mapping[str, ProviderPolicy]:
         if not _PROVIDER_NAME.match(name):
             c.fail(path, "a provider name is letters, digits, '-' and '_' (at most 64)")
         if not isinstance(entry, dict):
-            c.fail(path, f"must be a table ([{path}]), got {_show(entry)}")
-        c.table(entry, path, ("kind", "base_url", "key_env"))
+            c.fail(path, f"must be a table ([{path}]), got {show(entry)}")
+        f = c.fields(entry, path, ("kind", "base_url", "key_env"))
         default_kind = name if name in PROVIDER_KINDS else None
-        kind = c.choice(entry, f"{path}.kind", default_kind, PROVIDER_KINDS)
+        kind = f.choice("kind", default_kind, PROVIDER_KINDS)
         if kind is None:
-            c.fail(f"{path}.kind", f"is required (one of {_alternatives(PROVIDER_KINDS)})")
+            c.fail(f"{path}.kind", f"is required (one of {alternatives(PROVIDER_KINDS)})")
         url_default, env_default = PROVIDER_DEFAULTS[kind]
         out[name] = ProviderPolicy(
             name=name,
             kind=kind,
-            base_url=c.url(entry, f"{path}.base_url", url_default),
-            key_env=c.string(entry, f"{path}.key_env", env_default, pattern=_ENV_NAME),
+            base_url=_url(f, "base_url", url_default),
+            key_env=f.string("key_env", env_default, pattern=_ENV_NAME),
         )
     return MappingProxyType(out)
 
 
 def _boundary(c: _Checker, t: dict) -> BoundaryPolicy:
-    c.table(t, "boundary", _keys(BoundaryPolicy))
+    f = c.fields(t, "boundary", _keys(BoundaryPolicy))
     d = BoundaryPolicy()
-    host = c.string(t, "boundary.host", d.host)
-    if host != "localhost":
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            c.fail("boundary.host", f'must be an IP address or "localhost", got {_show(host)}')
+    host = f.string("host", d.host)
+    if host != "localhost" and not is_ip(host):
+        c.fail("boundary.host", f'must be an IP address or "localhost", got {show(host)}')
     return BoundaryPolicy(
         host=host,
-        port=c.integer(t, "boundary.port", d.port, minimum=0, maximum=65535),
-        upstream_timeout=c.duration(t, "boundary.upstream_timeout", d.upstream_timeout),
-        connect_timeout=c.duration(t, "boundary.connect_timeout", d.connect_timeout),
+        port=f.integer("port", d.port, minimum=0, maximum=65535),
+        upstream_timeout=f.duration("upstream_timeout", d.upstream_timeout),
+        connect_timeout=f.duration("connect_timeout", d.connect_timeout),
     )
 
 
 def _resilience(c: _Checker, t: dict) -> ResiliencePolicy:
-    c.table(t, "resilience", _keys(ResiliencePolicy))
+    f = c.fields(t, "resilience", _keys(ResiliencePolicy))
     d = ResiliencePolicy()
     r = ResiliencePolicy(
-        breaker_threshold=c.integer(t, "resilience.breaker_threshold", d.breaker_threshold, 1),
-        breaker_cooldown_seconds=c.duration(
-            t, "resilience.breaker_cooldown_seconds", d.breaker_cooldown_seconds
+        breaker_threshold=f.integer("breaker_threshold", d.breaker_threshold, minimum=1),
+        breaker_cooldown_seconds=f.duration("breaker_cooldown_seconds", d.breaker_cooldown_seconds),
+        breaker_max_cooldown_seconds=f.duration(
+            "breaker_max_cooldown_seconds", d.breaker_max_cooldown_seconds
         ),
-        breaker_max_cooldown_seconds=c.duration(
-            t, "resilience.breaker_max_cooldown_seconds", d.breaker_max_cooldown_seconds
-        ),
-        breaker_failure_rate=c.fraction(
-            t, "resilience.breaker_failure_rate", d.breaker_failure_rate
-        ),
-        breaker_min_calls=c.integer(t, "resilience.breaker_min_calls", d.breaker_min_calls, 1),
-        max_calls_per_second=c.positive(t, "resilience.max_calls_per_second", None),
-        max_calls_per_minute=c.integer(t, "resilience.max_calls_per_minute", None, minimum=1),
-        max_concurrent_upstream=c.integer(t, "resilience.max_concurrent_upstream", None, minimum=1),
-        max_queue=c.integer(t, "resilience.max_queue", None, minimum=0),
+        breaker_failure_rate=f.fraction("breaker_failure_rate", d.breaker_failure_rate),
+        breaker_min_calls=f.integer("breaker_min_calls", d.breaker_min_calls, minimum=1),
+        max_calls_per_second=f.positive("max_calls_per_second", None),
+        max_calls_per_minute=f.integer("max_calls_per_minute", None, minimum=1),
+        max_concurrent_upstream=f.integer("max_concurrent_upstream", None, minimum=1),
+        max_queue=f.integer("max_queue", None, minimum=0),
     )
     if r.breaker_max_cooldown_seconds < r.breaker_cooldown_seconds:
         c.fail(
@@ -392,32 +375,32 @@ _HOST = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*\Z")
 
 
 def _egress(c: _Checker, t: dict) -> EgressPolicy:
-    c.table(t, "egress", _keys(EgressPolicy))
+    c.fields(t, "egress", _keys(EgressPolicy))
     allow = t.get("allow", [])
     if not isinstance(allow, list):
-        c.fail("egress.allow", f'must be a list of "host" or "host:port", got {_show(allow)}')
+        c.fail("egress.allow", f'must be a list of "host" or "host:port", got {show(allow)}')
     out = []
     for i, entry in enumerate(allow):
         path = f"egress.allow[{i}]"
         if not isinstance(entry, str):
-            c.fail(path, f'must be "host" or "host:port", got {_show(entry)}')
+            c.fail(path, f'must be "host" or "host:port", got {show(entry)}')
         if not _valid_egress(entry):
-            c.fail(path, f'must be "host" or "host:port" (port 1-65535), got {_show(entry)}')
+            c.fail(path, f'must be "host" or "host:port" (port 1-65535), got {show(entry)}')
         out.append(entry.lower())
     return EgressPolicy(allow=tuple(out))
 
 
 def _secrets(c: _Checker, t: dict) -> SecretsPolicy:
-    c.table(t, "secrets", _keys(SecretsPolicy))
+    c.fields(t, "secrets", _keys(SecretsPolicy))
     names = t.get("drop_env", [])
     if not isinstance(names, list):
         c.fail(
-            "secrets.drop_env", f"must be a list of environment variable names, got {_show(names)}"
+            "secrets.drop_env", f"must be a list of environment variable names, got {show(names)}"
         )
     for i, name in enumerate(names):
         if not isinstance(name, str) or not _ENV_NAME.match(name):
             c.fail(
-                f"secrets.drop_env[{i}]", f"must be an environment variable name, got {_show(name)}"
+                f"secrets.drop_env[{i}]", f"must be an environment variable name, got {show(name)}"
             )
     return SecretsPolicy(drop_env=tuple(names))
 
@@ -436,166 +419,38 @@ def _valid_egress(entry: str) -> bool:
 # ---------------------------------------------------------------- value checks
 
 
-def _show(value: Any) -> str:
-    """A value as the user would have typed it in TOML."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "a list"
-    return str(value)
-
-
-def _alternatives(options) -> str:
-    return " or ".join(f'"{o}"' for o in options)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 class _Checker:
-    """Value checks that raise PolicyError naming the file and the key path."""
+    """Where a policy problem is: the file and the key path. The checks themselves are
+    docket.fields' (one wording for every config reader), the grammars docket.values'."""
 
     def __init__(self, source: str) -> None:
         self.source = source
 
+    def error(self, path: str, reason: str) -> PolicyError:
+        return PolicyError(f"policy {self.source}: {path}: {reason}")
+
     def fail(self, path: str, reason: str) -> NoReturn:
-        raise PolicyError(f"policy {self.source}: {path}: {reason}")
+        raise self.error(path, reason)
 
-    def table(self, t: dict, path: str, known: tuple[str, ...]) -> None:
-        for key in t:
-            if key not in known:
-                where = f"{path}.{key}" if path else key
-                near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-                hint = f" (did you mean {near[0]}?)" if near else f" (known: {', '.join(known)})"
-                self.fail(where, "unknown key" + hint)
+    def fields(self, t: Mapping[str, Any], path: str, known: Sequence[str]) -> Fields:
+        """The table at `path`, its keys checked against `known`."""
+        f = Fields(t, lambda key, reason: self.error(f"{path}.{key}" if path else key, reason))
+        f.known(known)
+        return f
 
-    def section(self, data: dict, name: str) -> dict:
+    def section(self, data: Mapping[str, Any], name: str) -> dict:
         t = data.get(name, {})
         if not isinstance(t, dict):
-            self.fail(name, f"must be a table ([{name}]), got {_show(t)}")
+            self.fail(name, f"must be a table ([{name}]), got {show(t)}")
         return t
 
-    def boolean(self, t: dict, path: str, default: bool) -> bool:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        if not isinstance(v, bool):
-            self.fail(path, f"must be true or false, got {_show(v)}")
-        return v
 
-    def integer(
-        self, t: dict, path: str, default: int | None, minimum: int = 0, maximum: int | None = None
-    ) -> int | None:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        if not isinstance(v, int) or isinstance(v, bool):
-            self.fail(path, f"must be a whole number, got {_show(v)}")
-        if v < minimum or (maximum is not None and v > maximum):
-            bound = (
-                f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-            )
-            self.fail(path, f"must be {bound}, got {v}")
-        return v
-
-    def positive(self, t: dict, path: str, default: float | None) -> float | None:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        if not _is_number(v) or not math.isfinite(v) or v <= 0:
-            self.fail(path, f"must be a positive number, got {_show(v)}")
-        return float(v)
-
-    def fraction(self, t: dict, path: str, default: float) -> float:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        try:
-            return parse_fraction(v)
-        except ValueProblem:
-            self.fail(path, f'must be a number above 0 and at most 1 (or "80%"), got {_show(v)}')
-
-    def usd(self, t: dict, path: str) -> Decimal | None:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return None
-        v = t[key]
-        if not _is_number(v) or not math.isfinite(v) or v <= 0:
-            self.fail(path, f"must be a positive number, got {_show(v)}")
-        try:
-            return parse_usd(v)
-        except ValueProblem as exc:
-            self.fail(path, exc.reason)
-
-    def duration(self, t: dict, path: str, default: float | None) -> float | None:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        try:
-            seconds = parse_duration(v).seconds
-        except ValueProblem as exc:
-            self.fail(
-                path, f"must be a positive duration: {DURATION_SHAPE}; {exc.reason}, got {_show(v)}"
-            )
-        if seconds <= 0:
-            self.fail(path, f"must be a positive duration: {DURATION_SHAPE}; got {_show(v)}")
-        return seconds
-
-    def size(self, t: dict, path: str, default: int, minimum: int) -> int:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        try:
-            size = parse_size(v)
-        except ValueProblem as exc:
-            self.fail(
-                path,
-                f'must be bytes: a whole number or a string like "256MiB", got {_show(v)} '
-                f"({exc.reason}; units B, KB, MB, GB, KiB, MiB, GiB)",
-            )
-        if size < minimum:
-            self.fail(path, f"must be at least {minimum} bytes, got {_show(v)}")
-        return size
-
-    def choice(
-        self, t: dict, path: str, default: str | None, options: tuple[str, ...]
-    ) -> str | None:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        if not isinstance(v, str) or v not in options:
-            self.fail(path, f"must be {_alternatives(options)}, got {_show(v)}")
-        return v
-
-    def string(self, t: dict, path: str, default: str, pattern: re.Pattern | None = None) -> str:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        if not isinstance(v, str) or not v:
-            self.fail(path, f"must be a non-empty string, got {_show(v)}")
-        if pattern is not None and not pattern.match(v):
-            self.fail(path, f"is not a valid name, got {_show(v)}")
-        return v
-
-    def url(self, t: dict, path: str, default: str) -> str:
-        v = self.string(t, path, default)
-        problem = url_problem(v)
-        if problem:
-            self.fail(path, f"{problem}, got {_show(v)}")
-        return v.rstrip("/")
+def _url(f: Fields, key: str, default: str) -> str:
+    v = f.string(key, default)
+    problem = url_problem(v)
+    if problem:
+        f.fail(key, f"{problem}, got {show(v)}")
+    return v.rstrip("/")
 
 
 _URL = re.compile(r"(https?)://([^/?#\s]+)(/[^?#\s]*)?\Z")

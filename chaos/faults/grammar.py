@@ -255,13 +255,14 @@ class _Parser:
                 param = positional[index]
                 index += 1
             else:
-                param = spec.param(arg_name)
-                if param is None:
+                named = spec.param(arg_name)
+                if named is None:
                     allowed = ", ".join(p.name for p in spec.params) or "none"
                     raise self.fail(
                         f"unknown argument {arg_name!r} for {name} (expected: {allowed})",
                         name_at,
                     )
+                param = named
             if param.name in values:
                 raise self.fail(f"argument {param.name!r} given twice", at)
             values[param.name] = self.value(param, token, at)
