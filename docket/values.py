@@ -148,6 +148,18 @@ def duration_seconds(value: object) -> float | None:
         return None
 
 
+# ---------------------------------------------------------------- whole numbers as text
+
+
+def parse_whole(text: str, *, max_digits: int = 15) -> int:
+    """A non-negative whole number typed as text (a flag, an environment variable):
+    ASCII digits only, at most `max_digits` (int() also reads "５" and "٣", and costs
+    quadratic time, then raises, on thousands of digits)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= max_digits):
+        raise ValueProblem(f"not a whole number (ASCII digits, at most {max_digits})")
+    return int(text)
+
+
 # ---------------------------------------------------------------- byte sizes
 
 SIZE_UNITS = {

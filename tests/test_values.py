@@ -237,3 +237,13 @@ def test_every_reader_takes_an_hour(tmp_path):
     # and a number is seconds in every file format
     data, where = loads("max_wall_clock: 30\n", "s.yaml")
     assert scenario_from_data(data, where).max_wall_clock == 30
+
+
+def test_whole_numbers_as_text():
+    from docket.values import parse_whole
+
+    assert parse_whole("0042") == 42
+    for bad in ("", "-1", "1.0", "５", "٣", "1" * 16, " 1"):
+        with pytest.raises(ValueProblem, match="not a whole number"):
+            parse_whole(bad)
+    assert parse_whole("1" * 20, max_digits=20) == int("1" * 20)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from docket.agent.backoff import BackoffPolicy
 from docket.errors import InputError
 from docket.inputs import duration_text
-from docket.values import ValueProblem
+from docket.values import ValueProblem, parse_whole
 
 MODES = ("once", "stream", "loop", "hammer", "backoff")
 PROVIDERS = ("openai", "anthropic")
@@ -67,7 +67,11 @@ class AgentConfig:
 
 
 class _Settings:
-    """The environment with flag overrides, naming where a bad value came from."""
+    """The environment with flag overrides, naming where a bad value came from.
+
+    Settings are text (a variable, a flag), so they are read by docket.values' text
+    forms (parse_whole, duration_text) rather than docket.fields, which reads typed
+    TOML/YAML values; the wording of a bad one is the same."""
 
     def __init__(self, env: Mapping[str, str], overrides: Mapping[str, str | None]):
         self._env = env
@@ -88,9 +92,10 @@ class _Settings:
         if text is None:
             return default
         # ASCII digits, bounded: int() also reads "５" and raises past 4,300 digits
-        if not (text.isascii() and text.isdigit() and len(text) <= 15):
-            raise self.bad(name, "not a whole number (ASCII digits, at most 15)")
-        value = int(text)
+        try:
+            value = parse_whole(text)
+        except ValueProblem as exc:
+            raise self.bad(name, exc.reason) from None
         if value < 1:
             raise self.bad(name, "must be at least 1")
         return value
@@ -161,9 +166,10 @@ def config_from(
     if seed_text is None:
         seed = secrets.randbits(32)  # printed in the summary, so the run can be replayed
     else:
-        if not (seed_text.isascii() and seed_text.isdigit() and len(seed_text) <= 20):
-            raise s.bad("DOCKET_AGENT_SEED", "not a whole number (ASCII digits, at most 20)")
-        seed = int(seed_text)
+        try:
+            seed = parse_whole(seed_text, max_digits=20)
+        except ValueProblem as exc:
+            raise s.bad("DOCKET_AGENT_SEED", exc.reason) from None
     calls = s.positive_int("DOCKET_AGENT_CALLS", 10)  # checked in every mode: bad is bad
     try:
         policy = BackoffPolicy(
