@@ -127,7 +127,12 @@ class AgentSpec:
             ("DOCKET_AGENT_MAX_TOKENS", self.max_tokens),
         ):
             if value is not None:
-                out[key] = f"{value:g}" if isinstance(value, float) else str(value)
+                # seconds in plain decimals (:g would print 1e-06, 1e+06)
+                out[key] = (
+                    f"{value:.9f}".rstrip("0").rstrip(".")
+                    if isinstance(value, float)
+                    else str(value)
+                )
         return out
 
 

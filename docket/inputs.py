@@ -62,6 +62,7 @@ def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = 16 * MiB) 
 # "٥") and "nan"/"inf"; a flag takes ASCII digits only, like every other grammar here.
 _INTEGER = re.compile(r"-?[0-9]{1,15}")
 _DECIMAL = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,9})?")
+_SCIENTIFIC = re.compile(r"[+-]?[0-9]{1,15}(?:\.[0-9]{1,17})?[eE][+-]?[0-9]{1,3}")
 
 
 def integer_arg(text: str) -> int:
@@ -78,6 +79,10 @@ def duration_text(text: str, *, signed: bool = False) -> Duration:
     stripped = text.strip()
     if _DECIMAL.fullmatch(stripped.removeprefix("-").removeprefix("+")):
         return parse_duration(stripped + "s", signed=signed)
+    if _SCIENTIFIC.fullmatch(stripped):
+        # 1e-06, as Python's :g prints a small float: a number, so seconds (and 1e999 is
+        # inf, which parse_duration refuses)
+        return parse_duration(float(stripped), signed=signed)
     return parse_duration(text, signed=signed)
 
 

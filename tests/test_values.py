@@ -247,3 +247,27 @@ def test_whole_numbers_as_text():
         with pytest.raises(ValueProblem, match="not a whole number"):
             parse_whole(bad)
     assert parse_whole("1" * 20, max_digits=20) == int("1" * 20)
+
+
+def test_text_durations_from_a_flag_or_a_variable():
+    from docket.inputs import duration_text
+
+    assert [duration_text(t).seconds for t in ("30", "0.5", "1e-06", "1.5e3", "2m")] == [
+        30,
+        0.5,
+        1e-06,
+        1500,
+        120,
+    ]
+    for bad in ("1e999", "-1", "30x", "٣"):
+        with pytest.raises(ValueProblem):
+            duration_text(bad)
+    assert duration_text("-1", signed=True).seconds == -1
+
+
+def test_a_scenario_agent_timeout_reaches_the_agent_as_plain_seconds():
+    from chaos.scenario import AgentSpec
+
+    assert AgentSpec(timeout=1e-06).settings()["DOCKET_AGENT_TIMEOUT"] == "0.000001"
+    assert AgentSpec(timeout=2e6).settings()["DOCKET_AGENT_TIMEOUT"] == "2000000"
+    assert AgentSpec(timeout=2.0).settings()["DOCKET_AGENT_TIMEOUT"] == "2"
