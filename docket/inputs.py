@@ -61,8 +61,9 @@ def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = 16 * MiB) 
 # Command-line numbers: Python's int() and float() take any Unicode digit ("５",
 # "٥") and "nan"/"inf"; a flag takes ASCII digits only, like every other grammar here.
 _INTEGER = re.compile(r"-?[0-9]{1,15}")
-_DECIMAL = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,9})?")
-_SCIENTIFIC = re.compile(r"[+-]?[0-9]{1,15}(?:\.[0-9]{1,17})?[eE][+-]?[0-9]{1,3}")
+_PLAIN_NUMBER = re.compile(
+    r"[+-]?(?:[0-9]{1,15}(?:\.[0-9]{0,17})?|\.[0-9]{1,17})(?:[eE][+-]?[0-9]{1,3})?"
+)
 
 
 def integer_arg(text: str) -> int:
@@ -77,11 +78,9 @@ def duration_text(text: str, *, signed: bool = False) -> Duration:
     one grammar (docket.values), where a bare number is a number, so seconds (text
     from a file has types, and there "30" in quotes is refused as unit-less)."""
     stripped = text.strip()
-    if _DECIMAL.fullmatch(stripped.removeprefix("-").removeprefix("+")):
-        return parse_duration(stripped + "s", signed=signed)
-    if _SCIENTIFIC.fullmatch(stripped):
-        # 1e-06, as Python's :g prints a small float: a number, so seconds (and 1e999 is
-        # inf, which parse_duration refuses)
+    if _PLAIN_NUMBER.fullmatch(stripped):
+        # A number, so seconds: 30, 0.5, .5, 5., and 1e-06 as Python's :g prints a small
+        # float (1e999 is inf, which parse_duration refuses). ASCII digits only.
         return parse_duration(float(stripped), signed=signed)
     return parse_duration(text, signed=signed)
 

@@ -254,7 +254,7 @@ def parse_percent(text: str) -> int:
     if not m:
         raise ValueProblem(f"not a percentage like 20% or 0.5%: {text!r}")
     whole, frac = m.group(1), m.group(2) or ""
-    if len(whole) > 3:
+    if len(whole) > MAX_WHOLE_DIGITS:  # before int(): leading zeros are allowed ("050%")
         raise ValueProblem(f"a percentage is at most 100%, found {text.strip()}")
     if len(frac) > 2:
         raise ValueProblem("a percentage takes at most two decimal places")
