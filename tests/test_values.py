@@ -22,6 +22,7 @@ from docket.values import (
     SIZE_UNITS,
     Duration,
     ValueProblem,
+    duration_seconds,
     format_duration,
     format_percent,
     format_size,
@@ -267,3 +268,40 @@ def test_a_scenario_agent_timeout_reaches_the_agent_as_plain_seconds():
     assert AgentSpec(timeout=1e-06).settings()["DOCKET_AGENT_TIMEOUT"] == "0.000001"
     assert AgentSpec(timeout=2e6).settings()["DOCKET_AGENT_TIMEOUT"] == "2000000"
     assert AgentSpec(timeout=2.0).settings()["DOCKET_AGENT_TIMEOUT"] == "2"
+
+
+DURATION_TEXTS = st.one_of(
+    st.builds(
+        lambda n, d, sp, u: f"{n}{'.' + d if d else ''}{sp}{u}",
+        st.integers(min_value=0, max_value=10**6),
+        st.text(alphabet="0123456789", max_size=10),
+        st.sampled_from(["", " "]),
+        st.sampled_from(["ms", "s", "m", "h", "d", "", "S", "min"]),
+    ),
+    st.text(alphabet=JUNK, max_size=12),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(DURATION_TEXTS)
+def test_every_file_reader_reads_a_duration_text_alike(text):
+    """Policy, scenario and phase agree on every text: the same seconds, or all refuse."""
+    from chaos.gameday.phase import parse_duration as phase_duration
+    from chaos.scenario import scenario_from_data
+    from chaos.yamldoc import Where
+    from docket.errors import InputError
+    from docket.policy import PolicyError, policy_from_dict
+
+    expected = duration_seconds(text)
+    if expected is not None and expected <= 0:
+        return  # each reader has its own floor above zero: alike only on positive values
+    try:
+        policy = policy_from_dict({"boundary": {"upstream_timeout": text}})
+        by_policy = policy.boundary.upstream_timeout
+    except PolicyError:
+        by_policy = None
+    try:
+        by_scenario = scenario_from_data({"max_wall_clock": text}, Where("s.yaml")).max_wall_clock
+    except InputError:
+        by_scenario = None
+    assert by_policy == by_scenario == phase_duration(text) == expected
