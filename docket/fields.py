@@ -1,7 +1,8 @@
 """One way to read a config mapping: every key declared, every value checked, one line each.
 
-The config readers (docket.policy for docket.toml, chaos.scenario for a scenario
-or a phase's `run:` block) read each mapping through a `Fields`: the keys it
+The config readers (docket.policy for docket.toml, chaos.scenario for a scenario,
+chaos.gameday.phase for a phase file, docket.agent.config for the reference
+agent's settings) read each mapping through a `Fields`: the keys it
 knows, then each key with its default and its check. The values themselves are
 docket.values' grammars; this module adds the mechanics (absent means the
 default, an unknown key names its nearest known one) and one wording for every
@@ -25,10 +26,12 @@ from typing import NoReturn, TypeVar, overload
 from docket.values import (
     DURATION_SHAPE,
     ValueProblem,
+    duration_text,
     parse_duration,
     parse_fraction,
     parse_size,
     parse_usd,
+    parse_whole,
 )
 
 T = TypeVar("T")
@@ -55,11 +58,16 @@ def alternatives(options: Sequence[str]) -> str:
 
 
 class Fields:
-    """One mapping being read; `fail(key, reason)` makes the located error."""
+    """One mapping being read; `fail(key, reason)` makes the located error.
 
-    def __init__(self, data: Mapping[str, object], fail: Fail) -> None:
+    `text=True` reads a mapping of strings (environment variables, flags: the reference
+    agent's settings) by the text forms of the same grammars: a whole number in ASCII
+    digits, a duration where a bare number is seconds (docket.values.duration_text)."""
+
+    def __init__(self, data: Mapping[str, object], fail: Fail, *, text: bool = False) -> None:
         self.data = data
         self._fail = fail
+        self.text = text
 
     def fail(self, key: str, reason: str) -> NoReturn:
         raise self._fail(key, reason)
@@ -92,6 +100,11 @@ class Fields:
         if key not in self.data:
             return default
         v = self.data[key]
+        if self.text and isinstance(v, str):
+            try:
+                v = parse_whole(v)
+            except ValueProblem:
+                self.fail(key, f"must be a whole number (ASCII digits, at most 15), got {show(v)}")
         if not isinstance(v, int) or isinstance(v, bool):
             self.fail(key, f"must be a whole number, got {show(v)}")
         if v < minimum or (maximum is not None and v > maximum):
@@ -150,7 +163,10 @@ class Fields:
         v = self.data[key]
         shape = "a positive duration" if positive else "a duration"
         try:
-            seconds = parse_duration(v).seconds
+            if self.text and isinstance(v, str):
+                seconds = duration_text(v, signed=True).seconds  # "-1" is not positive
+            else:
+                seconds = parse_duration(v).seconds
         except ValueProblem as exc:
             self.fail(key, f"must be {shape}: {DURATION_SHAPE}; {exc.reason}, got {show(v)}")
         if positive and seconds <= 0:

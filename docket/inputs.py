@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from docket.errors import InputError
-from docket.values import Duration, ValueProblem, parse_duration
+from docket.values import ValueProblem, duration_text
 
 MiB = 1024 * 1024
 
@@ -61,9 +61,6 @@ def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = 16 * MiB) 
 # Command-line numbers: Python's int() and float() take any Unicode digit ("５",
 # "٥") and "nan"/"inf"; a flag takes ASCII digits only, like every other grammar here.
 _INTEGER = re.compile(r"-?[0-9]{1,15}")
-_PLAIN_NUMBER = re.compile(
-    r"[+-]?(?:[0-9]{1,15}(?:\.[0-9]{0,17})?|\.[0-9]{1,17})(?:[eE][+-]?[0-9]{1,3})?"
-)
 
 
 def integer_arg(text: str) -> int:
@@ -71,18 +68,6 @@ def integer_arg(text: str) -> int:
     if not _INTEGER.fullmatch(text):
         raise ValueError(text)
     return int(text)
-
-
-def duration_text(text: str, *, signed: bool = False) -> Duration:
-    """A duration typed as text on a command line or in an environment variable: the
-    one grammar (docket.values), where a bare number is a number, so seconds (text
-    from a file has types, and there "30" in quotes is refused as unit-less)."""
-    stripped = text.strip()
-    if _PLAIN_NUMBER.fullmatch(stripped):
-        # A number, so seconds: 30, 0.5, .5, 5., and 1e-06 as Python's :g prints a small
-        # float (1e999 is inf, which parse_duration refuses). ASCII digits only.
-        return parse_duration(float(stripped), signed=signed)
-    return parse_duration(text, signed=signed)
 
 
 def seconds_arg(text: str) -> float:

@@ -139,6 +139,23 @@ def parse_duration(value: object, *, signed: bool = False) -> Duration:
     return Duration(-ps if sign == "-" else ps)
 
 
+_PLAIN_NUMBER = re.compile(
+    r"[+-]?(?:[0-9]{1,15}(?:\.[0-9]{0,17})?|\.[0-9]{1,17})(?:[eE][+-]?[0-9]{1,3})?"
+)
+
+
+def duration_text(text: str, *, signed: bool = False) -> Duration:
+    """A duration typed as text on a command line or in an environment variable: the
+    one grammar, where a bare number is a number, so seconds (text from a file has
+    types, and there "30" in quotes is refused as unit-less)."""
+    stripped = text.strip()
+    if _PLAIN_NUMBER.fullmatch(stripped):
+        # A number, so seconds: 30, 0.5, .5, 5., and 1e-06 as Python's :g prints a small
+        # float (1e999 is inf, which parse_duration refuses). ASCII digits only.
+        return parse_duration(float(stripped), signed=signed)
+    return parse_duration(text, signed=signed)
+
+
 def duration_seconds(value: object) -> float | None:
     """Seconds of a non-negative duration, or None when `value` is not one (for the
     readers that phrase their own message)."""

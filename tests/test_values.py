@@ -252,7 +252,7 @@ def test_whole_numbers_as_text():
 
 
 def test_text_durations_from_a_flag_or_a_variable():
-    from docket.inputs import duration_text
+    from docket.values import duration_text
 
     texts = ("30", "0.5", ".5", "5.", "1e-06", "1.5e3", "2m", " 7 ")
     assert [duration_text(t).seconds for t in texts] == [30, 0.5, 0.5, 5, 1e-06, 1500, 120, 7]

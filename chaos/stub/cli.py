@@ -14,13 +14,12 @@ import trio
 
 from chaos.stub.server import RequestLog, Stub, StubConfig
 from docket.errors import InputError
-from docket.inputs import duration_text
-from docket.values import ValueProblem
+from docket.values import ValueProblem, duration_text
 
 
 def parse_duration(text: str, option: str) -> float:
     """`50ms`, `1.5s`, `2m`, `1h` or a bare number of seconds, as seconds (docket.values'
-    grammar, read as command-line text by docket.inputs.duration_text)."""
+    grammar, read as command-line text by docket.values.duration_text)."""
     try:
         return duration_text(text).seconds
     except ValueProblem as exc:

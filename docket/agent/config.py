@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from docket.agent.backoff import BackoffPolicy
 from docket.errors import InputError
-from docket.inputs import duration_text
+from docket.fields import Fields
 from docket.values import ValueProblem, parse_whole
 
 MODES = ("once", "stream", "loop", "hammer", "backoff")
@@ -69,13 +69,20 @@ class AgentConfig:
 class _Settings:
     """The environment with flag overrides, naming where a bad value came from.
 
-    Settings are text (a variable, a flag), so they are read by docket.values' text
-    forms (parse_whole, duration_text) rather than docket.fields, which reads typed
-    TOML/YAML values; the wording of a bad one is the same."""
+    Settings are text (a variable, a flag): they are read by docket.fields in text
+    mode, the same checks and wording as the policy's, by the text forms of
+    docket.values' grammars (30, 30s, 500ms, 1h; ASCII digits)."""
 
     def __init__(self, env: Mapping[str, str], overrides: Mapping[str, str | None]):
         self._env = env
         self._overrides = {k: v for k, v in overrides.items() if v is not None}
+        merged = {**env, **self._overrides}
+        given = {name: self.get(name) for name in merged}
+        self.fields = Fields(
+            {name: value for name, value in given.items() if value is not None},
+            self.bad,
+            text=True,
+        )
 
     def get(self, name: str) -> str | None:
         value = self._overrides.get(name, self._env.get(name))
@@ -88,34 +95,10 @@ class _Settings:
         return InputError(f"agent: {self.where(name)}={self.get(name)!r}: {problem}")
 
     def positive_int(self, name: str, default: int) -> int:
-        text = self.get(name)
-        if text is None:
-            return default
-        # ASCII digits, bounded: int() also reads "５" and raises past 4,300 digits
-        try:
-            value = parse_whole(text)
-        except ValueProblem as exc:
-            raise self.bad(name, exc.reason) from None
-        if value < 1:
-            raise self.bad(name, "must be at least 1")
-        return value
+        return self.fields.integer(name, default, minimum=1)
 
     def seconds(self, name: str, default: float) -> float:
-        text = self.get(name)
-        if text is None:
-            return default
-        try:
-            # docket.values' grammar: 30, 30s, 500ms, 1h (a sign, to say "positive")
-            value = duration_text(text, signed=True).seconds
-        except ValueProblem as exc:
-            if exc.reason == "at most ten years":
-                raise self.bad(
-                    name, "must be a positive number of seconds, at most ten years"
-                ) from None
-            raise self.bad(name, f"not a number of seconds ({exc.reason})") from None
-        if value <= 0:
-            raise self.bad(name, "must be a positive number of seconds, at most ten years")
-        return value
+        return self.fields.duration(name, default)  # above zero, at most ten years
 
 
 def _check_url(settings: _Settings, name: str, url: str) -> str:
