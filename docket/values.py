@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
+_BLANK = " \t\r\n"  # ASCII only: str.strip() would also drop U+3000 and U+2000
 MAX_WHOLE_DIGITS = 19  # the largest size, 2**63 - 1, has 19
 MAX_DECIMALS = 9
 
@@ -41,8 +42,8 @@ _QUANTITY = re.compile(r"([+-]?)([0-9]+)(?:\.([0-9]*))?([ ]*)([A-Za-z/]*)")
 
 def _quantity(text: str) -> tuple[str, str, str, str, int]:
     """(sign, whole, decimals, unit, unit offset) of "NUMBER UNIT", or ValueProblem."""
-    lead = len(text) - len(text.lstrip())
-    body = text.strip()
+    lead = len(text) - len(text.lstrip(_BLANK))
+    body = text.strip(_BLANK)
     m = _QUANTITY.fullmatch(body)
     if not m:
         raise ValueProblem(f"not a number with a unit: {text!r}", lead)
@@ -127,7 +128,7 @@ def parse_duration(value: object, *, signed: bool = False) -> Duration:
     if not unit:
         if whole.strip("0") == "" and decimals.strip("0") == "" and not sign:
             return Duration(0)
-        raise ValueProblem(f"expected a unit ({UNIT_LIST}) after {value.strip()!r}", unit_at)
+        raise ValueProblem(f"expected a unit ({UNIT_LIST}) after {value.strip(_BLANK)!r}", unit_at)
     factor = DURATION_UNITS.get(unit)
     if factor is None:
         raise ValueProblem(f"unknown duration unit {unit!r} (expected {UNIT_LIST})", unit_at)
@@ -148,7 +149,7 @@ def duration_text(text: str, *, signed: bool = False) -> Duration:
     """A duration typed as text on a command line or in an environment variable: the
     one grammar, where a bare number is a number, so seconds (text from a file has
     types, and there "30" in quotes is refused as unit-less)."""
-    stripped = text.strip()
+    stripped = text.strip(_BLANK)
     if _PLAIN_NUMBER.fullmatch(stripped):
         # A number, so seconds: 30, 0.5, .5, 5., and 1e-06 as Python's :g prints a small
         # float (1e999 is inf, which parse_duration refuses). ASCII digits only.
@@ -204,7 +205,7 @@ def parse_size(value: object) -> int:
     else:
         sign, whole, decimals, unit, unit_at = _quantity(value)
         if sign or decimals:
-            raise ValueProblem(f"a size is a whole number of bytes, found {value.strip()!r}")
+            raise ValueProblem(f"a size is a whole number of bytes, found {value.strip(_BLANK)!r}")
         factor = SIZE_UNITS.get(unit or "B")
         if factor is None:
             raise ValueProblem(
@@ -267,17 +268,17 @@ _PERCENT = re.compile(r"([0-9]+)(?:\.([0-9]+))?%")
 def parse_percent(text: str) -> int:
     """Basis points (hundredths of a percent, 0..10000) from "N%" or "N.NN%": ASCII
     digits, at most two decimal places, at most 100%."""
-    m = _PERCENT.fullmatch(text.strip())
+    m = _PERCENT.fullmatch(text.strip(_BLANK))
     if not m:
         raise ValueProblem(f"not a percentage like 20% or 0.5%: {text!r}")
     whole, frac = m.group(1), m.group(2) or ""
     if len(whole) > MAX_WHOLE_DIGITS:  # before int(): leading zeros are allowed ("050%")
-        raise ValueProblem(f"a percentage is at most 100%, found {text.strip()}")
+        raise ValueProblem(f"a percentage is at most 100%, found {text.strip(_BLANK)}")
     if len(frac) > 2:
         raise ValueProblem("a percentage takes at most two decimal places")
     basis_points = int(whole) * 100 + int(frac.ljust(2, "0") or 0)
     if basis_points > 10_000:
-        raise ValueProblem(f"a percentage is at most 100%, found {text.strip()}")
+        raise ValueProblem(f"a percentage is at most 100%, found {text.strip(_BLANK)}")
     return basis_points
 
 

@@ -21,7 +21,7 @@ from docket.errors import InputError, one_line
 from docket.guards.egress import provider_entry
 from docket.http.client import Origin
 from docket.policy import load_policy, url_problem
-from docket.values import MAX_DURATION_SECONDS, duration_seconds
+from docket.values import MAX_DURATION_SECONDS, ValueProblem, duration_seconds, duration_text
 
 # Characters that matter to each grammar, plus the ones that broke them: digits that
 # are not ASCII, line breaks, NUL, an escape.
@@ -32,10 +32,15 @@ texts = st.text(alphabet=st.sampled_from(HOSTILE) | st.characters(), max_size=80
 @settings(max_examples=400, deadline=None)
 @given(texts)
 def test_parse_duration_is_none_or_a_bounded_number(text):
-    seconds = duration_seconds(text)
-    assert seconds is None or (math.isfinite(seconds) and 0 <= seconds <= MAX_DURATION_SECONDS)
-    if seconds is not None:
-        assert text.isascii(), text
+    # as a file's string (a unit needed), and as a flag's text (a bare number is seconds)
+    try:
+        as_flag: float | None = duration_text(text).seconds
+    except ValueProblem:
+        as_flag = None
+    for seconds in (duration_seconds(text), as_flag):
+        assert seconds is None or (math.isfinite(seconds) and 0 <= seconds <= MAX_DURATION_SECONDS)
+        if seconds is not None:
+            assert text.isascii(), text
 
 
 @settings(max_examples=200, deadline=None)

@@ -305,3 +305,13 @@ def test_every_file_reader_reads_a_duration_text_alike(text):
     except InputError:
         by_scenario = None
     assert by_policy == by_scenario == phase_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["\u30005s", "\u20005", "5s\u2000", "\x1c5s"])
+def test_only_ascii_blanks_surround_a_value(text):
+    from docket.values import duration_text
+
+    with pytest.raises(ValueProblem):
+        parse_duration(text)
+    with pytest.raises(ValueProblem):
+        duration_text(text)
