@@ -205,7 +205,8 @@ async def _boundary_session(config: dict) -> dict:
 
     from docket.boundary.app import Boundary
     from docket.clock import Clock
-    from docket.ledger.writer import LedgerLimits, open_ledger
+    from docket.ledger.limits import LedgerLimits
+    from docket.ledger.writer import open_ledger
     from docket.policy import policy_from_dict
 
     policy = policy_from_dict({"providers": config["providers"]}, source="benchmark")

@@ -45,7 +45,8 @@ FIELDS = {  # a typical model.request: the line is about 330 bytes
 
 
 async def _appends(path: Path, appenders: int, per_appender: int) -> tuple[float, int]:
-    from docket.ledger.writer import LedgerLimits, open_ledger
+    from docket.ledger.limits import LedgerLimits
+    from docket.ledger.writer import open_ledger
 
     limits = LedgerLimits(max_ledger_bytes=1 << 40)
     async with open_ledger(path, limits=limits) as ledger:
@@ -120,7 +121,8 @@ def _rss_child(events: int, path: str) -> None:
         raise KeyError(key)
 
     async def main() -> dict:
-        from docket.ledger.writer import LedgerLimits, open_ledger
+        from docket.ledger.limits import LedgerLimits
+        from docket.ledger.writer import open_ledger
 
         appenders = 64
         async with open_ledger(path, limits=LedgerLimits(max_ledger_bytes=1 << 40)) as ledger:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from chaos.faults.grammar import parse_fault
 from chaos.faults.net import check_performable
@@ -22,8 +23,9 @@ from chaos.faults.schedule import FaultSchedule
 from chaos.yamldoc import Where, load
 from docket.agent.config import MODES
 from docket.errors import InputError
-from docket.inputs import parse_duration
+from docket.fields import Fields
 from docket.policy import policy_from_dict
+from docket.values import host_problem
 
 # A seed must survive the receipt: its `faults.seed` is a JSON integer, exact only
 # below 2^53 (spec/docket-receipt-1.md), a narrower range than the schedule's 2^64.
@@ -46,7 +48,6 @@ class ProviderSpec:
 
 
 LOOPBACK = "127.0.0.1"
-_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\Z")
 
 
 @dataclass(frozen=True)
@@ -76,16 +77,7 @@ class Hosts:
 
 def check_host(value: object) -> str | None:
     """The problem with a bind address, or None: an IP address or a host name."""
-    import ipaddress
-
-    if not isinstance(value, str) or not value:
-        return f"must be an IP address or a host name, got {value!r}"
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:  # not an address: then it must be a host name
-        if not _HOST_NAME.match(value):
-            return f"must be an IP address or a host name, got {value!r}"
-    return None
+    return host_problem(value)
 
 
 def with_hosts(
@@ -101,10 +93,11 @@ def with_hosts(
     hosts = Hosts(stubs=stubs or scenario.hosts.stubs, proxies=proxies or scenario.hosts.proxies)
     policy = scenario.policy
     if boundary is not None:
-        policy = copy.deepcopy(dict(policy))
-        policy["boundary"] = {**policy.get("boundary", {}), "host": boundary}
+        edited: dict[str, Any] = copy.deepcopy(dict(policy))
+        edited["boundary"] = {**edited.get("boundary", {}), "host": boundary}
+        policy = edited
         try:
-            policy_from_dict(copy.deepcopy(policy), source="--boundary-host")
+            policy_from_dict(copy.deepcopy(edited), source="--boundary-host")
         except InputError as exc:
             raise InputError(f"--boundary-host {boundary}: {exc}") from None
     return dataclasses.replace(scenario, hosts=hosts, policy=policy)
@@ -134,7 +127,12 @@ class AgentSpec:
             ("DOCKET_AGENT_MAX_TOKENS", self.max_tokens),
         ):
             if value is not None:
-                out[key] = f"{value:g}" if isinstance(value, float) else str(value)
+                # seconds in plain decimals (:g would print 1e-06, 1e+06)
+                out[key] = (
+                    f"{value:.9f}".rstrip("0").rstrip(".")
+                    if isinstance(value, float)
+                    else str(value)
+                )
         return out
 
 
@@ -160,19 +158,18 @@ class Scenario:
 
 
 class _Check:
-    """Reads one mapping of a YAML document, naming the line of any bad value."""
+    """One mapping of a YAML document, read through docket.fields.Fields (the checks and
+    their wording every config reader shares); a problem names its line (chaos.yamldoc)."""
 
-    def __init__(self, data: object, where: Where, path: tuple, allowed: tuple[str, ...]):
+    def __init__(
+        self, data: object, where: Where, path: tuple[str | int, ...], allowed: tuple[str, ...]
+    ) -> None:
         self.where, self.path = where, path
         if not isinstance(data, dict):
             raise where.error(path, f"must be a mapping, got {_kind(data)}")
-        unknown = [k for k in data if k not in allowed]
-        if unknown:
-            raise where.error(
-                (*path, unknown[0]),
-                f"unknown key {unknown[0]!r} (expected one of: {', '.join(allowed)})",
-            )
-        self.data = data
+        self.data: dict = data
+        self.fields = Fields(data, lambda key, reason: self.fail(key, reason))
+        self.fields.known(allowed)
 
     def fail(self, key: str | tuple, reason: str) -> InputError:
         keys = key if isinstance(key, tuple) else (key,)
@@ -181,47 +178,10 @@ class _Check:
     def has(self, key: str) -> bool:
         return key in self.data
 
-    def integer(self, key: str, default, *, minimum: int = 0, limit: int | None = None):
-        value = self.data.get(key, default)
-        if value is default:
-            return value
-        if type(value) is not int or value < minimum or (limit is not None and value >= limit):
-            bound = f"in [{minimum}, {limit})" if limit is not None else f">= {minimum}"
-            raise self.fail(key, f"must be a whole number {bound}, got {value!r}")
-        return value
-
-    def seconds(self, key: str, default, *, positive: bool = False):
-        value = self.data.get(key, default)
-        if value is default:
-            return value
-        seconds = None
-        if isinstance(value, str):
-            seconds = parse_duration(value, units=("ms", "s", "m"))
-        elif type(value) is int and value == 0:
-            seconds = 0.0
-        if seconds is None or (positive and seconds <= 0):
-            shape = "a duration above zero" if positive else "a duration"
-            raise self.fail(
-                key, f"must be {shape} like 500ms, 2s or 1m (at most ten years), got {value!r}"
-            )
-        return seconds
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.data.get(key, default)
-        if type(value) is not bool:
-            raise self.fail(key, f"must be true or false, got {value!r}")
-        return value
-
     def name(self, key: str, default: str) -> str:
         value = self.data.get(key, default)
         if not isinstance(value, str) or not _NAME.match(value):
             raise self.fail(key, "must be a name of letters, digits, '-' and '_' (at most 64)")
-        return value
-
-    def choice(self, key: str, default, choices: tuple[str, ...]):
-        value = self.data.get(key, default)
-        if value is not default and value not in choices:
-            raise self.fail(key, f"must be one of {', '.join(choices)}, got {value!r}")
         return value
 
     def listing(self, key: str) -> list:
@@ -252,7 +212,7 @@ _AGENT_KEYS = (
 def scenario_from_data(data: object, where: Where, path: tuple = ()) -> Scenario:
     """Check a parsed scenario (a whole file, or a block at `path` inside a bigger one)."""
     top = _Check(data, where, tuple(path), _TOP)
-    seed = top.integer("seed", None, limit=SEED_LIMIT)
+    seed = top.fields.integer("seed", None, maximum=SEED_LIMIT - 1)
     faults = _faults(top)
     providers = _providers(top)
     if any(f.startswith("net:") for f in faults) and not any(
@@ -275,8 +235,8 @@ def scenario_from_data(data: object, where: Where, path: tuple = ()) -> Scenario
         providers=providers,
         agents=agents,
         policy=policy,
-        max_wall_clock=top.seconds("max_wall_clock", DEFAULT_WALL_CLOCK, positive=True),
-        probe_every=top.seconds("probe_every", DEFAULT_PROBE_EVERY),
+        max_wall_clock=top.fields.duration("max_wall_clock", DEFAULT_WALL_CLOCK),
+        probe_every=top.fields.duration("probe_every", DEFAULT_PROBE_EVERY, positive=False),
         source=where.file,
         hosts=_hosts(top),
     )
@@ -336,7 +296,7 @@ def _providers(top: _Check) -> tuple[ProviderSpec, ...]:
     out: list[ProviderSpec] = []
     for i, item in enumerate(items):
         c = _Check(item, top.where, (*top.path, "providers", i), _PROVIDER_KEYS)
-        kind = c.choice("kind", None, _KINDS)
+        kind = c.fields.choice("kind", None, _KINDS)
         name = c.name("name", kind or "openai")
         kind = kind or (name if name in _KINDS else "openai")
         if any(p.name == name for p in out):
@@ -345,10 +305,10 @@ def _providers(top: _Check) -> tuple[ProviderSpec, ...]:
             ProviderSpec(
                 name=name,
                 kind=kind,
-                latency=c.seconds("latency", 0.0),
-                token_delay=c.seconds("token_delay", 0.0),
-                via_proxy=c.boolean("via_proxy", True),
-                faults=c.boolean("faults", True),
+                latency=c.fields.duration("latency", 0.0, positive=False),
+                token_delay=c.fields.duration("token_delay", 0.0, positive=False),
+                via_proxy=c.fields.boolean("via_proxy", True),
+                faults=c.fields.boolean("faults", True),
             )
         )
     return tuple(out)
@@ -377,7 +337,7 @@ def _agents(top: _Check, providers: tuple[ProviderSpec, ...]) -> tuple[AgentSpec
             raise c.fail("command", "is empty")
         if command and c.has("mode"):
             raise c.fail("mode", "give a mode or a command, not both")
-        mode = None if command else c.choice("mode", "once", MODES)
+        mode = None if command else c.fields.choice("mode", "once", MODES)
         provider = c.data.get("provider")
         if provider is not None and provider not in names:
             raise c.fail("provider", f"no provider {provider!r} (have: {', '.join(names)})")
@@ -395,10 +355,14 @@ def _agents(top: _Check, providers: tuple[ProviderSpec, ...]) -> tuple[AgentSpec
                 mode=mode,
                 command=tuple(command),
                 provider=provider,
-                calls=c.integer("calls", None, minimum=1, limit=AGENT_COUNT_LIMIT),
-                concurrency=c.integer("concurrency", None, minimum=1, limit=AGENT_COUNT_LIMIT),
-                timeout=c.seconds("timeout", None, positive=True),
-                max_tokens=c.integer("max_tokens", None, minimum=1, limit=AGENT_COUNT_LIMIT),
+                calls=c.fields.integer("calls", None, minimum=1, maximum=AGENT_COUNT_LIMIT - 1),
+                concurrency=c.fields.integer(
+                    "concurrency", None, minimum=1, maximum=AGENT_COUNT_LIMIT - 1
+                ),
+                timeout=c.fields.duration("timeout", None),
+                max_tokens=c.fields.integer(
+                    "max_tokens", None, minimum=1, maximum=AGENT_COUNT_LIMIT - 1
+                ),
                 env=dict(env),
             )
         )

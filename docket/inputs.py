@@ -7,12 +7,12 @@ the problem, never a traceback.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from pathlib import Path
 
 from docket.errors import InputError
+from docket.values import ValueProblem, duration_text
 
 MiB = 1024 * 1024
 
@@ -58,44 +58,9 @@ def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = 16 * MiB) 
         raise InputError(f"{what} {p}: not UTF-8 text (byte {exc.start})") from None
 
 
-# ---------------------------------------------------------------- durations
-
-# One grammar for the durations a person writes (policy, scenario, phase, stub flags):
-# ASCII digits only (`\d` would take "５"), a bounded number of them, and a bounded
-# value, so no later float, timer or timestamp overflows on what the input said.
-MAX_DURATION_SECONDS = 10 * 365 * 86_400.0  # ten years
-DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"([0-9]{1,15}(?:\.[0-9]{1,9})?)\s*([a-z]*)")
-
-
-def parse_duration(
-    value: object, *, units: tuple[str, ...] = ("ms", "s", "m", "h"), bare: bool = False
-) -> float | None:
-    """Seconds from "500ms", "30s", "5m", "1h" (the `units` allowed), or from a number
-    when `bare` (an int or float, or a string without a unit); None when `value` is
-    not such a duration, negative, not finite, or more than MAX_DURATION_SECONDS.
-    The caller names the input and the shape it wants."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        seconds = float(value) if bare and math.isfinite(value) else None
-    elif isinstance(value, str) and (m := _DURATION.fullmatch(value.strip())):
-        number, unit = m.groups()
-        if unit:
-            seconds = float(number) * DURATION_UNITS[unit] if unit in units else None
-        else:
-            seconds = float(number) if bare else None
-    else:
-        return None
-    if seconds is None or not 0 <= seconds <= MAX_DURATION_SECONDS:
-        return None
-    return seconds
-
-
 # Command-line numbers: Python's int() and float() take any Unicode digit ("５",
 # "٥") and "nan"/"inf"; a flag takes ASCII digits only, like every other grammar here.
 _INTEGER = re.compile(r"-?[0-9]{1,15}")
-_DECIMAL = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,9})?")
 
 
 def integer_arg(text: str) -> int:
@@ -106,11 +71,12 @@ def integer_arg(text: str) -> int:
 
 
 def seconds_arg(text: str) -> float:
-    """argparse type: a non-negative number of seconds in ASCII digits (no unit)."""
-    if not _DECIMAL.fullmatch(text):
-        raise ValueError(text)
-    return float(text)
+    """argparse type: a duration (`30`, `30s`, `500ms`, `1.5m`, `1h`), in seconds."""
+    try:
+        return duration_text(text).seconds
+    except ValueProblem:
+        raise ValueError(text) from None
 
 
 integer_arg.__name__ = "whole number"  # argparse names the type in its error
-seconds_arg.__name__ = "number of seconds"
+seconds_arg.__name__ = "number of seconds"  # argparse: "invalid number of seconds value"

@@ -6,35 +6,35 @@ value is always refused with its key path and the reason, never a traceback.
 The resolved policy has a stable digest that the receipt carries, so a reader
 can tell which rules a run was held to.
 
-Durations are seconds: a number, or a string with a unit ("500ms", "30s",
-"5m", "1h"). Sizes are bytes: an integer, or a string with a unit ("16MiB",
-"1GB"). TOML has no null, so a key whose default is "none" is simply left out.
+Durations, sizes, money and shares are read by docket.values, the one grammar
+every config reader shares: a duration is seconds (a number) or a string with a
+unit ("500ms", "30s", "5m", "1h"); a size is bytes (an integer) or a string with
+a unit ("16MiB", "1GB"); a share is a number or a percentage ("80%"). TOML has no
+null, so a key whose default is "none" is simply left out.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import ipaddress
 import json
-import math
 import os
 import re
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 from docket.errors import InputError
-from docket.inputs import parse_duration, read_text
+from docket.fields import Fields, alternatives, show
+from docket.inputs import read_text
+from docket.values import is_ip, nano_usd
 
 MiB = 1024 * 1024
-NANO = 10**9  # nano-USD per USD: every money figure is an integer count of these
 
 ON_BREACH = ("deny", "kill")
 ON_UNPRICED = ("deny", "allow")
@@ -82,7 +82,7 @@ class CapsPolicy:
     @property
     def max_nusd(self) -> int | None:
         """max_usd in nano-USD (exact: the value has at most 9 decimals)."""
-        return None if self.max_usd is None else int(self.max_usd * NANO)
+        return None if self.max_usd is None else nano_usd(self.max_usd)
 
     def limits_dict(self) -> dict:
         """The caps as JSON-ready data for session.start and the receipt (USD as a string)."""
@@ -165,13 +165,13 @@ class Policy:
         return self.providers.get(name)
 
     def ledger_limits(self):
-        """The [ledger] ceilings as the writer takes them (docket.ledger.writer.LedgerLimits).
+        """The [ledger] ceilings as the writer takes them (docket.ledger.limits.LedgerLimits).
 
         record_bodies is not the writer's to enforce (nor is min_free_bytes at
         start; the writer records evidence.low_disk when the volume drops below
         it); read them from self.ledger.
         """
-        from docket.ledger.writer import LedgerLimits
+        from docket.ledger.limits import LedgerLimits
 
         return LedgerLimits(
             max_ledger_bytes=self.ledger.max_ledger_bytes,
@@ -241,7 +241,7 @@ def load_policy(path: str | os.PathLike | None) -> Policy:
 def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     """Check and resolve parsed TOML (or any dict of the same shape) into a Policy."""
     c = _Checker(source)
-    c.table(
+    c.fields(
         data,
         "",
         # explain: read by docket.reading.thresholds (what explain names, not what a run does)
@@ -283,32 +283,32 @@ def _keys(cls) -> tuple[str, ...]:
 
 
 def _ledger(c: _Checker, t: dict) -> LedgerPolicy:
-    c.table(t, "ledger", _keys(LedgerPolicy))
+    f = c.fields(t, "ledger", _keys(LedgerPolicy))
     d = LedgerPolicy()
     return LedgerPolicy(
-        max_ledger_bytes=c.size(t, "ledger.max_ledger_bytes", d.max_ledger_bytes, minimum=4096),
-        max_events=c.integer(t, "ledger.max_events", None, minimum=1),
-        fail_fast_evidence=c.boolean(t, "ledger.fail_fast_evidence", d.fail_fast_evidence),
-        min_free_bytes=c.size(t, "ledger.min_free_bytes", d.min_free_bytes, minimum=0),
-        record_bodies=c.boolean(t, "ledger.record_bodies", d.record_bodies),
-        fallback_dir=c.string(t, "ledger.fallback_dir", None),
+        max_ledger_bytes=f.size("max_ledger_bytes", d.max_ledger_bytes, minimum=4096),
+        max_events=f.integer("max_events", None, minimum=1),
+        fail_fast_evidence=f.boolean("fail_fast_evidence", d.fail_fast_evidence),
+        min_free_bytes=f.size("min_free_bytes", d.min_free_bytes, minimum=0),
+        record_bodies=f.boolean("record_bodies", d.record_bodies),
+        fallback_dir=f.string("fallback_dir", None),
     )
 
 
 def _caps(c: _Checker, t: dict) -> CapsPolicy:
-    c.table(t, "caps", _keys(CapsPolicy))
+    f = c.fields(t, "caps", _keys(CapsPolicy))
     d = CapsPolicy()
     caps = CapsPolicy(
-        max_usd=c.usd(t, "caps.max_usd"),
-        max_tokens=c.integer(t, "caps.max_tokens", None, minimum=1),
-        max_model_calls=c.integer(t, "caps.max_model_calls", None, minimum=1),
-        max_wall_seconds=c.duration(t, "caps.max_wall_seconds", None),
-        warn_at=c.fraction(t, "caps.warn_at", d.warn_at),
-        on_breach=c.choice(t, "caps.on_breach", d.on_breach, ON_BREACH),
-        on_unpriced=c.choice(t, "caps.on_unpriced", d.on_unpriced, ON_UNPRICED),
-        budget_mode=c.choice(t, "caps.budget_mode", d.budget_mode, BUDGET_MODES),
-        default_max_output_tokens=c.integer(
-            t, "caps.default_max_output_tokens", d.default_max_output_tokens, minimum=1
+        max_usd=f.usd("max_usd"),
+        max_tokens=f.integer("max_tokens", None, minimum=1),
+        max_model_calls=f.integer("max_model_calls", None, minimum=1),
+        max_wall_seconds=f.duration("max_wall_seconds", None),
+        warn_at=f.fraction("warn_at", d.warn_at),
+        on_breach=f.choice("on_breach", d.on_breach, ON_BREACH),
+        on_unpriced=f.choice("on_unpriced", d.on_unpriced, ON_UNPRICED),
+        budget_mode=f.choice("budget_mode", d.budget_mode, BUDGET_MODES),
+        default_max_output_tokens=f.integer(
+            "default_max_output_tokens", d.default_max_output_tokens, minimum=1
         ),
     )
     if caps.budget_mode == "quota" and caps.max_usd is not None:
@@ -330,7 +330,7 @@ def _providers(c: _Checker, t: Any) -> Mapping[str, ProviderPolicy]:
     if t is None:
         return default_providers()
     if not isinstance(t, dict):
-        c.fail("providers", f"must be a table of [providers.NAME] tables, got {_show(t)}")
+        c.fail("providers", f"must be a table of [providers.NAME] tables, got {show(t)}")
     if not t:
         c.fail("providers", "names no provider; remove the [providers] table to use the defaults")
     out = {}
@@ -339,58 +339,51 @@ def _providers(c: _Checker, t: Any) -> Mapping[str, ProviderPolicy]:
         if not _PROVIDER_NAME.match(name):
             c.fail(path, "a provider name is letters, digits, '-' and '_' (at most 64)")
         if not isinstance(entry, dict):
-            c.fail(path, f"must be a table ([{path}]), got {_show(entry)}")
-        c.table(entry, path, ("kind", "base_url", "key_env"))
+            c.fail(path, f"must be a table ([{path}]), got {show(entry)}")
+        f = c.fields(entry, path, ("kind", "base_url", "key_env"))
         default_kind = name if name in PROVIDER_KINDS else None
-        kind = c.choice(entry, f"{path}.kind", default_kind, PROVIDER_KINDS)
+        kind = f.choice("kind", default_kind, PROVIDER_KINDS)
         if kind is None:
-            c.fail(f"{path}.kind", f"is required (one of {_alternatives(PROVIDER_KINDS)})")
+            c.fail(f"{path}.kind", f"is required (one of {alternatives(PROVIDER_KINDS)})")
         url_default, env_default = PROVIDER_DEFAULTS[kind]
         out[name] = ProviderPolicy(
             name=name,
             kind=kind,
-            base_url=c.url(entry, f"{path}.base_url", url_default),
-            key_env=c.string(entry, f"{path}.key_env", env_default, pattern=_ENV_NAME),
+            base_url=_url(f, "base_url", url_default),
+            key_env=f.string("key_env", env_default, pattern=_ENV_NAME),
         )
     return MappingProxyType(out)
 
 
 def _boundary(c: _Checker, t: dict) -> BoundaryPolicy:
-    c.table(t, "boundary", _keys(BoundaryPolicy))
+    f = c.fields(t, "boundary", _keys(BoundaryPolicy))
     d = BoundaryPolicy()
-    host = c.string(t, "boundary.host", d.host)
-    if host != "localhost":
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            c.fail("boundary.host", f'must be an IP address or "localhost", got {_show(host)}')
+    host = f.string("host", d.host)
+    if host != "localhost" and not is_ip(host):
+        c.fail("boundary.host", f'must be an IP address or "localhost", got {show(host)}')
     return BoundaryPolicy(
         host=host,
-        port=c.integer(t, "boundary.port", d.port, minimum=0, maximum=65535),
-        upstream_timeout=c.duration(t, "boundary.upstream_timeout", d.upstream_timeout),
-        connect_timeout=c.duration(t, "boundary.connect_timeout", d.connect_timeout),
+        port=f.integer("port", d.port, minimum=0, maximum=65535),
+        upstream_timeout=f.duration("upstream_timeout", d.upstream_timeout),
+        connect_timeout=f.duration("connect_timeout", d.connect_timeout),
     )
 
 
 def _resilience(c: _Checker, t: dict) -> ResiliencePolicy:
-    c.table(t, "resilience", _keys(ResiliencePolicy))
+    f = c.fields(t, "resilience", _keys(ResiliencePolicy))
     d = ResiliencePolicy()
     r = ResiliencePolicy(
-        breaker_threshold=c.integer(t, "resilience.breaker_threshold", d.breaker_threshold, 1),
-        breaker_cooldown_seconds=c.duration(
-            t, "resilience.breaker_cooldown_seconds", d.breaker_cooldown_seconds
+        breaker_threshold=f.integer("breaker_threshold", d.breaker_threshold, minimum=1),
+        breaker_cooldown_seconds=f.duration("breaker_cooldown_seconds", d.breaker_cooldown_seconds),
+        breaker_max_cooldown_seconds=f.duration(
+            "breaker_max_cooldown_seconds", d.breaker_max_cooldown_seconds
         ),
-        breaker_max_cooldown_seconds=c.duration(
-            t, "resilience.breaker_max_cooldown_seconds", d.breaker_max_cooldown_seconds
-        ),
-        breaker_failure_rate=c.fraction(
-            t, "resilience.breaker_failure_rate", d.breaker_failure_rate
-        ),
-        breaker_min_calls=c.integer(t, "resilience.breaker_min_calls", d.breaker_min_calls, 1),
-        max_calls_per_second=c.positive(t, "resilience.max_calls_per_second", None),
-        max_calls_per_minute=c.integer(t, "resilience.max_calls_per_minute", None, minimum=1),
-        max_concurrent_upstream=c.integer(t, "resilience.max_concurrent_upstream", None, minimum=1),
-        max_queue=c.integer(t, "resilience.max_queue", None, minimum=0),
+        breaker_failure_rate=f.fraction("breaker_failure_rate", d.breaker_failure_rate),
+        breaker_min_calls=f.integer("breaker_min_calls", d.breaker_min_calls, minimum=1),
+        max_calls_per_second=f.positive("max_calls_per_second", None),
+        max_calls_per_minute=f.integer("max_calls_per_minute", None, minimum=1),
+        max_concurrent_upstream=f.integer("max_concurrent_upstream", None, minimum=1),
+        max_queue=f.integer("max_queue", None, minimum=0),
     )
     if r.breaker_max_cooldown_seconds < r.breaker_cooldown_seconds:
         c.fail(
@@ -406,48 +399,48 @@ _HOST = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*\Z")
 
 
 def _egress(c: _Checker, t: dict) -> EgressPolicy:
-    c.table(t, "egress", _keys(EgressPolicy))
+    c.fields(t, "egress", _keys(EgressPolicy))
     allow = t.get("allow", [])
     if not isinstance(allow, list):
-        c.fail("egress.allow", f'must be a list of "host" or "host:port", got {_show(allow)}')
+        c.fail("egress.allow", f'must be a list of "host" or "host:port", got {show(allow)}')
     out = []
     for i, entry in enumerate(allow):
         path = f"egress.allow[{i}]"
         if not isinstance(entry, str):
-            c.fail(path, f'must be "host" or "host:port", got {_show(entry)}')
+            c.fail(path, f'must be "host" or "host:port", got {show(entry)}')
         if not _valid_egress(entry):
-            c.fail(path, f'must be "host" or "host:port" (port 1-65535), got {_show(entry)}')
+            c.fail(path, f'must be "host" or "host:port" (port 1-65535), got {show(entry)}')
         out.append(entry.lower())
     return EgressPolicy(allow=tuple(out))
 
 
 def _secrets(c: _Checker, t: dict) -> SecretsPolicy:
-    c.table(t, "secrets", _keys(SecretsPolicy))
+    c.fields(t, "secrets", _keys(SecretsPolicy))
     names = t.get("drop_env", [])
     if not isinstance(names, list):
         c.fail(
-            "secrets.drop_env", f"must be a list of environment variable names, got {_show(names)}"
+            "secrets.drop_env", f"must be a list of environment variable names, got {show(names)}"
         )
     for i, name in enumerate(names):
         if not isinstance(name, str) or not _ENV_NAME.match(name):
             c.fail(
-                f"secrets.drop_env[{i}]", f"must be an environment variable name, got {_show(name)}"
+                f"secrets.drop_env[{i}]", f"must be an environment variable name, got {show(name)}"
             )
     return SecretsPolicy(drop_env=tuple(names))
 
 
 def _snapshot(c: _Checker, t: dict) -> SnapshotPolicy:
-    c.table(t, "snapshot", _keys(SnapshotPolicy))
+    c.fields(t, "snapshot", _keys(SnapshotPolicy))
     patterns = t.get("exclude", list(SnapshotPolicy().exclude))
     if not isinstance(patterns, list):
         c.fail(
-            "snapshot.exclude", f'must be a list of patterns, e.g. [".git"], got {_show(patterns)}'
+            "snapshot.exclude", f'must be a list of patterns, e.g. [".git"], got {show(patterns)}'
         )
     for i, p in enumerate(patterns):
         if not isinstance(p, str) or not p.strip("/") or "\0" in p or ".." in p.split("/"):
             c.fail(
                 f"snapshot.exclude[{i}]",
-                f"must be a non-empty pattern without '..', got {_show(p)}",
+                f"must be a non-empty pattern without '..', got {show(p)}",
             )
     return SnapshotPolicy(exclude=tuple(patterns))
 
@@ -466,181 +459,38 @@ def _valid_egress(entry: str) -> bool:
 # ---------------------------------------------------------------- value checks
 
 
-_SIZE = re.compile(r"\s*([0-9]{1,15})\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*\Z")  # ASCII digits
-_SIZE_UNITS = {
-    None: 1,
-    "B": 1,
-    "KB": 1000,
-    "MB": 1000**2,
-    "GB": 1000**3,
-    "KiB": 1024,
-    "MiB": 1024**2,
-    "GiB": 1024**3,
-}
-
-
-def _show(value: Any) -> str:
-    """A value as the user would have typed it in TOML."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "a list"
-    return str(value)
-
-
-def _alternatives(options) -> str:
-    return " or ".join(f'"{o}"' for o in options)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 class _Checker:
-    """Value checks that raise PolicyError naming the file and the key path."""
+    """Where a policy problem is: the file and the key path. The checks themselves are
+    docket.fields' (one wording for every config reader), the grammars docket.values'."""
 
     def __init__(self, source: str) -> None:
         self.source = source
 
-    def fail(self, path: str, reason: str):
-        raise PolicyError(f"policy {self.source}: {path}: {reason}")
+    def error(self, path: str, reason: str) -> PolicyError:
+        return PolicyError(f"policy {self.source}: {path}: {reason}")
 
-    def table(self, t: dict, path: str, known: tuple[str, ...]) -> None:
-        for key in t:
-            if key not in known:
-                where = f"{path}.{key}" if path else key
-                near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-                hint = f" (did you mean {near[0]}?)" if near else f" (known: {', '.join(known)})"
-                self.fail(where, "unknown key" + hint)
+    def fail(self, path: str, reason: str) -> NoReturn:
+        raise self.error(path, reason)
 
-    def section(self, data: dict, name: str) -> dict:
+    def fields(self, t: Mapping[str, Any], path: str, known: Sequence[str]) -> Fields:
+        """The table at `path`, its keys checked against `known`."""
+        f = Fields(t, lambda key, reason: self.error(f"{path}.{key}" if path else key, reason))
+        f.known(known)
+        return f
+
+    def section(self, data: Mapping[str, Any], name: str) -> dict:
         t = data.get(name, {})
         if not isinstance(t, dict):
-            self.fail(name, f"must be a table ([{name}]), got {_show(t)}")
+            self.fail(name, f"must be a table ([{name}]), got {show(t)}")
         return t
 
-    def boolean(self, t: dict, path: str, default: bool) -> bool:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        if not isinstance(v, bool):
-            self.fail(path, f"must be true or false, got {_show(v)}")
-        return v
 
-    def integer(
-        self, t: dict, path: str, default: int | None, minimum: int = 0, maximum: int | None = None
-    ) -> int | None:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        if not isinstance(v, int) or isinstance(v, bool):
-            self.fail(path, f"must be a whole number, got {_show(v)}")
-        if v < minimum or (maximum is not None and v > maximum):
-            bound = (
-                f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-            )
-            self.fail(path, f"must be {bound}, got {v}")
-        return v
-
-    def positive(self, t: dict, path: str, default: float | None) -> float | None:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        if not _is_number(v) or not math.isfinite(v) or v <= 0:
-            self.fail(path, f"must be a positive number, got {_show(v)}")
-        return float(v)
-
-    def fraction(self, t: dict, path: str, default: float) -> float:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        if not _is_number(v) or not math.isfinite(v) or not 0 < v <= 1:
-            self.fail(path, f"must be a number above 0 and at most 1, got {_show(v)}")
-        return float(v)
-
-    def usd(self, t: dict, path: str) -> Decimal | None:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return None
-        v = t[key]
-        if not _is_number(v) or not math.isfinite(v) or v <= 0:
-            self.fail(path, f"must be a positive number, got {_show(v)}")
-        # str() of a float is its shortest round-trip form: 10.1 stays 10.1, not 10.0999...
-        amount = Decimal(str(v))
-        if amount.as_tuple().exponent < -9:
-            self.fail(path, f"has more than 9 decimal places (nano-USD is the unit), got {v}")
-        # One spelling per value (10, 10.0 and 1E+1 are the same cap), so the digest is stable.
-        return Decimal(format(amount.normalize(), "f"))
-
-    def duration(self, t: dict, path: str, default: float | None) -> float | None:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        # A number is seconds; a string needs its unit ("30" in quotes is a slip).
-        seconds = parse_duration(v, bare=not isinstance(v, str))
-        if seconds is None or seconds <= 0:
-            self.fail(
-                path,
-                'must be a positive duration: seconds, or a string like "500ms", "30s", "5m", '
-                f'"1h" (at most ten years); got {_show(v)}',
-            )
-        return seconds
-
-    def size(self, t: dict, path: str, default: int, minimum: int) -> int:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        size = None
-        if isinstance(v, int) and not isinstance(v, bool):
-            size = v
-        elif isinstance(v, str) and (m := _SIZE.match(v)):
-            size = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
-        if size is None:
-            self.fail(
-                path, f'must be bytes: a whole number or a string like "256MiB", got {_show(v)}'
-            )
-        if size < minimum:
-            self.fail(path, f"must be at least {minimum} bytes, got {_show(v)}")
-        return size
-
-    def choice(
-        self, t: dict, path: str, default: str | None, options: tuple[str, ...]
-    ) -> str | None:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        if not isinstance(v, str) or v not in options:
-            self.fail(path, f"must be {_alternatives(options)}, got {_show(v)}")
-        return v
-
-    def string(self, t: dict, path: str, default: str, pattern: re.Pattern | None = None) -> str:
-        key = path.rsplit(".", 1)[-1]
-        if key not in t:
-            return default
-        v = t[key]
-        if not isinstance(v, str) or not v:
-            self.fail(path, f"must be a non-empty string, got {_show(v)}")
-        if pattern is not None and not pattern.match(v):
-            self.fail(path, f"is not a valid name, got {_show(v)}")
-        return v
-
-    def url(self, t: dict, path: str, default: str) -> str:
-        v = self.string(t, path, default)
-        problem = url_problem(v)
-        if problem:
-            self.fail(path, f"{problem}, got {_show(v)}")
-        return v.rstrip("/")
+def _url(f: Fields, key: str, default: str) -> str:
+    v = f.string(key, default)
+    problem = url_problem(v)
+    if problem:
+        f.fail(key, f"{problem}, got {show(v)}")
+    return v.rstrip("/")
 
 
 _URL = re.compile(r"(https?)://([^/?#\s]+)(/[^?#\s]*)?\Z")

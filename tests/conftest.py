@@ -34,7 +34,7 @@ import pytest
 import trio
 from helpers import read_events, serving
 
-from chaos.stub import Stub, StubConfig
+from chaos.stub.server import Stub, StubConfig
 from docket.boundary.app import Boundary
 from docket.clock import Clock
 from docket.http.server import Listening, serve

@@ -567,7 +567,7 @@ def settings_env(**changes: str | None) -> dict[str, str]:
         (settings_env(OPENAI_API_KEY=None), [], ["OPENAI_API_KEY is not set"]),
         (settings_env(DOCKET_AGENT_PROVIDER="anthropic"), [], ["ANTHROPIC_BASE_URL is not set"]),
         (settings_env(DOCKET_AGENT_MODE="spin"), [], ["DOCKET_AGENT_MODE='spin'", "not one of"]),
-        (settings_env(), ["--calls", "many"], ["--calls='many'", "not a whole number"]),
+        (settings_env(), ["--calls", "many"], ["--calls='many'", "must be a whole number"]),
         (settings_env(DOCKET_AGENT_CONCURRENCY="0"), [], ["DOCKET_AGENT_CONCURRENCY='0'"]),
         (settings_env(), ["--timeout", "-1"], ["--timeout='-1'", "positive"]),
         (settings_env(), ["--backoff-cap", "nan"], ["--backoff-cap='nan'"]),

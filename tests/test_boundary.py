@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from chaos.stub import Behaviour, fingerprint, steady
+from chaos.stub.server import Behaviour, fingerprint, steady
 from docket.boundary import app as boundary_app
 from docket.boundary import forward
 from docket.boundary.metrics import Metrics

@@ -10,8 +10,8 @@ import pytest
 import trio
 from conftest import REAL_KEY, TOKEN
 
-from chaos.stub import fingerprint
 from chaos.stub.common import make_reply
+from chaos.stub.server import fingerprint
 
 DEADLINE = 20
 QUESTION = [{"role": "user", "content": "sixteen bytes!!!"}]  # 4 input tokens at the stub

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from docket.ledger import chain, doctor, strict_json
-from docket.ledger.book import LedgerBook, LedgerLimits
+from docket.ledger.book import LedgerBook
+from docket.ledger.limits import LedgerLimits
 from docket.ledger.writer import LedgerDamaged, open_ledger
 from docket.receipts.verify import scan_ledger
 

@@ -28,7 +28,7 @@ import pytest
 import trio
 from helpers import read_events, with_keys
 
-from chaos.stub import Stub, StubConfig
+from chaos.stub.server import Stub, StubConfig
 from docket.cli import main as docket_main
 from docket.ledger.faults import FailOrdinals
 from docket.run.supervisor import Supervisor, last_line

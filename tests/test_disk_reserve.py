@@ -15,8 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_disk_full import tmpfs
 
-from docket.ledger.book import Batch, LedgerBook, LedgerLimits, Loss
+from docket.ledger.book import LedgerBook
 from docket.ledger.chain import encode_body
+from docket.ledger.limits import LedgerLimits
+from docket.ledger.pending import Batch, Loss
 from docket.ledger.reserve import LowDiskWatch
 
 RESERVE = 16384

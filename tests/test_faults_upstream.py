@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from chaos.faults.schedule import FaultSchedule
 from chaos.faults.upstream import chooser, plan
-from chaos.stub import Arrival, RequestLog, Stub, StubConfig
+from chaos.stub.server import Arrival, RequestLog, Stub, StubConfig
 
 DEADLINE = 10
 KEY = "sk-test-key-0001"

@@ -71,13 +71,19 @@ def _with(old: str, new: str) -> str:
     [
         (
             _with("seed: 7\n", "seed: 7\ncolour: red\n"),
-            "01-demo.yaml:7: at colour unknown key 'colour'",
+            "01-demo.yaml:7: at colour unknown key (known: name, title, fmea,",
         ),
         (_with("title: A demo phase\n", ""), "01-demo.yaml:3: missing key 'title'"),
         (_with("name: demo", "name: Demo!"), "01-demo.yaml:3: at name name must be lowercase"),
         (_with("name: demo", "name: other"), "01-demo.yaml:3: at name name 'other' does not match"),
-        (_with("seed: 7", "seed: -1"), "01-demo.yaml:6: at seed seed must be a whole number"),
-        (_with("seed: 7", "seed: true"), "01-demo.yaml:6: at seed seed must be a whole number"),
+        (
+            _with("seed: 7", "seed: -1"),
+            "01-demo.yaml:6: at seed must be between 0 and 9007199254740991",
+        ),
+        (
+            _with("seed: 7", "seed: true"),
+            "01-demo.yaml:6: at seed must be a whole number, got true",
+        ),
         (_with("seed: 7", "seed: 9007199254740992"), "01-demo.yaml:6: at seed"),
         (_with("fmea: [F03]", "fmea: []"), "01-demo.yaml:5: at fmea fmea must be a non-empty list"),
         (
@@ -94,18 +100,18 @@ def _with(old: str, new: str) -> str:
         ),
         (
             _with("budget: 10s", "budget: 10 seconds"),
-            "01-demo.yaml:7: at budget budget must be a duration",
+            "01-demo.yaml:7: at budget must be a positive duration",
         ),
         (
             _with("budget: 10s", "budget: 0s"),
-            "01-demo.yaml:7: at budget budget must be more than 0",
+            "01-demo.yaml:7: at budget must be a positive duration",
         ),
         (_with("budget: 10s", "budget: 2s"), "budget 2s is shorter than run.max_wall_clock 5s"),
         (
             _with("budget: 10s", "budget: 10s\nmode: threads"),
-            "01-demo.yaml:8: at mode mode must be one of",
+            '01-demo.yaml:8: at mode must be "in-process" or "subprocess", got "threads"',
         ),
-        (_with("run:\n", "run: 3\nx:\n"), "at x unknown key 'x'"),
+        (_with("run:\n", "run: 3\nx:\n"), "at x unknown key (known: name,"),
         (
             _with("    at_least: 1\n", ""),
             "01-demo.yaml:13: at expect[0] an assertion needs exactly one operator",
@@ -138,7 +144,7 @@ def _with(old: str, new: str) -> str:
             _with("name: the stub agrees", "name: a call was made"),
             "at expect[1].name assertion name 'a call was made' used twice",
         ),
-        (_with("expect:\n", "expect: []\nx:\n"), "unknown key 'x'"),
+        (_with("expect:\n", "expect: []\nx:\n"), "at x unknown key (known: name,"),
         (
             _with('faults: ["upstream:status(503)@call 2"]', 'faults: ["upstream:status(999)"]'),
             "01-demo.yaml:9: at run.faults[0]",
@@ -174,8 +180,16 @@ def test_a_phase_file_on_disk(tmp_path: Path):
 
 
 def test_durations_and_comments():
-    assert [parse_duration(v) for v in ("20s", "500ms", "1.5m", 3, 2.5)] == [20, 0.5, 90, 3, 2.5]
-    assert [parse_duration(v) for v in ("20", "1h", True, None, [])] == [None] * 5
+    # docket.values' one grammar: `1h` reads as it does in docket.toml (it was refused here)
+    assert [parse_duration(v) for v in ("20s", "500ms", "1.5m", "1h", 3, 2.5)] == [
+        20,
+        0.5,
+        90,
+        3600,
+        3,
+        2.5,
+    ]
+    assert [parse_duration(v) for v in ("20", "1d", True, None, [])] == [None] * 5
     assert leading_comment("\n# one\n#two\n\nname: x  # not this\n# nor this") == "one two"
 
 
@@ -301,7 +315,7 @@ def test_a_phase_with_several_runs_loads():
         ),
         (
             _two("  - name: kill\n", "  - name: kill\n    colour: red\n"),
-            "06-demo.yaml:15: at runs[1].colour unknown key 'colour'",
+            "06-demo.yaml:15: at runs[1].colour unknown key (known: name, title, run)",
         ),
         (
             _two("  - name: kill\n", "  - name: deny\n"),
@@ -317,7 +331,7 @@ def test_a_phase_with_several_runs_loads():
         ),
         (
             _two("  - name: kill\n    run:\n", "  - name: kill\n    ran:\n"),
-            "at runs[1].ran unknown key 'ran'",
+            "at runs[1].ran unknown key (did you mean run?)",
         ),
         (
             _two(

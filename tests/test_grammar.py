@@ -10,12 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.faults import VALUE_TYPES
-from chaos.faults.grammar import (
-    FAMILIES,
+from chaos.faults.grammar import Fault, FaultSyntaxError, parse_fault
+from chaos.faults.table import FAMILIES
+from chaos.faults.values import (
     Chance,
     Duration,
-    Fault,
-    FaultSyntaxError,
     HttpDate,
     Instant,
     Ordinals,
@@ -23,7 +22,6 @@ from chaos.faults.grammar import (
     Size,
     Trigger,
     Window,
-    parse_fault,
 )
 from docket.errors import EXIT_USAGE, InputError
 
@@ -155,7 +153,7 @@ MALFORMED = [
     ("upstream status(503)@20%", 9, "expected ':'"),  # missing colon
     ("stub:status(503)@20%", 1, "unknown target 'stub'"),
     ("upstream:teapot@20%", 10, "unknown upstream kind 'teapot'"),
-    ("upstream:latency(2h)@20%", 19, "unknown duration unit 'h'"),
+    ("upstream:latency(2d)@20%", 19, "unknown duration unit 'd'"),
     ("upstream:status(503@20%", 24, "expected ',' or ')'"),  # unclosed paren
     ("upstream:overloaded@120%", 21, "at most 100%"),
     ("upstream:overloaded@call 9..3", 29, "range end 3 is before its start 9"),
@@ -170,7 +168,7 @@ MALFORMED = [
     ("upstream:latency(2)@20%", 19, "expected a unit"),
     ("upstream:latency(-2s)@20%", 18, "takes no sign"),
     ("upstream:latency(1.0005s)@20%", 18, "whole number of milliseconds"),
-    ("net:limit_data(12GB)@20%", 18, "unknown size unit 'GB'"),
+    ("net:limit_data(12TB)@20%", 18, "unknown size unit 'TB'"),
     ("net:bandwidth(100)@20%", 15, "KB/s"),
     ("net:latency(1ms, stream=sideways)@20%", 25, "upstream, downstream"),
     ("process:sigkill(everyone)@seq 1", 17, "supervisor, agent"),

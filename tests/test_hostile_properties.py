@@ -20,8 +20,8 @@ from chaos.yamldoc import YamlError, loads
 from docket.errors import InputError, one_line
 from docket.guards.egress import provider_entry
 from docket.http.client import Origin
-from docket.inputs import MAX_DURATION_SECONDS, parse_duration
 from docket.policy import load_policy, url_problem
+from docket.values import MAX_DURATION_SECONDS, ValueProblem, duration_seconds, duration_text
 
 # Characters that matter to each grammar, plus the ones that broke them: digits that
 # are not ASCII, line breaks, NUL, an escape.
@@ -32,8 +32,12 @@ texts = st.text(alphabet=st.sampled_from(HOSTILE) | st.characters(), max_size=80
 @settings(max_examples=400, deadline=None)
 @given(texts)
 def test_parse_duration_is_none_or_a_bounded_number(text):
-    for bare in (False, True):
-        seconds = parse_duration(text, bare=bare)
+    # as a file's string (a unit needed), and as a flag's text (a bare number is seconds)
+    try:
+        as_flag: float | None = duration_text(text).seconds
+    except ValueProblem:
+        as_flag = None
+    for seconds in (duration_seconds(text), as_flag):
         assert seconds is None or (math.isfinite(seconds) and 0 <= seconds <= MAX_DURATION_SECONDS)
         if seconds is not None:
             assert text.isascii(), text
@@ -42,7 +46,7 @@ def test_parse_duration_is_none_or_a_bounded_number(text):
 @settings(max_examples=200, deadline=None)
 @given(st.one_of(st.floats(allow_nan=True), st.integers(), st.booleans()))
 def test_parse_duration_of_a_number(value):
-    seconds = parse_duration(value, bare=True)
+    seconds = duration_seconds(value)
     assert seconds is None or (math.isfinite(seconds) and 0 <= seconds <= MAX_DURATION_SECONDS)
 
 

@@ -136,7 +136,7 @@ async def test_early_exit_closes_the_connection():
 
 
 async def test_stale_idle_connection_is_replaced_not_failed():
-    from docket.http.server import ServerConfig
+    from docket.http.server_connection import ServerConfig
 
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:

@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 from docket.boundary import app as boundary_app
 from docket.boundary.providers import base
 from docket.http.host import valid_host
-from docket.http.server import ServerConfig, serve
+from docket.http.server import serve
+from docket.http.server_connection import ServerConfig
 
 DEADLINE = 20
 CHAT = b"/openai/v1/chat/completions"

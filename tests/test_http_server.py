@@ -12,7 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from docket.http.client import ConnectError, open_upstream_stream
-from docket.http.server import ClientGone, ServerConfig, serve
+from docket.http.server import serve
+from docket.http.server_connection import ServerConfig
+from docket.http.server_errors import ClientGone
 
 DEADLINE = 10
 

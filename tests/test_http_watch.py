@@ -12,7 +12,8 @@ import trio
 import trio.testing
 from test_http_server import connect, read_response, read_until_eof, request_bytes
 
-from docket.http.server import ServerConfig, serve
+from docket.http.server import serve
+from docket.http.server_connection import ServerConfig
 
 DEADLINE = 10
 

@@ -20,8 +20,9 @@ import trio
 from helpers import append_from_tasks, read_chain
 
 from docket.ledger.faults import FailNext, FailOrdinals, TornWrite, fail_always, os_error
+from docket.ledger.limits import EvidenceLost, LedgerLimits
 from docket.ledger.sync import write_durably
-from docket.ledger.writer import EvidenceLost, LedgerLimits, open_ledger
+from docket.ledger.writer import open_ledger
 
 
 @pytest.mark.parametrize(

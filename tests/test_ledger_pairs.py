@@ -13,6 +13,7 @@ from helpers import read_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from docket.ledger.book import LedgerBook
 from docket.ledger.chain import (
     CONTROL_TYPES,
     EVENT_TYPES,
@@ -20,14 +21,9 @@ from docket.ledger.chain import (
     encode_body,
     line_overhead,
 )
-from docket.ledger.writer import (
-    Batch,
-    EvidenceLost,
-    LedgerBook,
-    LedgerFull,
-    LedgerLimits,
-    open_ledger,
-)
+from docket.ledger.limits import EvidenceLost, LedgerFull, LedgerLimits
+from docket.ledger.pending import Batch
+from docket.ledger.writer import open_ledger
 
 TS = "2026-11-29T21:52:28.123Z"
 CLOSES = ("model.response", "model.error")

@@ -85,7 +85,7 @@ async def test_unshielded_the_append_is_cancelled_but_its_event_written(tmp_path
 
 @pytest.mark.parametrize("shield", [True, False])
 async def test_a_refused_append_raises_its_refusal_not_the_cancellation(tmp_path, shield):
-    from docket.ledger.writer import LedgerFull, LedgerLimits
+    from docket.ledger.limits import LedgerFull, LedgerLimits
 
     path = tmp_path / "ledger.jsonl"
     with trio.fail_after(DEADLINE):

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from docket.clock import FakeClock
 from docket.errors import InputError
 from docket.ledger import book as book_module
+from docket.ledger.book import LedgerBook
 from docket.ledger.chain import (
     CONTROL_TYPES,
     GENESIS,
@@ -32,17 +33,10 @@ from docket.ledger.chain import (
     line_hash,
     line_overhead,
 )
+from docket.ledger.limits import GAP_TYPE, LedgerFull, LedgerLimits
+from docket.ledger.pending import Batch, Loss
 from docket.ledger.reader import iter_lines
-from docket.ledger.writer import (
-    GAP_TYPE,
-    Batch,
-    LedgerBook,
-    LedgerDamaged,
-    LedgerFull,
-    LedgerLimits,
-    Loss,
-    open_ledger,
-)
+from docket.ledger.writer import LedgerDamaged, open_ledger
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 TS = "2026-11-29T21:52:28.123Z"

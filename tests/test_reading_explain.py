@@ -250,8 +250,15 @@ def snapshot_run(path: str) -> Script:
     row = {"path": path, "before": None, "after": {"kind": "file", "mode": 420}}
     return (
         Script()
-        .add(1, "snapshot.taken", index=0, root="/work/tree", manifest_sha256="0" * 64,
-             files=3, bytes=120)  # fmt: skip
+        .add(
+            1,
+            "snapshot.taken",
+            index=0,
+            root="/work/tree",
+            manifest_sha256="0" * 64,
+            files=3,
+            bytes=120,
+        )  # fmt: skip
         .call()
         .add(
             5,

@@ -124,7 +124,9 @@ def test_a_bad_host_is_one_line_and_exit_2(tmp_path):
     ]
     phase = tmp_path / "s.yaml"
     phase.write_text("hosts:\n  stubs: 127.0.0.3\n  proxy: 127.0.0.2\n")
-    with pytest.raises(Exception, match=r"s.yaml:3: at hosts.proxy unknown key 'proxy'"):
+    with pytest.raises(
+        Exception, match=r"s.yaml:3: at hosts.proxy unknown key \(did you mean proxies\?\)"
+    ):
         load_scenario(phase)
     phase.write_text("hosts: {stubs: 127.0.0.3, proxies: 127.0.0.2}\n")
     assert load_scenario(phase).hosts == Hosts(stubs=STUB_HOST, proxies=TOXIPROXY_HOST)

@@ -18,10 +18,10 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.stub import Arrival, Behaviour, RequestLog, Stub, StubConfig, fingerprint
 from chaos.stub import anthropic as anthropic_shape
 from chaos.stub import openai as openai_shape
 from chaos.stub.common import StubRequestError, make_reply
+from chaos.stub.server import Arrival, Behaviour, RequestLog, Stub, StubConfig, fingerprint
 from docket.http.client import UpstreamPool
 
 DEADLINE = 15

@@ -28,7 +28,7 @@ from helpers import read_events, running, wait_until, with_keys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.stub import Stub, StubConfig, fingerprint
+from chaos.stub.server import Stub, StubConfig, fingerprint
 from docket.cli import main as docket_main
 from docket.clock import Clock
 from docket.ledger.chain import TORN_TAIL

@@ -18,9 +18,10 @@ from helpers import read_chain
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos.faults.grammar import FaultSyntaxError, Instant, Window, parse_fault
+from chaos.faults.grammar import FaultSyntaxError, parse_fault
 from chaos.faults.net import schedule_roll, toxic_name
 from chaos.faults.schedule import FaultSchedule
+from chaos.faults.values import Instant, Window
 from chaos.run.engine import run_chaos
 from chaos.scenario import AgentSpec, Scenario, load_scenario
 

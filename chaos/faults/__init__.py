@@ -2,7 +2,7 @@
 
 One module per family (upstream, net, ledger, clock, process) implements a
 `FaultFamily`. The grammar validates a fault against the same `FamilySpec`
-table (chaos.faults.grammar.FAMILIES) before a run starts, so a fault its layer
+table (chaos.faults.table.FAMILIES) before a run starts, so a fault its layer
 cannot perform is refused with a column, never discovered mid-run.
 """
 

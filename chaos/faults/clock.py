@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import time
 
-from chaos.faults.grammar import Duration, Fault
+from chaos.faults.grammar import Fault
+from chaos.faults.values import Duration
 from docket.clock import Clock
 
 TARGET = "clock"

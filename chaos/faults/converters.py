@@ -16,6 +16,7 @@ from typing import Protocol
 from chaos.faults import Param
 from chaos.faults.values import Duration, HttpDate, Rate, Size, Value
 from docket.errors import InputError
+from docket.values import DURATION_UNITS, ValueProblem, parse_duration, parse_size
 
 # ASCII digits only: `\d` would also take "５" or "٣", which int() reads as numbers.
 _NUMBER_UNIT = re.compile(r"([+-]?)([0-9]+)(?:\.([0-9]+))?([A-Za-z/]*)")
@@ -23,10 +24,9 @@ _NUMBER_UNIT = re.compile(r"([+-]?)([0-9]+)(?:\.([0-9]+))?([A-Za-z/]*)")
 # column, instead of overflowing a clock, a timestamp or a C long mid-run.
 MAX_DIGITS = 15  # before int(): a 5,000-digit token would cost (or, past 4,300, raise) in int()
 MAX_WHOLE = 1 << 53  # ints, sizes, rates: exact in a JSON number (the ledger, Toxiproxy's API)
-MAX_DURATION_MS = 10 * 365 * 86_400_000  # ten years, either sign: a clock stepped back by
-# more than the epoch's age would have no RFC 3339 timestamp for session.end
-_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000}
-_SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}
+# Durations and sizes are docket.values' grammars (ten years either sign at most: a clock
+# stepped back by more than the epoch's age would have no RFC 3339 timestamp for session.end).
+PS_PER_MS = DURATION_UNITS["ms"]
 
 
 class ColumnReporter(Protocol):
@@ -65,41 +65,40 @@ def _int(p: ColumnReporter, param: Param, token: str, at: int) -> int | None:
 
 
 def _duration(p: ColumnReporter, param: Param, token: str, at: int) -> Duration | None:
+    """docket.values' duration grammar, held to whole milliseconds (the schedule's unit)."""
     m = _NUMBER_UNIT.fullmatch(token)
     if not m:
         return None
-    sign, whole, frac, unit = m.groups()
-    if not unit:
-        if token == "0":
-            _check_range(p, param, 0, at, token)
-            return Duration(0)
-        raise p.fail(f"expected a unit (ms, s or m) after {token!r}", at + len(token))
-    factor = _DURATION_UNITS.get(unit)
-    if factor is None:
-        raise p.fail(f"unknown duration unit {unit!r} (expected ms, s or m)", at + m.start(4))
-    if sign and "signed_duration" not in param.types:
+    signed = "signed_duration" in param.types
+    if m.group(1) and not signed:
         raise p.fail(f"{param.name!r} takes no sign", at)
-    _digits(p, param, whole + (frac or ""), at)
-    numerator = int(whole + (frac or "")) * factor
-    denominator = 10 ** len(frac or "")
-    if numerator % denominator:
+    _digits(p, param, m.group(2) + (m.group(3) or ""), at)
+    try:
+        ps = parse_duration(token, signed=signed).ps
+    except ValueProblem as exc:
+        if exc.reason == "at most ten years":
+            raise p.fail(
+                f"{param.name!r} is at most ten years (3650 days), found {token!r}", at
+            ) from None
+        raise p.fail(exc.reason, at + exc.offset) from None
+    if ps % PS_PER_MS:
         raise p.fail(f"{token!r} is not a whole number of milliseconds", at)
-    ms = numerator // denominator * (-1 if sign == "-" else 1)
-    if abs(ms) > MAX_DURATION_MS:
-        raise p.fail(f"{param.name!r} is at most ten years (3650 days), found {token!r}", at)
+    ms = ps // PS_PER_MS
     _check_range(p, param, ms, at, token)
     return Duration(ms)
 
 
 def _size(p: ColumnReporter, param: Param, token: str, at: int) -> Size | None:
+    """docket.values' size grammar; a fault's size always names its unit (a bare
+    number is the `int` shape)."""
     m = _NUMBER_UNIT.fullmatch(token)
     if not m or m.group(1) or m.group(3) or not m.group(4):
         return None
-    factor = _SIZE_UNITS.get(m.group(4))
-    if factor is None:
-        raise p.fail(f"unknown size unit {m.group(4)!r} (expected B, KiB or MiB)", at + m.start(4))
     _digits(p, param, m.group(2), at)
-    n = _whole(p, param, int(m.group(2)) * factor, at, token)
+    try:
+        n = _whole(p, param, parse_size(token), at, token)
+    except ValueProblem as exc:
+        raise p.fail(exc.reason, at + exc.offset) from None
     _check_range(p, param, n, at, token)
     return Size(n)
 

@@ -7,7 +7,7 @@ names the 1-based column and what was expected. Every `Fault` prints back
 
 The values live in chaos.faults.values, the table of targets and kinds in
 chaos.faults.table, the per-shape value converters in chaos.faults.converters;
-this module re-exports their public names so `chaos.faults.grammar` stays the one door.
+import them from there.
 """
 
 from __future__ import annotations
@@ -23,37 +23,21 @@ from chaos.faults.values import (
     CONDITION_ORDER,
     Chance,
     Condition,
-    Duration,
-    HttpDate,
     Instant,
     Ordinals,
-    Rate,
-    Size,
     Trigger,
     Value,
     Window,
     value_text,
 )
 from docket.errors import InputError
+from docket.values import ValueProblem, parse_percent
 
 __all__ = [
-    "FAMILIES",
-    "Chance",
-    "Condition",
-    "Duration",
     "Fault",
     "FaultSyntaxError",
-    "HttpDate",
-    "Instant",
-    "Ordinals",
-    "Rate",
-    "Size",
-    "Trigger",
-    "Value",
-    "Window",
     "parse_fault",
     "parse_faults",
-    "value_text",
 ]
 
 # ---------------------------------------------------------------- faults
@@ -271,13 +255,14 @@ class _Parser:
                 param = positional[index]
                 index += 1
             else:
-                param = spec.param(arg_name)
-                if param is None:
+                named = spec.param(arg_name)
+                if named is None:
                     allowed = ", ".join(p.name for p in spec.params) or "none"
                     raise self.fail(
                         f"unknown argument {arg_name!r} for {name} (expected: {allowed})",
                         name_at,
                     )
+                param = named
             if param.name in values:
                 raise self.fail(f"argument {param.name!r} given twice", at)
             values[param.name] = self.value(param, token, at)
@@ -358,14 +343,10 @@ class _Parser:
         if not m:
             number = re.compile(r"[0-9]+(?:\.[0-9]+)?").match(self.text, self.pos)
             raise self.expected("'%' after the percentage", number.end() if number else at)
-        whole, frac = m.group(1), m.group(2) or ""
-        if len(whole) > MAX_ORDINAL_DIGITS:
-            raise self.fail(f"a percentage is at most 100%, found {m.group()}", at)
-        if len(frac) > 2:
-            raise self.fail("a percentage takes at most two decimal places", at)
-        basis_points = int(whole) * 100 + int(frac.ljust(2, "0") or 0)
-        if basis_points > 10_000:
-            raise self.fail(f"a percentage is at most 100%, found {m.group()}", at)
+        try:
+            basis_points = parse_percent(m.group())  # docket.values' percentage grammar
+        except ValueProblem as exc:
+            raise self.fail(exc.reason, at) from None
         self.pos = m.end()
         return Chance(basis_points)
 

@@ -30,8 +30,9 @@ import os
 import signal
 from collections.abc import Callable, Iterable
 
-from chaos.faults.grammar import Fault, Size
+from chaos.faults.grammar import Fault
 from chaos.faults.schedule import FaultSchedule
+from chaos.faults.values import Size
 from docket.ledger.faults import TornWrite, os_error
 
 TARGET = "ledger"

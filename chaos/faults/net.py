@@ -38,8 +38,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chaos.faults import KindSpec
-from chaos.faults.grammar import FAMILIES, Duration, Fault, Instant, Rate, Size
+from chaos.faults.grammar import Fault
 from chaos.faults.schedule import FaultSchedule
+from chaos.faults.table import FAMILIES
+from chaos.faults.values import Duration, Instant, Rate, Size
 from docket.errors import InputError
 
 target = "net"

@@ -15,7 +15,8 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from chaos.faults.grammar import Fault, Instant, Window, parse_fault
+from chaos.faults.grammar import Fault, parse_fault
+from chaos.faults.values import Instant, Window
 
 SEED_LIMIT = 1 << 64  # the seed is a key of 8 bytes
 _UNIT = 1 << 64

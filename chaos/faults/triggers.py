@@ -17,8 +17,9 @@ call 1). Pure: feed it events and elapsed seconds, it answers which faults fire.
 
 from __future__ import annotations
 
-from chaos.faults.grammar import Fault, Instant, Window
+from chaos.faults.grammar import Fault
 from chaos.faults.schedule import FaultSchedule
+from chaos.faults.values import Instant, Window
 
 INSIDE_TARGETS = ("clock", "process")
 

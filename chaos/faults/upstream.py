@@ -35,8 +35,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from chaos.faults.grammar import Duration, Fault, HttpDate, Size
+from chaos.faults.grammar import Fault
 from chaos.faults.schedule import FaultSchedule
+from chaos.faults.values import Duration, HttpDate, Size
 from chaos.stub.server import Arrival, Behaviour, Chooser
 
 TARGET = "upstream"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from docket.values import format_percent
+
 # ---------------------------------------------------------------- values
 
 
@@ -124,8 +126,7 @@ class Chance:
 
     @property
     def text(self) -> str:
-        whole, frac = divmod(self.basis_points, 100)
-        return f"{whole}%" if frac == 0 else f"{whole}.{frac:02d}".rstrip("0") + "%"
+        return format_percent(self.basis_points)
 
 
 Condition = Ordinals | Window | Instant | Chance

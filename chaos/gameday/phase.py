@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -24,8 +24,9 @@ from pathlib import Path
 from chaos.gameday.assertions import OPERATORS, Assertion, QueryError, compile_query
 from chaos.gameday.assertions import operand_problem as _operand_problem
 from chaos.yamldoc import Where, YamlError, load, loads
-from docket import inputs as durations
 from docket.errors import InputError
+from docket.fields import Fields
+from docket.values import duration_seconds
 
 MODES = ("in-process", "subprocess")
 KEYS = ("name", "title", "fmea", "seed", "run", "runs", "mode", "budget", "expect", "your_agent")
@@ -136,9 +137,9 @@ class Phase:
 
 
 def parse_duration(value: object) -> float | None:
-    """Seconds from `20s`, `500ms`, `1.5m` or a bare number of seconds; None if not one
-    (docket.inputs' one duration grammar: ASCII digits, finite, bounded)."""
-    return durations.parse_duration(value, units=("ms", "s", "m"), bare=not isinstance(value, str))
+    """Seconds from `20s`, `500ms`, `1.5m`, `1h` or a number of seconds; None if not one
+    (docket.values' one duration grammar: ASCII digits, finite, bounded)."""
+    return duration_seconds(value)
 
 
 def leading_comment(text: str) -> str:
@@ -186,9 +187,8 @@ def phase_from_data(
         raise where.error(
             (), "a phase file must be a mapping (name, title, fmea, seed, run, expect)"
         )
-    for key in data:
-        if key not in KEYS:
-            raise where.error((key,), f"unknown key {key!r} (one of {', '.join(KEYS)})")
+    top = Fields(data, lambda key, reason: where.error((key,), reason))
+    top.known(KEYS)
     for key in REQUIRED:
         if key not in data:
             raise where.error((), f"missing key {key!r}")
@@ -203,13 +203,11 @@ def phase_from_data(
         raise where.error(("name",), f"name {name!r} does not match the file name {stem!r}")
     title = _text(data["title"], where, ("title",))
     ids = _fmea(data["fmea"], where, known_fmea)
-    seed = data["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_SEED:
-        raise where.error(("seed",), "seed must be a whole number from 0 to 2**53 - 1")
-    mode = data.get("mode", "in-process")
-    if mode not in MODES:
-        raise where.error(("mode",), f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    budget = _budget(data.get("budget", DEFAULT_BUDGET_S), where)
+    seed = top.integer("seed", 0, maximum=MAX_SEED - 1)  # required: present
+    mode = top.choice("mode", "in-process", MODES)
+    budget = top.duration("budget", DEFAULT_BUDGET_S)
+    if budget > MAX_BUDGET_S:
+        top.fail("budget", f"must be at most {MAX_BUDGET_S:g}s, got {budget:g}s")
     runs = _runs(data, where)
     expect = _expect(data["expect"], where, runs, several="runs" in data)
     your_agent = _your_agent(data, where, runs, expect)
@@ -275,9 +273,7 @@ def _runs(data: dict, where: Where) -> tuple[RunSpec, ...]:
         at = ("runs", i)
         if not isinstance(item, dict):
             raise where.error(at, "a run is a mapping: name, an optional title, and run")
-        for key in item:
-            if key not in RUN_KEYS:
-                raise where.error((*at, key), f"unknown key {key!r} (one of {', '.join(RUN_KEYS)})")
+        Fields(item, _located(where, at)).known(RUN_KEYS)
         for key in ("name", "run"):
             if key not in item:
                 raise where.error(at, f"a run needs {key!r}")
@@ -297,6 +293,11 @@ def _runs(data: dict, where: Where) -> tuple[RunSpec, ...]:
         scenario = _scenario(block, where, (*at, "run"))
         out.append(RunSpec(run_name, scenario, block, title, where.line((*at, "name"))))
     return tuple(out)
+
+
+def _located(where: Where, at: tuple) -> Callable[[str, str], Exception]:
+    """A docket.fields reporter for the mapping at `at`: FILE:LINE: at PATH reason."""
+    return lambda key, reason: where.error((*at, key), reason)
 
 
 def _name(value: object, where: Where) -> str:
@@ -327,17 +328,6 @@ def _fmea(value: object, where: Where, known: Iterable[str] | None) -> tuple[str
             raise where.error(("fmea", i), f"FMEA row {item} named twice")
         seen.append(item)
     return tuple(seen)
-
-
-def _budget(value: object, where: Where) -> float:
-    seconds = parse_duration(value)
-    if seconds is None:
-        raise where.error(
-            ("budget",), f"budget must be a duration like 20s or 500ms, not {value!r}"
-        )
-    if not 0 < seconds <= MAX_BUDGET_S:
-        raise where.error(("budget",), f"budget must be more than 0 and at most {MAX_BUDGET_S:g}s")
-    return seconds
 
 
 def _expect(

@@ -1,7 +1,7 @@
 """The dependencies of a chaos run: stub providers, the fault proxy in front of them,
 the policy that points the boundary at them, and the net faults on the proxy.
 
-Each provider is a chaos.stub.Stub whose behaviour comes from the schedule's
+Each provider is a chaos.stub.server.Stub whose behaviour comes from the schedule's
 upstream faults (chaos.faults.upstream) and whose fault records go to the run's
 ledger before it answers. With `via_proxy`, a Toxiproxy proxy (the embedded one,
 or a real one given its URL) stands between the boundary and the stub, and the
@@ -37,7 +37,7 @@ from chaos.faults.triggers import injection_fields, timer_only
 from chaos.faults.upstream import chooser
 from chaos.run.evidence import FaultEvidence
 from chaos.scenario import ProviderSpec, Scenario
-from chaos.stub import Behaviour, RequestLog, Stub, StubConfig
+from chaos.stub.server import Behaviour, RequestLog, Stub, StubConfig
 from chaos.toxiproxy import serve_toxiproxy
 from chaos.toxiproxy.driver import ToxiproxyDriver, ToxiproxyError
 from docket.errors import InputError

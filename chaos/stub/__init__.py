@@ -5,25 +5,3 @@ from the command line. The wire shapes live in openai.py (chat completions, mode
 with openai_extra.py (the Responses API, whole and streamed, and embeddings), and in
 anthropic.py (messages, models).
 """
-
-from chaos.stub.server import (
-    Arrival,
-    Behaviour,
-    Chooser,
-    RequestLog,
-    Stub,
-    StubConfig,
-    fingerprint,
-    steady,
-)
-
-__all__ = [
-    "Arrival",
-    "Behaviour",
-    "Chooser",
-    "RequestLog",
-    "Stub",
-    "StubConfig",
-    "fingerprint",
-    "steady",
-]

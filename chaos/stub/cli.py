@@ -13,18 +13,20 @@ from functools import partial
 import trio
 
 from chaos.stub.server import RequestLog, Stub, StubConfig
-from docket import inputs as durations
 from docket.errors import InputError
+from docket.values import ValueProblem, duration_text
 
 
 def parse_duration(text: str, option: str) -> float:
-    """`50ms`, `1.5s`, `2m` or a bare number of seconds, as seconds (docket.inputs' grammar)."""
-    seconds = durations.parse_duration(text, units=("ms", "s", "m"), bare=True)
-    if seconds is None:
+    """`50ms`, `1.5s`, `2m`, `1h` or a bare number of seconds, as seconds (docket.values'
+    grammar, read as command-line text by docket.values.duration_text)."""
+    try:
+        return duration_text(text).seconds
+    except ValueProblem as exc:
         raise InputError(
-            f"{option} {text!r}: not a duration (like 50ms, 1.5s, 2m; at most ten years)"
-        )
-    return seconds
+            f"{option} {text!r}: not a duration (like 50ms, 1.5s, 2m, 1h; at most ten years): "
+            f"{exc.reason}"
+        ) from None
 
 
 def stub_command(args: argparse.Namespace) -> int:

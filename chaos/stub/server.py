@@ -45,15 +45,9 @@ from chaos.stub.common import (
     without_usage,
 )
 from docket.clock import Clock, rfc3339
-from docket.http.server import (
-    BodyTooLarge,
-    ClientGone,
-    Listening,
-    Request,
-    RequestError,
-    Responder,
-    serve,
-)
+from docket.http.server import Listening, serve
+from docket.http.server_errors import BodyTooLarge, ClientGone, RequestError
+from docket.http.server_exchange import Request, Responder
 
 PROVIDERS: dict[str, ModuleType] = {"openai": openai, "anthropic": anthropic}
 MiB = 1024 * 1024

@@ -32,7 +32,8 @@ import trio
 from chaos.toxiproxy.proxy import Proxy, Roll, default_roll, split_address
 from chaos.toxiproxy.toxics import ToxicError
 from chaos.toxiproxy.toxics.spec import parse_toxic
-from docket.http.server import Listening, Request, Responder, serve
+from docket.http.server import Listening, serve
+from docket.http.server_exchange import Request, Responder
 
 log = logging.getLogger("chaos.toxiproxy")
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from docket.agent.backoff import BackoffPolicy
 from docket.errors import InputError
-from docket.inputs import MAX_DURATION_SECONDS
+from docket.fields import Fields
+from docket.values import ValueProblem, parse_whole
 
 MODES = ("once", "stream", "loop", "hammer", "backoff")
 PROVIDERS = ("openai", "anthropic")
@@ -66,11 +67,22 @@ class AgentConfig:
 
 
 class _Settings:
-    """The environment with flag overrides, naming where a bad value came from."""
+    """The environment with flag overrides, naming where a bad value came from.
+
+    Settings are text (a variable, a flag): they are read by docket.fields in text
+    mode, the same checks and wording as the policy's, by the text forms of
+    docket.values' grammars (30, 30s, 500ms, 1h; ASCII digits)."""
 
     def __init__(self, env: Mapping[str, str], overrides: Mapping[str, str | None]):
         self._env = env
         self._overrides = {k: v for k, v in overrides.items() if v is not None}
+        merged = {**env, **self._overrides}
+        given = {name: self.get(name) for name in merged}
+        self.fields = Fields(
+            {name: value for name, value in given.items() if value is not None},
+            self.bad,
+            text=True,
+        )
 
     def get(self, name: str) -> str | None:
         value = self._overrides.get(name, self._env.get(name))
@@ -83,30 +95,10 @@ class _Settings:
         return InputError(f"agent: {self.where(name)}={self.get(name)!r}: {problem}")
 
     def positive_int(self, name: str, default: int) -> int:
-        text = self.get(name)
-        if text is None:
-            return default
-        # ASCII digits, bounded: int() also reads "５" and raises past 4,300 digits
-        if not (text.isascii() and text.isdigit() and len(text) <= 15):
-            raise self.bad(name, "not a whole number (ASCII digits, at most 15)")
-        value = int(text)
-        if value < 1:
-            raise self.bad(name, "must be at least 1")
-        return value
+        return self.fields.integer(name, default, minimum=1)
 
     def seconds(self, name: str, default: float) -> float:
-        text = self.get(name)
-        if text is None:
-            return default
-        try:
-            value = float(text) if text.isascii() else None  # float() reads "١" too
-        except ValueError:
-            value = None
-        if value is None:
-            raise self.bad(name, "not a number of seconds")
-        if not (0 < value <= MAX_DURATION_SECONDS):
-            raise self.bad(name, "must be a positive number of seconds, at most ten years")
-        return value
+        return self.fields.duration(name, default)  # above zero, at most ten years
 
 
 def _check_url(settings: _Settings, name: str, url: str) -> str:
@@ -157,9 +149,10 @@ def config_from(
     if seed_text is None:
         seed = secrets.randbits(32)  # printed in the summary, so the run can be replayed
     else:
-        if not (seed_text.isascii() and seed_text.isdigit() and len(seed_text) <= 20):
-            raise s.bad("DOCKET_AGENT_SEED", "not a whole number (ASCII digits, at most 20)")
-        seed = int(seed_text)
+        try:
+            seed = parse_whole(seed_text, max_digits=20)
+        except ValueProblem as exc:
+            raise s.bad("DOCKET_AGENT_SEED", exc.reason) from None
     calls = s.positive_int("DOCKET_AGENT_CALLS", 10)  # checked in every mode: bad is bad
     try:
         policy = BackoffPolicy(

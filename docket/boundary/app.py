@@ -45,8 +45,10 @@ from docket.guards.deadline import BadDeadline, caller_budget
 from docket.guards.redact import Redactor, sanitize_url
 from docket.guards.scrub import relay_keys
 from docket.http.client import UpstreamPool
-from docket.http.server import BodyTooLarge, ClientGone, RequestError, ServerConfig, serve
-from docket.ledger.writer import EvidenceLost, LedgerFull
+from docket.http.server import serve
+from docket.http.server_connection import ServerConfig
+from docket.http.server_errors import BodyTooLarge, ClientGone, RequestError
+from docket.ledger.limits import EvidenceLost, LedgerFull
 
 MAX_REQUEST_BYTES = 32 << 20
 # What a path's first segment must look like to be named in a route refusal's

@@ -42,9 +42,9 @@ from docket.boundary.ports import CallHost, Upstream
 from docket.guards.caps import Reservation
 from docket.guards.scrub import Scrubber
 from docket.http import client as upstream
-from docket.http.server import ClientGone
+from docket.http.server_errors import ClientGone
+from docket.ledger.limits import EvidenceLost
 from docket.ledger.pending import ClosingSlot
-from docket.ledger.writer import EvidenceLost
 
 # Response headers that describe one hop, not the answer: never relayed.
 _HOP_HEADERS = frozenset(

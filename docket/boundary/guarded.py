@@ -44,7 +44,7 @@ from docket.guards.bulkhead import DEADLINE, UNKNOWN_RETRY_S, Shed
 from docket.guards.bulkhead_trio import Bulkhead, Entered
 from docket.guards.deadline import Attempt, Spent, plan_attempt
 from docket.guards.limiter import Admit, Refuse
-from docket.ledger.writer import LedgerFull
+from docket.ledger.limits import LedgerFull
 
 # Kept back from a caller's budget for the boundary's own work once the upstream
 # has answered: the closing event's write and fdatasync, then the relay. Larger

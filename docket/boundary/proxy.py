@@ -58,8 +58,8 @@ from docket.boundary.wiring import egress_rule_for
 from docket.guards.egress import Allowed, Denied
 from docket.guards.redact import sanitize_url
 from docket.http.client import Origin, UpstreamError, UpstreamPool, open_upstream_stream
-from docket.http.server import ClientGone, RequestError
-from docket.ledger.writer import EvidenceLost, LedgerFull
+from docket.http.server_errors import ClientGone, RequestError
+from docket.ledger.limits import EvidenceLost, LedgerFull
 
 PROXY_USER = "docket"  # the user name in the proxy URL; only the password (the token) counts
 RECEIVE_SIZE = 65536

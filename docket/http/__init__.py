@@ -21,18 +21,16 @@ from docket.http.client import (
     WriteTimeout,
     open_upstream_stream,
 )
-from docket.http.server import (
+from docket.http.server import Listening, serve
+from docket.http.server_connection import ServerConfig
+from docket.http.server_errors import (
     BadRequest,
     BodyTooLarge,
     ClientGone,
-    Listening,
-    Request,
     RequestError,
     RequestTimeout,
-    Responder,
-    ServerConfig,
-    serve,
 )
+from docket.http.server_exchange import Request, Responder
 
 __all__ = [
     "BadRequest",

@@ -37,8 +37,8 @@ client sent past the request head) until it returns and the server closes.
 The parts: server_errors.py (ClientGone, RequestError and its kinds),
 server_exchange.py (Request and Responder, what a handler holds),
 server_connection.py (ServerConfig, a connection's h11 state and its reader).
-This module keeps serve() and the exchange loop, and re-exports the public
-names of the others, so `from docket.http.server import ...` works for all.
+This module keeps serve() and the exchange loop; import the others' names from
+them (or from the `docket.http` package).
 """
 
 from __future__ import annotations
@@ -52,30 +52,17 @@ import trio
 
 from docket.http.host import plain_host, valid_host
 from docket.http.protocol import h11
-from docket.http.server_connection import RECEIVE_SIZE, ErrorShape, ServerConfig, _Connection
+from docket.http.server_connection import ServerConfig, _Connection
 from docket.http.server_errors import (
-    BadRequest,
-    BodyTooLarge,
     ClientGone,
     RequestError,
     RequestTimeout,
 )
-from docket.http.server_exchange import HeaderPairs, Request, Responder
+from docket.http.server_exchange import Request, Responder
 
 __all__ = [
-    "RECEIVE_SIZE",
-    "BadRequest",
-    "BodyTooLarge",
-    "ClientGone",
-    "ErrorShape",
     "Handler",
-    "HeaderPairs",
     "Listening",
-    "Request",
-    "RequestError",
-    "RequestTimeout",
-    "Responder",
-    "ServerConfig",
     "ServerStats",
     "serve",
 ]

@@ -16,7 +16,7 @@ max_events, a line of at most its bound under max_ledger_bytes). The closing
 event, `admit_closing`, uses that room, so no ceiling refuses it; the slot is
 released if no closing event comes. The arithmetic is in the writer's docstring.
 
-The book's values live beside it, each importable from here too: the ceilings,
+The book's values live beside it (import each from where it is defined): the ceilings,
 refusals and evidence stats in limits.py (LedgerLimits, LedgerFull,
 EvidenceLost, EvidenceStats, describe_os_error, CONTROL_RESERVE_BYTES), and the
 pending events, closing slots, batches and losses in pending.py. The batch
@@ -39,7 +39,6 @@ from docket.ledger.chain import (
     line_overhead,
 )
 from docket.ledger.faults import TornWrite, WriteFaults
-from docket.ledger.limits import CONTROL_RESERVE_BYTES as CONTROL_RESERVE_BYTES
 from docket.ledger.limits import (
     EXEMPT_FROM_EVENT_CEILING,
     GAP_TYPE,
@@ -51,7 +50,6 @@ from docket.ledger.limits import (
     MiB,
     describe_os_error,
 )
-from docket.ledger.limits import KiB as KiB
 from docket.ledger.pending import _UNASKED, Batch, ClosingSlot, Loss, PendingEvent, Torn, _Gap
 from docket.ledger.reader import MAX_LINE_BYTES
 from docket.ledger.reserve import DiskReserve, LowDiskWatch

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import trio
 
-from docket.ledger.book import describe_os_error
+from docket.ledger.limits import describe_os_error
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,11 @@ larger than its slot and all the room left is refused, and the caller's
 closing_bytes, a bound on the essential fields, rules that out. The file never
 passes max_ledger_bytes in any case.
 
-The book's public classes (LedgerLimits, LedgerFull, EvidenceLost,
-EvidenceStats, LedgerBook, ...) are importable from here too; its tunables only
-from where they are read: MAX_BATCH_LINES and MAX_BATCH_BYTES in book.py,
-CONTROL_RESERVE_BYTES in limits.py.
+The book and its values are imported from where they are defined: LedgerBook and
+the batch tunables (MAX_BATCH_LINES, MAX_BATCH_BYTES) in book.py, the ceilings and
+refusals (LedgerLimits, LedgerFull, EvidenceLost, CONTROL_RESERVE_BYTES) in
+limits.py, the pending events and batches in pending.py; this module exports the
+writer itself.
 """
 
 from __future__ import annotations
@@ -61,44 +62,29 @@ import trio
 
 from docket.clock import Clock, rfc3339
 from docket.errors import InputError
-from docket.ledger.book import (
-    EXEMPT_FROM_EVENT_CEILING,
-    GAP_TYPE,
-    Batch,
-    ClosingSlot,
-    EvidenceLost,
-    EvidenceStats,
-    LedgerBook,
-    LedgerFull,
-    LedgerLimits,
-    Loss,
-    PendingEvent,
-    Torn,
-    describe_os_error,
-)
+from docket.ledger.book import LedgerBook
 from docket.ledger.chain import EVENT_TYPES, GENESIS, ChainError, ChainVerifier, encode_body
 from docket.ledger.faults import WriteFaults
-from docket.ledger.limits import LOW_DISK_TYPE
+from docket.ledger.limits import (
+    EXEMPT_FROM_EVENT_CEILING,
+    GAP_TYPE,
+    LOW_DISK_TYPE,
+    EvidenceLost,
+    EvidenceStats,
+    LedgerFull,
+    LedgerLimits,
+    describe_os_error,
+)
 from docket.ledger.lock import LedgerLock
+from docket.ledger.pending import Batch, ClosingSlot, Loss, PendingEvent, Torn
 from docket.ledger.reader import Lines, LineTooLong
 from docket.ledger.reserve import DiskReserve
 from docket.ledger.sync import Doorbell, SyncWorker, allocate
 
 __all__ = [
-    "GAP_TYPE",
-    "Batch",
-    "ClosingSlot",
-    "EvidenceLost",
-    "EvidenceStats",
     "Ledger",
-    "LedgerBook",
     "LedgerDamaged",
-    "LedgerFull",
-    "LedgerLimits",
-    "Loss",
     "Observer",
-    "PendingEvent",
-    "describe_os_error",
     "open_ledger",
 ]
 

@@ -1,16 +1,17 @@
 """The supervisor's hold on its child: spawn it, reap it, stop it.
 
-`ChildControl` is a part of `docket.run.supervisor.Supervisor` (a base class that
-holds these methods, not an object of its own): it spawns the child from the
-main thread (ADR 0004), runs the `before_spawn` and `started` hooks, reaps the
-child and records its exit, forwards SIGINT/SIGTERM to its process group,
-escalates to SIGKILL after the grace period (at once on a second signal), stops
-the child when a stop is requested or the wall-clock cap is reached, and kills
-what the child left in its group (and, through OrphanSweep, what it detached).
-It uses the supervisor's state and its `_record` and `request_stop`:
-  options, policy, env, token, hooks, hardening, stop_requested, signals_forwarded,
-  signals_received, _stop, _child, _started, _escalating, _group_killed, _hooks_scope.
-`RunHandleOf` is the view of a supervisor its hooks get (docket.run.hooks.RunHandle).
+`ChildControl` is an object the supervisor (docket.run.supervisor) makes and
+holds, given what it works with and nothing more: the run's options, the
+environment, token and policy the child's environment is built from, the hooks,
+what the kernel granted at start (`hardening`), `record` (the supervisor's
+append) and a `StopLatch` (the run's one stop request, shared with the boundary).
+It spawns the child from the main thread (ADR 0004), runs the `before_spawn` and
+`started` hooks, reaps the child and records its exit, forwards SIGINT/SIGTERM to
+its process group, escalates to SIGKILL after the grace period (at once on a
+second signal), stops the child when a stop is requested or the wall-clock cap is
+reached, and kills what the child left in its group (and, through its
+OrphanSweep, what it detached). `RunHandleOf` is the view of a run its hooks get
+(docket.run.hooks.RunHandle).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -35,29 +38,84 @@ from docket.run.child import (
     signal_name,
     wait_status,
 )
-from docket.run.orphans import OrphanSweep
+from docket.run.hooks import RunHooks
+from docket.run.orphans import OrphanSweep, Record
+from docket.run.values import RunOptions
+
+if TYPE_CHECKING:
+    from docket.boundary.app import Boundary
+    from docket.policy import Policy
 
 
-class ChildControl(OrphanSweep):
-    """Spawning, reaping, signalling and stopping the child; mixed into `Supervisor`.
-    What the child leaves behind outside its group is OrphanSweep's."""
+class StopLatch:
+    """The run's stop request: the first one wins, and `event` is set by it."""
 
-    async def _run_child(self, nursery: trio.Nursery, url: str) -> int | None:
-        env = child_env(self.env, url, self.token, self.policy)
+    def __init__(self) -> None:
+        self.requested: StopRequest | None = None
+        self.event = trio.Event()
+
+    def request(self, request: StopRequest) -> None:
+        if self.requested is None:
+            self.requested = request
+            self.event.set()
+
+
+class ChildControl:
+    """Spawning, reaping, signalling and stopping the child. What the child leaves
+    behind outside its group is its OrphanSweep's (`sweep`)."""
+
+    def __init__(
+        self,
+        options: RunOptions,
+        *,
+        env: Mapping[str, str],
+        token: str,
+        policy: Policy,
+        hooks: RunHooks,
+        hardening: Mapping[str, object],
+        record: Record,
+        stop: StopLatch,
+    ) -> None:
+        self.options = options
+        self.env = env
+        self.token = token
+        self.policy = policy
+        self.hooks = hooks
+        self.hardening = hardening  # filled in at start (the supervisor's _harden)
+        self._record = record
+        self.stop = stop
+        self.sweep = OrphanSweep(record)
+        self.child: Child | None = None
+        self.boundary_url: str | None = None
+        self.signals_forwarded: list[str] = []
+        self.signals_received: list[str] = []
+        self.started = 0.0  # trio.current_time() at session start (the wall clock's origin)
+        self.hooks_scope = trio.CancelScope()  # the `started` hook's; cancelled at the reap
+        self._escalating = False
+        self._group_killed = False  # a SIGKILL went to the whole group
+
+    def handle(self) -> RunHandleOf:
+        """What a hook is given: the boundary serves by the time any hook runs."""
+        assert self.boundary_url is not None, "the hooks run only once the boundary serves"
+        return RunHandleOf(self.boundary_url, self, self._record, self.stop)
+
+    async def run_child(self, nursery: trio.Nursery, url: str) -> int | None:
+        self.boundary_url = url
+        env = child_env(dict(self.env), url, self.token, self.policy)
         command = self.options.command
-        if self.stop_requested is not None:
+        if self.stop.requested is not None:
             return None  # stopped during start-up (a signal, lost evidence): nothing to run
         if self.hooks.before_spawn is not None:
-            await self.hooks.before_spawn(RunHandleOf(self))
-            if self.stop_requested is not None:
+            await self.hooks.before_spawn(self.handle())
+            if self.stop.requested is not None:
                 return None  # the hook (or a signal meanwhile) ended the run before it began
         if command_missing(command[0], env.get("PATH", os.defpath)):
-            self.request_stop(
+            self.stop.request(
                 StopRequest(f"command not found: {command[0]}", exit_status=EXIT_NOT_FOUND)
             )
             return None
-        self._note_children()
-        report = self._open_report_pipe()  # the launcher writes its watcher's pid here
+        self.sweep.note_children()
+        report = self.sweep.open_report_pipe()  # the launcher writes its watcher's pid here
         launch = [sys.executable, "-m", "docket.run.launch", str(os.getpid())]
         argv = [*launch, "--report-fd", str(report), "--", *command]
         try:
@@ -76,39 +134,41 @@ class ChildControl(OrphanSweep):
                 pass_fds=(report,),
             )
         except (OSError, ValueError) as exc:
-            self._close_report_fd()
-            self.request_stop(
+            self.sweep.close_report_fd()
+            self.stop.request(
                 StopRequest(f"cannot start the child: {exc}", exit_status=EXIT_CANNOT_EXEC)
             )
             return None
         finally:
             os.close(report)  # the launcher holds its own copy
-        child = self._child = Child(popen)
+        child = self.child = Child(popen)
         try:
             await self._record("process.spawn", pid=child.pid, argv=redact_argv(command))
             nursery.start_soon(self._stop_on_request, child, nursery)
             if self.hardening.get("subreaper"):
-                nursery.start_soon(self._reap_while_running, child)
+                nursery.start_soon(self.sweep.reap_while_running, child)
             if self.hooks.started is not None:
                 nursery.start_soon(self._run_started_hook)
             returncode = await child.reap()
         finally:
             # Leaving without having reaped it (cancelled, or a bug): never leave it running.
             child.kill_now()
-            self._hooks_scope.cancel()
+            self.hooks_scope.cancel()
         await self._record(
             "process.exit", pid=child.pid, status=returncode, reason=describe_exit(returncode)
         )
         await self._kill_stragglers(child)
         try:
-            await self._end_orphans(child.pid)
+            await self.sweep.end_orphans(child.pid)
         finally:
-            self._close_report_fd()
+            self.sweep.close_report_fd()
         return wait_status(returncode)
 
     async def _run_started_hook(self) -> None:
-        with self._hooks_scope:
-            await self.hooks.started(RunHandleOf(self))
+        started = self.hooks.started
+        assert started is not None, "started only when the hook is given"
+        with self.hooks_scope:
+            await started(self.handle())
 
     async def _kill_stragglers(self, child: Child) -> None:
         """The child is gone but processes it started in its group may not be: the run is
@@ -156,14 +216,14 @@ class ChildControl(OrphanSweep):
             return
         await self._signal_group(child, signal.SIGKILL, f"{reason}; not gone after {grace:g} s")
 
-    async def _watch_signals(self, signals, nursery: trio.Nursery) -> None:
+    async def watch_signals(self, signals: AsyncIterator[int], nursery: trio.Nursery) -> None:
         async for sig in signals:
             name = signal_name(sig)
             self.signals_received.append(name)
-            child = self._child
+            child = self.child
             if child is None:
                 # Start-up is not finished: nothing to forward, so do not start the child.
-                self.request_stop(
+                self.stop.request(
                     StopRequest(
                         f"{name} received before the child was started", exit_status=128 + sig
                     )
@@ -181,14 +241,14 @@ class ChildControl(OrphanSweep):
                 self.signals_forwarded.append(name)
                 self._escalate_once(child, nursery, why)
 
-    async def _watch_wall_clock(self, boundary) -> None:
+    async def watch_wall_clock(self, boundary: Boundary) -> None:
         """Tell the caps guard the elapsed time at each threshold it names (warning,
         breach); its on_breach decides. --max-wall-clock stops the run regardless.
 
         trio sleeps and reads time on the monotonic clock, so a wall clock that
         steps (NTP, a chaos clock fault on `clock`) cannot move any of this.
         """
-        from docket.ledger.writer import EvidenceLost
+        from docket.ledger.limits import EvidenceLost
 
         hard = self.options.max_wall_clock
         caps = boundary.caps
@@ -196,46 +256,48 @@ class ChildControl(OrphanSweep):
             due = [t for t in (caps.next_wall_threshold(), hard) if t is not None]
             if not due:
                 return
-            await trio.sleep_until(self._started + min(due))
-            elapsed = trio.current_time() - self._started
+            await trio.sleep_until(self.started + min(due))
+            elapsed = trio.current_time() - self.started
             try:
                 await boundary.cap_events(caps.check_wall(elapsed))  # stops on "kill"
             except EvidenceLost:
                 return  # the boundary has asked for the stop (exit 43): the run is ending
             if hard is not None and elapsed >= hard:
-                self.request_stop(StopRequest("wall-clock cap reached", cap="max_wall_seconds"))
+                self.stop.request(StopRequest("wall-clock cap reached", cap="max_wall_seconds"))
                 return
 
     async def _stop_on_request(self, child: Child, nursery: trio.Nursery) -> None:
-        await self._stop.wait()
-        reason = self.stop_requested.reason
+        await self.stop.event.wait()
+        assert self.stop.requested is not None, "the event is set with the request"
+        reason = self.stop.requested.reason
         await self._signal_group(child, signal.SIGTERM, reason)
         self._escalate_once(child, nursery, reason)
 
 
 class RunHandleOf:
-    """The docket.run.hooks.RunHandle a supervisor gives its hooks."""
+    """The docket.run.hooks.RunHandle a run gives its hooks."""
 
-    def __init__(self, supervisor: ChildControl) -> None:  # a Supervisor, whose base it is
-        self._supervisor = supervisor
+    def __init__(self, url: str, control: ChildControl, record: Record, stop: StopLatch) -> None:
+        self._url = url
+        self._control = control
+        self._record = record
+        self._stop = stop
 
     @property
     def boundary_url(self) -> str:
-        url = self._supervisor.boundary_url
-        assert url is not None, "the hooks run only once the boundary serves"
-        return url
+        return self._url
 
     @property
     def child_pid(self) -> int | None:
-        child = self._supervisor._child
+        child = self._control.child
         return None if child is None else child.pid
 
     @property
     def supervisor_pid(self) -> int:
         return os.getpid()
 
-    async def record_fault(self, fields) -> int | None:
-        return await self._supervisor._record("fault.injected", **fields)
+    async def record_fault(self, fields: Mapping[str, object]) -> int | None:
+        return await self._record("fault.injected", **fields)
 
     def request_stop(self, reason: str, *, exit_status: int) -> None:
-        self._supervisor.request_stop(StopRequest(reason, exit_status=exit_status))
+        self._stop.request(StopRequest(reason, exit_status=exit_status))

@@ -20,19 +20,20 @@ its children before the spawn are never touched.
 While the agent runs, an orphan that exits is reaped on SIGCHLD and recorded
 (`found: exited`), so none piles up as a zombie in a long run.
 
-`OrphanSweep` is a part of `docket.run.supervisor.Supervisor` (a base class of
-ChildControl, like it a holder of methods); it uses `_record`.
+`OrphanSweep` is an object of its own, held by docket.run.control.ChildControl;
+its one collaborator is `record`, the supervisor's way to append an event.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from docket.guards.redact import redact_argv
-from docket.run.child import children_of, cmdline_of, describe_exit, reap_now, reap_pid
+from docket.run.child import Child, children_of, cmdline_of, describe_exit, reap_now, reap_pid
 
 MAX_ORPHAN_EVENTS = 16  # each listed; past this one event counts the rest (the ledger's
 # control reserve is for the end of the record, not for an agent's thousand daemons)
@@ -41,20 +42,27 @@ REAP_SECONDS = 5.0  # for a round's SIGKILLed processes to be gone
 ARGV_ITEMS, ARGV_CHARS = 8, 200  # an orphan's argv, as recorded
 
 
+# How an event reaches the ledger: the supervisor's append (redacted; a full ledger
+# or lost evidence stops the run instead of raising), the seq or None.
+Record = Callable[..., Awaitable[int | None]]
+
+
 class OrphanSweep:
     """Find, end, reap and record what the agent left behind."""
 
-    _children_before: frozenset[int] = frozenset()
-    _orphans_listed = 0
-    _orphans_unlisted = 0
-    _report_fd: int | None = None  # the launcher's pipe: the watcher's pid
-    _watcher: int | None = None  # the pid read from it
+    def __init__(self, record: Record) -> None:
+        self._record = record
+        self._children_before: frozenset[int] = frozenset()
+        self._orphans_listed = 0
+        self._orphans_unlisted = 0
+        self._report_fd: int | None = None  # the launcher's pipe: the watcher's pid
+        self._watcher: int | None = None  # the pid read from it
 
-    def _note_children(self) -> None:
+    def note_children(self) -> None:
         """Before the spawn: the children this process has already, never ours to end."""
         self._children_before = frozenset(children_of(os.getpid()))
 
-    def _open_report_pipe(self) -> int:
+    def open_report_pipe(self) -> int:
         """Before the spawn: the pipe the launcher reports its watcher on; the write end."""
         self._report_fd, report = os.pipe()
         os.set_blocking(self._report_fd, False)
@@ -70,12 +78,12 @@ class OrphanSweep:
                 data = os.read(fd, 64)
             except BlockingIOError:
                 return None  # the launcher has not written it yet
-            self._close_report_fd()
+            self.close_report_fd()
             text = data.decode("ascii", "replace").strip()
             self._watcher = int(text) if text.isdigit() else None
         return self._watcher
 
-    def _close_report_fd(self) -> None:
+    def close_report_fd(self) -> None:
         fd, self._report_fd = self._report_fd, None
         if fd is not None:
             os.close(fd)
@@ -88,7 +96,7 @@ class OrphanSweep:
             if pid != agent and pid not in self._children_before and sid != session
         }
 
-    async def _reap_while_running(self, child) -> None:
+    async def reap_while_running(self, child: Child) -> None:
         """While the agent runs, an orphan that exits is reaped at once (SIGCHLD) and
         recorded: a long run whose agent daemonizes short-lived tools leaves no
         zombies piling up. Stops when the agent has exited: the sweep takes over."""
@@ -98,7 +106,7 @@ class OrphanSweep:
                 async for _ in sigchld:
                     await self._reap_exited(child)
 
-    async def _reap_exited(self, child) -> None:
+    async def _reap_exited(self, child: Child) -> None:
         for pid, state in self._orphans(child.pid).items():
             # No await between the check and the reap: the sweep, once the agent has
             # exited, never finds a pid half taken by this task.
@@ -109,7 +117,9 @@ class OrphanSweep:
                 continue
             await self._record_orphan(pid, [], "exited", returncode)
 
-    async def _record_orphan(self, pid, argv, found, returncode) -> None:
+    async def _record_orphan(
+        self, pid: int, argv: list[str], found: str, returncode: int | None
+    ) -> None:
         if self._orphans_listed >= MAX_ORPHAN_EVENTS:
             self._orphans_unlisted += 1
             return
@@ -128,7 +138,7 @@ class OrphanSweep:
             reason=reason,
         )
 
-    async def _end_orphans(self, agent: int) -> None:
+    async def end_orphans(self, agent: int) -> None:
         watcher = self._watcher_pid()
         tried: set[int] = set()  # one that would not die is recorded once, not waited on again
         for _ in range(MAX_ROUNDS):

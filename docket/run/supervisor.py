@@ -16,10 +16,13 @@ The parts (docket/run/):
                  docket.boundary.stop's: the boundary asks for most stops)
   child.py       the child at the OS level: its environment, Child (wait, reap),
                  exit statuses in words, its process group's live members
-  control.py     ChildControl, Supervisor's base: spawn from the main thread
-                 (ADR 0004), reap, forward signals, grace then SIGKILL, the
-                 wall-clock cap, stragglers; RunHandleOf, the hooks' handle
-  orphans.py     OrphanSweep: what the child detached, reaped as the subreaper
+  control.py     ChildControl, the child's process object the Supervisor holds
+                 (given its collaborators: options, env, hooks, record, the
+                 StopLatch): spawn from the main thread (ADR 0004), reap,
+                 forward signals, grace then SIGKILL, the wall-clock cap,
+                 stragglers; RunHandleOf, the hooks' handle
+  orphans.py     OrphanSweep, ChildControl's: what the child detached, reaped
+                 as the subreaper
   hardening.py   prctl: non-dumpable, child subreaper
   launch.py      the child's first process (`python -m docket.run.launch`)
   hooks.py       RunHooks, what a harness may hand a run
@@ -38,7 +41,9 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -48,13 +53,15 @@ from docket.clock import Clock, rfc3339
 from docket.errors import EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
 from docket.guards.redact import Redactor, redact_argv
 from docket.run.child import (
-    Child,
     describe_exit,
 )
-from docket.run.control import ChildControl, RunHandleOf
+from docket.run.control import ChildControl, StopLatch
 from docket.run.hardening import make_non_dumpable, set_subreaper
 from docket.run.hooks import RunHooks
 from docket.run.values import Outcome, RunOptions
+
+if TYPE_CHECKING:
+    from docket.ledger.writer import Ledger
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -70,7 +77,7 @@ def _os_error_in(exc: BaseException) -> OSError | None:
     return exc if isinstance(exc, OSError) else None
 
 
-class Supervisor(ChildControl):
+class Supervisor:
     """Runs one command under a boundary and a ledger; `await run()` once, in the main thread.
 
     `hooks` is the recorder's documented fault hook (docket.run.hooks.RunHooks);
@@ -111,22 +118,23 @@ class Supervisor(ChildControl):
         self._redactor = Redactor([self.token, *keys])
         base = Path(options.ledger_dir) if options.ledger_dir else Path("docket-runs") / self.run_id
         self.folder = base
-        self.stop_requested: StopRequest | None = None
-        self.signals_forwarded: list[str] = []
-        self.signals_received: list[str] = []
-        self._stop = trio.Event()
-        self._child: Child | None = None
-        self._ledger = None
-        self._started = 0.0  # trio.current_time() at session start
+        self._stop = StopLatch()
+        self._ledger: Ledger | None = None  # open from session.start to session.end
         self._opened_mono = 0.0  # the clock's reading when the ledger opened
-        self._escalating = False
-        self._group_killed = False  # a SIGKILL went to the whole group
-        self.boundary_url: str | None = None
-        self._hooks_scope = trio.CancelScope()  # the `started` hook's; cancelled at the reap
         self.hardening: dict = {}  # what the kernel was asked at start, and what it said
+        self.control = ChildControl(
+            options,
+            env=self.env,
+            token=self.token,
+            policy=self.policy,
+            hooks=self.hooks,
+            hardening=self.hardening,
+            record=self._record,
+            stop=self._stop,
+        )
         # Called once session.start is on disk: `docket run` prints its start warnings
         # there, so a run refused at start (bad folder, full disk) is one line only.
-        self.on_started = None
+        self.on_started: Callable[[], object] | None = None
         from docket.snapshot.session import SnapshotSession
 
         self._snapshots = SnapshotSession(options, self.policy)
@@ -157,9 +165,15 @@ class Supervisor(ChildControl):
 
     # The boundary and guards call this; the supervisor ends the run legibly.
     def request_stop(self, request: StopRequest) -> None:
-        if self.stop_requested is None:
-            self.stop_requested = request
-            self._stop.set()
+        self._stop.request(request)
+
+    @property
+    def stop_requested(self) -> StopRequest | None:
+        return self._stop.requested
+
+    @property
+    def boundary_url(self) -> str | None:
+        return self.control.boundary_url
 
     def wall_limit(self) -> float | None:
         limits = [x for x in (self.options.max_wall_clock, self.policy.caps.max_wall_seconds) if x]
@@ -188,7 +202,7 @@ class Supervisor(ChildControl):
             with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
                 return await self._run(signals)
         finally:
-            self._close_report_fd()  # the launcher's pipe, if a run ended without its sweep
+            self.control.sweep.close_report_fd()  # the launcher's pipe, if a run ended without its sweep
             if self.hardening.get("subreaper"):
                 # The run is over (its orphans ended): a harness that runs the
                 # supervisor in its own process gets its process back as it was.
@@ -213,7 +227,7 @@ class Supervisor(ChildControl):
         ) as ledger:
             self._ledger = ledger
             self._opened_mono = self.clock.mono()
-            self._started = trio.current_time()
+            self.control.started = trio.current_time()
             start = self.session_facts(policy)
             await self._record_control("session.start", start, unwritten)
             if self.on_started is not None:
@@ -226,13 +240,15 @@ class Supervisor(ChildControl):
                 stop=self.request_stop,
                 env=self.env,
             )
-            boundary.call_probe = self.hooks.call_probe
+            # Boundary.__init__ types call_probe by its None default (docket/boundary/app.py,
+            # another helper's file this round): the hook's callable is what it holds.
+            boundary.call_probe = self.hooks.call_probe  # type: ignore[assignment]
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch_signals, signals, nursery)
+                nursery.start_soon(self.control.watch_signals, signals, nursery)
                 status = await self._serve_and_run(nursery, boundary, policy)
-                self._hooks_scope.cancel()
+                self.control.hooks_scope.cancel()
                 if self.hooks.before_stop is not None and self.boundary_url is not None:
-                    await self.hooks.before_stop(RunHandleOf(self))
+                    await self.hooks.before_stop(self.control.handle())
                 nursery.cancel_scope.cancel()
             exit_status, reason, cap = self.verdict(status)
             end = {
@@ -273,7 +289,7 @@ class Supervisor(ChildControl):
             cap,
             ledger_path,
             receipt_path,
-            tuple(self.signals_received),
+            tuple(self.control.signals_received),
             evidence=evidence,
             receipt_error=receipt_error,
             notes=notes,
@@ -281,7 +297,7 @@ class Supervisor(ChildControl):
 
     def _reserve_receipt(self) -> Path:
         """Blocks for the receipt, taken before the run starts (docket.receipts.receipt.reserve_receipt)."""
-        from docket.ledger.writer import describe_os_error
+        from docket.ledger.limits import describe_os_error
         from docket.receipts.receipt import RECEIPT_RESERVE_BYTES, reserve_receipt
 
         try:
@@ -300,7 +316,7 @@ class Supervisor(ChildControl):
         line on stderr, always, and a file in the policy's ledger.fallback_dir,
         naming the ledger relative to that folder so `docket verify` takes it as is.
         """
-        from docket.ledger.writer import describe_os_error
+        from docket.ledger.limits import describe_os_error
         from docket.receipts.receipt import (
             build_receipt,
             receipt_line,
@@ -371,17 +387,22 @@ class Supervisor(ChildControl):
         if stop is not None:
             return stop.exit_status, stop.reason, stop.cap
         assert status is not None, "a run with no child always has a stop request"
-        reason = f"child {describe_exit(self._child.returncode)}"
-        if self.signals_forwarded:
-            reason += f" after {', '.join(self.signals_forwarded)} to the supervisor"
+        child = self.control.child
+        assert child is not None, "a run with a status had a child"
+        assert child.returncode is not None, "a run with a status has reaped its child"
+        reason = f"child {describe_exit(child.returncode)}"
+        forwarded = self.control.signals_forwarded
+        if forwarded:
+            reason += f" after {', '.join(forwarded)} to the supervisor"
         return status, reason, None
 
     # ------------------------------------------------------------------ recording
 
     async def _record(self, type: str, **fields) -> int | None:
         """Append; a ceiling or lost evidence stops the run instead of crashing it."""
-        from docket.ledger.writer import EvidenceLost, LedgerFull
+        from docket.ledger.limits import EvidenceLost, LedgerFull
 
+        assert self._ledger is not None, "events are recorded only while the ledger is open"
         try:
             return await self._ledger.append(type, **self._redactor.fields(fields))
         except EvidenceLost as exc:
@@ -431,12 +452,11 @@ class Supervisor(ChildControl):
                 )
             )
             return None
-        self.boundary_url = url
         if self.wall_limit() is not None:
-            nursery.start_soon(self._watch_wall_clock, boundary)
+            nursery.start_soon(self.control.watch_wall_clock, boundary)
         if self.options.snapshot and not await self._snapshots.take(self):
             return None  # it asked for the stop (why) itself: no child without its snapshot
-        status = await self._run_child(nursery, url)
+        status = await self.control.run_child(nursery, url)
         if self.options.snapshot:
             await self._snapshots.after_reap(self)
         return status
