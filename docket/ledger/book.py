@@ -413,7 +413,8 @@ class LedgerBook:
 
     def _low_disk_line(self, before: list[bytes], ts: str, mono_ms: int) -> bytes | None:
         """The owed evidence.low_disk record, chained after `before` (or the head)."""
-        if self.low_disk is None:
+        owed = self.watch.owed
+        if owed is None:
             return None
         line = encode_line(
             seq=self.count + len(before),
@@ -421,7 +422,7 @@ class LedgerBook:
             mono_ms=mono_ms,
             type=LOW_DISK_TYPE,
             prev=line_hash(before[-1]) if before else self.head,
-            body=encode_body(self.watch.owed),
+            body=encode_body(owed),
         )
         used = self.size + self.reserved + self.held + sum(len(x) + 1 for x in before)
         if len(line) + 1 > self._room_control - used:

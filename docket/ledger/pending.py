@@ -4,13 +4,14 @@
 held for a call's closing event) live in the book's queue and counters;
 `Batch`, `Torn` and `Loss` are the steps `LedgerBook.next_step` returns for
 writer.py to carry out; `_Gap` counts the losses not yet recorded in the file.
-Plain values: the book (book.py) changes them, nothing here does I/O. Split
-from book.py, which still re-exports every public name here.
+Plain values: the book (book.py) changes them, nothing here does I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from docket.ledger.limits import EXEMPT_FROM_EVENT_CEILING
 
@@ -49,7 +50,9 @@ class PendingEvent:
         self.fault: object = _UNASKED  # the fault hook's answer, asked once
         self.seq: int | None = None
         self.settled = False  # durable (seq set) or lost (seq None)
-        self.waiter: object = None  # the shell's: the task parked on this event
+        # The shell's: the trio task parked on this event (Any: the pure book never
+        # looks inside it and imports no trio).
+        self.waiter: Any = None
 
 
 class ClosingSlot:
@@ -98,7 +101,7 @@ class Torn:
 
     items: list[PendingEvent]
     data: bytes
-    crash: object  # Callable[[], object]
+    crash: Callable[[], object]
 
     TORN = "a torn write: the process was to die mid-line (fault hook)"
 

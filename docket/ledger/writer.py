@@ -463,7 +463,7 @@ class Ledger:
         if result.error is not None:
             error = describe_os_error(result.error)
             records = (LOW_DISK_TYPE,) if getattr(batch, "has_low_disk", False) else ()
-            if result.skipped and book.refused(batch, error, records):
+            if result.skipped and isinstance(batch, Batch) and book.refused(batch, error, records):
                 self._awaited = 0  # nobody woken: its events are queued again
                 return 0
             book.lose(batch.items, error, attempted=True, broken=result.broken, records=records)

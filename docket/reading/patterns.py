@@ -729,7 +729,8 @@ class WriteScope(Pattern):
     def findings(self) -> list[Finding]:
         if self.not_judged() is not None:
             return []
-        outside, seqs = [], []
+        outside: list[str] = []
+        seqs: list[int] = []
         for e in self.changes.values():
             before = len(outside)
             for kind in ("created", "modified", "deleted", "mode_changed"):
