@@ -17,7 +17,7 @@ import trio
 from conftest import TOKEN
 from openai.types.chat import ChatCompletionUserMessageParam
 
-from chaos.stub import Behaviour, steady
+from chaos.stub.server import Behaviour, steady
 from docket.reading.explain import explain_ledger
 from docket.reading.thresholds import DEFAULTS
 

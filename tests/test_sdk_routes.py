@@ -9,8 +9,8 @@ import openai
 import trio
 from conftest import REAL_KEY, TOKEN
 
-from chaos.stub import fingerprint
 from chaos.stub.common import make_reply
+from chaos.stub.server import fingerprint
 from docket.receipts.tally import Tally
 
 DEADLINE = 20
