@@ -322,3 +322,31 @@ def test_an_incomplete_rollback_is_a_warning_before_the_last_line(tmp_path):
     assert restored["verified"] is False and restored["failed"]
     assert "docket: warning: the rollback of" in proc.stderr
     assert "path(s) could not be snapshotted or scanned" in proc.stderr
+
+
+def test_explain_judges_write_scope_from_a_real_snapshot_run(tmp_path):
+    """docket explain's write-scope finding, read from the snapshot.changes a real
+    --snapshot run wrote: a path changed outside [explain] write_scope is named, one
+    inside it is not."""
+    tree = _tree(tmp_path)
+    code = (
+        "import os\n"
+        "open('src/inside.py', 'w').write('x = 1\\n')\n"
+        "open('outside.txt', 'w').write('not in scope\\n')\n"
+    )
+    proc, run = _run(tmp_path, tree, f"--snapshot={tree}", code=code)
+    assert proc.returncode == 0, proc.stderr
+    policy = tmp_path / "explain.toml"
+    policy.write_text('[explain]\nwrite_scope = ["src"]\n')
+    found = subprocess.run(
+        [*DOCKET, "explain", str(run), "--policy", str(policy), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert found.returncode == 0, found.stderr
+    report = json.loads(found.stdout)
+    scope = [f for f in report["findings"] if f["pattern"] == "write-scope"]
+    assert len(scope) == 1, report
+    assert scope[0]["evidence"]["outside_scope"] == ["created outside.txt"]
+    assert "write-scope" not in report.get("not_judged", {})
