@@ -490,6 +490,7 @@ def percentiles(seconds: list[float]) -> dict:
         "min": round(ordered[0] * 1000, 3),
         "p50": at(0.50),
         "p90": at(0.90),
+        "p95": at(0.95),
         "p99": at(0.99),
         "p99.9": at(0.999),
         "max": round(ordered[-1] * 1000, 3),
