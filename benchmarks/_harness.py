@@ -251,6 +251,14 @@ async def _boundary_session(config: dict) -> dict:
     return counters(ledger)
 
 
+def how_run(session: str, module: str, args: list[str]) -> str:
+    """The command line that ran a benchmark, as a report quotes it: the nox session
+    when nox ran it (nox names the session in NOX_CURRENT_SESSION), else the module."""
+    if os.environ.get("NOX_CURRENT_SESSION") == session:
+        return " ".join([f"nox -s {session}", *(["--", *args] if args else [])])
+    return " ".join([f"python -m {module}", *args])
+
+
 # ---------------------------------------------------------------- requests
 
 

@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"bench_peers: --{key.replace('_', '-')} must be >= 1", file=sys.stderr)
                 return 2
             sizes = replace(sizes, **{key: value})
-    command = " ".join(["python -m benchmarks.bench_peers", *(argv or sys.argv[1:])])
+    command = h.how_run("peers", "benchmarks.bench_peers", argv or sys.argv[1:])
     from benchmarks.__main__ import machine
 
     result: dict = {"benchmark": "peers", "machine": machine()}

@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.warmup < 1:
         print("bench_soak: --warmup must be >= 1", file=sys.stderr)
         return 2
-    command = " ".join(["python -m benchmarks.bench_soak", *(argv or sys.argv[1:])])
+    command = h.how_run("soak", "benchmarks.bench_soak", argv or sys.argv[1:])
     from benchmarks.__main__ import machine
 
     result: dict = {"benchmark": "soak", "machine": machine()}
