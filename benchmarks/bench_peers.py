@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, replace
@@ -40,6 +41,7 @@ TOKEN = "docket-peers-run-token"
 CHAT = "/v1/chat/completions"
 LEVELS = (1, 8, 32)
 CONCURRENCY = 32
+SERVER = {"direct": "stub", "docket": "docket", "litellm": "litellm"}  # who serves each path
 QUANTILES = ("p50", "p95", "p99", "p99.9")
 
 
@@ -132,6 +134,9 @@ def throughput(
         "rounds": rounds,
         "median": median,
         "calls_per_s_all": {name: [r["calls_per_s"] for r in rs] for name, rs in runs.items()},
+        "server_cpu_us_per_call": {
+            name: [r["cpu_us_per_call"][SERVER[name]] for r in rs] for name, rs in runs.items()
+        },
         "calls": {name: calls[name] * rounds for name in paths},
     }
 
@@ -162,7 +167,7 @@ class Sizes:
     level_calls: int  # calls at each of 1 (a quarter of it), 8 and 32 clients
 
 
-FULL = Sizes(rounds=3, pairs=1000, calls=6000, peer_calls=1000, level_calls=6000)
+FULL = Sizes(rounds=5, pairs=1000, calls=5000, peer_calls=600, level_calls=6000)
 QUICK = Sizes(rounds=1, pairs=200, calls=1000, peer_calls=200, level_calls=1000)
 
 
@@ -247,7 +252,28 @@ def ratios(latency: dict, load: dict) -> dict:
     d_cps = load["median"]["docket"]["calls_per_s"]
     p_cps = load["median"]["litellm"]["calls_per_s"]
     out["calls_per_s_docket_over_litellm"] = round(d_cps / p_cps, 1) if p_cps else None
+    # Round by round (the two ran minutes apart at most): steadier than medians taken
+    # from different rounds when the machine's speed moves under the run.
+    per_round = [
+        round(d / p, 1)
+        for d, p in zip(
+            load["calls_per_s_all"]["docket"], load["calls_per_s_all"]["litellm"], strict=True
+        )
+        if p
+    ]
+    out["calls_per_s_docket_over_litellm_each_round"] = per_round
+    out["calls_per_s_docket_over_litellm_median_of_rounds"] = median(per_round)
+    # Each server's own CPU per call: the figure that moves least with the machine's load.
+    cpu = load["server_cpu_us_per_call"]
+    d_cpu, p_cpu = median(cpu["docket"]), median(cpu["litellm"])
+    out["server_cpu_per_call_litellm_over_docket"] = (
+        round(p_cpu / d_cpu, 1) if d_cpu and p_cpu is not None else None
+    )
     return out
+
+
+def median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 1) if values else None
 
 
 def summary(result: dict) -> dict:
@@ -334,7 +360,7 @@ def report_md(result: dict, command: str) -> str:
     ]
     for name in names:
         r = tp["median"][name]
-        server = {"direct": "stub", "docket": "docket", "litellm": "litellm"}[name]
+        server = SERVER[name]
         lines.append(
             f"| {name} | {r['calls']:,} | {fmt(r['calls_per_s'])} | "
             f"{', '.join(fmt(x) for x in tp['calls_per_s_all'][name])} | "
@@ -350,7 +376,12 @@ def report_md(result: dict, command: str) -> str:
             f"- LiteLLM adds {fmt(r['added_p50_litellm_over_docket'])}x Docket's added "
             f"latency at p50 and {fmt(r['added_p99_litellm_over_docket'])}x at p99.",
             f"- Docket serves {fmt(r['calls_per_s_docket_over_litellm'])}x LiteLLM's calls/s "
-            f"at {tp['concurrency']} clients.",
+            f"at {tp['concurrency']} clients (median rounds); round by round "
+            f"{', '.join(fmt(x) for x in r['calls_per_s_docket_over_litellm_each_round'])}x "
+            f"(median {fmt(r['calls_per_s_docket_over_litellm_median_of_rounds'])}x).",
+            f"- LiteLLM's process spends {fmt(r['server_cpu_per_call_litellm_over_docket'])}x "
+            "the CPU a call that Docket's boundary does (median of rounds): the steadiest "
+            "of these figures on a shared machine.",
         ]
     lines += [
         "",
