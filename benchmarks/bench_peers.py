@@ -447,6 +447,15 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             sizes = replace(sizes, **{key: value})
     command = h.how_run("peers", "benchmarks.bench_peers", argv or sys.argv[1:])
+    folders = [Path(args.out), *([Path(args.report)] if args.report else [])]
+    try:  # before minutes of measuring, not after
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(
+            f"bench_peers: cannot write reports to {folder}: {exc.strerror or exc}", file=sys.stderr
+        )
+        return 2
     from benchmarks.__main__ import machine
 
     result: dict = {"benchmark": "peers", "machine": machine()}

@@ -175,7 +175,7 @@ def summary(result: dict) -> dict:
 
 def run(quick: bool) -> dict:
     """For `python -m benchmarks soak`."""
-    result = measure((500, 1000, 3000), 200) if quick else measure()
+    result = measure((2000, 4000, 12000)) if quick else measure()
     result["summary"] = summary(result)
     return result
 
@@ -263,6 +263,15 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_soak: --warmup must be >= 1", file=sys.stderr)
         return 2
     command = h.how_run("soak", "benchmarks.bench_soak", argv or sys.argv[1:])
+    folders = [Path(args.out), *([Path(args.report)] if args.report else [])]
+    try:  # before minutes of measuring, not after
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(
+            f"bench_soak: cannot write reports to {folder}: {exc.strerror or exc}", file=sys.stderr
+        )
+        return 2
     from benchmarks.__main__ import machine
 
     result: dict = {"benchmark": "soak", "machine": machine()}

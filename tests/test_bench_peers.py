@@ -126,3 +126,15 @@ def test_rotations_put_each_path_in_each_place() -> None:
     orders = [bench_peers.rotations(names, i) for i in range(6)]
     for place in range(3):
         assert sorted(o[place] for o in orders) == sorted(names * 2)
+
+
+@pytest.mark.parametrize("module", ["benchmarks.bench_peers", "benchmarks.bench_soak"])
+def test_an_unwritable_report_folder_is_one_line_before_any_run(
+    module: str, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    done = run_script(module, "--report", str(blocker / "reports"), timeout_s=30)
+    assert done.returncode == 2
+    assert "cannot write reports to" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
