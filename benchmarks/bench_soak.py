@@ -56,6 +56,12 @@ def memory_kib(pid: int) -> dict[str, int]:
     return out
 
 
+def open_fds(pid: int) -> int:
+    """How many file descriptors a process holds: each checkpoint's clients have hung up,
+    so a socket the boundary failed to close would show here, run after run."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 def slope(points: list[tuple[int, int]]) -> float | None:
     """Least-squares slope of y over x; None with fewer than two distinct x."""
     n = len(points)
@@ -80,7 +86,7 @@ def one_run(stub: h.Stub, folder: Path, calls: int, warmup: int) -> dict:
         h.load(boundary.url, request, concurrency=CONCURRENCY, calls=warmup, timeout_s=600)
         base_events = boundary.stats()["count"]
         base = memory_kib(pid)["VmRSS"]
-        points: list[dict] = [{"calls": 0, "events": 0, "rss_kib": base}]
+        points: list[dict] = [{"calls": 0, "events": 0, "rss_kib": base, "fds": open_fds(pid)}]
         done = 0
         cps = []
         for part in range(CHECKPOINTS):
@@ -91,7 +97,8 @@ def one_run(stub: h.Stub, folder: Path, calls: int, warmup: int) -> dict:
             cps.append(result["calls_per_s"])
             done += n
             events = boundary.stats()["count"] - base_events
-            points.append({"calls": done, "events": events, "rss_kib": memory_kib(pid)["VmRSS"]})
+            rss = memory_kib(pid)["VmRSS"]
+            points.append({"calls": done, "events": events, "rss_kib": rss, "fds": open_fds(pid)})
         end = memory_kib(pid)
         final = boundary.stop()
     finally:
@@ -216,7 +223,8 @@ def report_md(result: dict, command: str) -> str:
         "",
         f"RSS at each checkpoint of the longest run ({longest['calls']:,} calls), KiB: "
         + ", ".join(f"{p['rss_kib']:,}" for p in longest["checkpoints"])
-        + ".",
+        + "; its open file descriptors at the same points (the clients of the part before "
+        "had hung up): " + ", ".join(str(p["fds"]) for p in longest["checkpoints"]) + ".",
         "",
         f"Final RSS from the shortest to the longest run, per extra event: "
         f"{result['across_runs_bytes_per_event']} bytes. A ledger line is "

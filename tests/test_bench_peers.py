@@ -106,6 +106,7 @@ def test_soak_reads_the_boundary_memory_over_runs(tmp_path: Path) -> None:
         assert len(run["checkpoints"]) == bench_soak.CHECKPOINTS + 1
         assert all(p["rss_kib"] > 1000 for p in run["checkpoints"])  # a Python process's RSS
         assert run["peak_rss_kib"] >= run["rss_kib"]["end"]
+        assert all(p["fds"] > 3 for p in run["checkpoints"])  # stdio, ledger, listener
     assert result["flat"] == (done.returncode == 0)
     assert "Verdict" in (tmp_path / "report" / "soak.md").read_text()
 
