@@ -2,7 +2,8 @@
 `report-check` (the game-day report in a headless browser), `demo`, `slow`, `attack`,
 `gameday-load` (the nine phases N times under CPU load), `gameday-toxiproxy` (a game
 day and a chaos scenario against the real Toxiproxy server), `verifiers` (the Python,
-JavaScript and Go verifiers over the vectors and 1,000 mutations).
+JavaScript and Go verifiers over the vectors and 1,000 mutations), `peers` (Docket's
+boundary beside LiteLLM's proxy, from PyPI), `soak` (the boundary's memory over run length).
 
 Each session makes its own virtualenv and installs what it needs, so a fresh
 machine with only Python and pip runs any of them after `pip install nox`.
@@ -193,3 +194,27 @@ def compare(session: nox.Session) -> None:
     (against the working tree; see docs/performance.md for why never across runs)."""
     session.install("-e", ".[test,fast]")
     session.run("python", "-m", "benchmarks.compare", *session.posargs)
+
+
+# The peer measured against, pinned to the version the committed figures were taken with
+# (docs/measurements/2026-12-01-2core/load.md): a newer LiteLLM is a new measurement.
+LITELLM = "litellm[proxy]==1.108.7"
+
+
+@nox.session
+def peers(session: nox.Session) -> None:
+    """Docket's boundary beside LiteLLM's proxy over one stub, in one run: added latency
+    (alternating calls), calls/s at 32 clients, Docket at 1/8/32 clients. Needs PyPI (it
+    installs LiteLLM), so CI does not run it. Writes benchmarks/results/peers.{json,md};
+    `nox -s peers -- --report DIR` also DIR/load.{md,json}; `-- --quick` for a smoke run."""
+    session.install("-e", ".[fast]", LITELLM)
+    session.run("python", "-m", "benchmarks.bench_peers", *session.posargs)
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """The boundary's resident memory over runs of 5k, 10k and 30k calls (a 6x range):
+    exit 1 if it grows per event. Writes benchmarks/results/soak.{json,md}; `nox -s soak
+    -- --report DIR` also DIR/soak.{md,json}; `-- --lengths 500,1000,3000` for a short one."""
+    session.install("-e", ".[fast]")
+    session.run("python", "-m", "benchmarks.bench_soak", *session.posargs)

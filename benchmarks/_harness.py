@@ -252,6 +252,14 @@ async def _boundary_session(config: dict) -> dict:
     return counters(ledger)
 
 
+def how_run(session: str, module: str, args: list[str]) -> str:
+    """The command line that ran a benchmark, as a report quotes it: the nox session
+    when nox ran it (nox names the session in NOX_CURRENT_SESSION), else the module."""
+    if os.environ.get("NOX_CURRENT_SESSION") == session:
+        return " ".join([f"nox -s {session}", *(["--", *args] if args else [])])
+    return " ".join([f"python -m {module}", *args])
+
+
 # ---------------------------------------------------------------- requests
 
 
@@ -491,6 +499,7 @@ def percentiles(seconds: list[float]) -> dict:
         "min": round(ordered[0] * 1000, 3),
         "p50": at(0.50),
         "p90": at(0.90),
+        "p95": at(0.95),
         "p99": at(0.99),
         "p99.9": at(0.999),
         "max": round(ordered[-1] * 1000, 3),
