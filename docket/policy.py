@@ -30,6 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from docket.cache.config import CachePolicy, cache_policy
 from docket.errors import InputError
 from docket.inputs import parse_duration, read_text
 
@@ -150,6 +151,7 @@ class Policy:
     resilience: ResiliencePolicy = field(default_factory=ResiliencePolicy)
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     secrets: SecretsPolicy = field(default_factory=SecretsPolicy)
+    cache: CachePolicy = field(default_factory=CachePolicy)  # docket/cache/config.py
     # Where it came from; not part of the digest (the same rules from two files are the same policy).
     source: str = field(default="defaults", compare=False)
 
@@ -178,7 +180,7 @@ class Policy:
         def section(obj) -> dict:
             return {f.name: _jsonable(getattr(obj, f.name)) for f in fields(obj)}
 
-        return {
+        out = {
             "ledger": section(self.ledger),
             "caps": section(self.caps),
             "providers": {name: section(p) for name, p in self.providers.items()},
@@ -187,6 +189,9 @@ class Policy:
             "egress": section(self.egress),
             "secrets": section(self.secrets),
         }
+        if self.cache.enabled:  # only then: a policy without it keeps its digest
+            out["cache"] = self.cache.to_dict()
+        return out
 
     def digest(self) -> str:
         """`sha256:<hex>` of a canonical JSON of the resolved policy (the receipt's policy_digest)."""
@@ -236,7 +241,17 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
         data,
         "",
         # explain: read by docket.reading.thresholds (what explain names, not what a run does)
-        ("ledger", "caps", "providers", "boundary", "resilience", "egress", "secrets", "explain"),
+        (
+            "ledger",
+            "caps",
+            "providers",
+            "boundary",
+            "resilience",
+            "egress",
+            "secrets",
+            "explain",
+            "cache",
+        ),
     )
     ledger = _ledger(c, c.section(data, "ledger"))
     caps = _caps(c, c.section(data, "caps"))
@@ -245,6 +260,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     resilience = _resilience(c, c.section(data, "resilience"))
     egress = _egress(c, c.section(data, "egress"))
     secrets = _secrets(c, c.section(data, "secrets"))
+    cache = cache_policy(c, c.section(data, "cache"))
     return Policy(
         ledger=ledger,
         caps=caps,
@@ -253,6 +269,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
         resilience=resilience,
         egress=egress,
         secrets=secrets,
+        cache=cache,
         source=source,
     )
 

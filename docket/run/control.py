@@ -235,6 +235,10 @@ class RunHandleOf:
         return os.getpid()
 
     async def record_fault(self, fields) -> int | None:
+        # The response cache stores no answer in flight while a fault takes effect.
+        boundary = getattr(self._supervisor, "boundary", None)
+        if boundary is not None:
+            boundary.note_fault()
         return await self._supervisor._record("fault.injected", **fields)
 
     def request_stop(self, reason: str, *, exit_status: int) -> None:

@@ -122,6 +122,7 @@ class Supervisor(ChildControl):
         self._escalating = False
         self._group_killed = False  # a SIGKILL went to the whole group
         self.boundary_url: str | None = None
+        self.boundary = None  # the Boundary, once made (_run)
         self._hooks_scope = trio.CancelScope()  # the `started` hook's; cancelled at the reap
         self.hardening: dict = {}  # what the kernel was asked at start, and what it said
         # Called once session.start is on disk: `docket run` prints its start warnings
@@ -224,6 +225,7 @@ class Supervisor(ChildControl):
                 env=self.env,
             )
             boundary.call_probe = self.hooks.call_probe
+            self.boundary = boundary  # the run handle tells it of faults (its cache)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_signals, signals, nursery)
                 status = await self._serve_and_run(nursery, boundary, policy)
