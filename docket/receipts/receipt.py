@@ -141,6 +141,16 @@ RECEIPT_SHAPE = {
         "client_retries": _Optional(
             {"marked": _count, "retries": _count, "by_attempt": _MapOf(_count)}
         ),
+        # The response cache (section 7.7); absent: the cache was never consulted.
+        "cache": _Optional(
+            {
+                "hits": _count,
+                "misses": _count,
+                "stored": _count,
+                "refused_by_reason": _MapOf(_count),
+                "saved_nusd": _count,
+            }
+        ),
     },
     "faults": {
         "seed": _int_or_null,
@@ -149,6 +159,9 @@ RECEIPT_SHAPE = {
         "by_fault": _MapOf(_count),
     },
 }
+
+# ops.cache when a receipt omits it (spec section 7.7): the cache was never consulted.
+NO_CACHE = {"hits": 0, "misses": 0, "stored": 0, "refused_by_reason": {}, "saved_nusd": 0}
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -250,6 +263,9 @@ def build_receipt(
     client_retries = tally.client_retries()
     if client_retries["marked"]:  # likewise: a run no client marked keeps the old shape
         receipt["ops"]["client_retries"] = client_retries
+    cache = tally.cache()
+    if cache != NO_CACHE:  # a run without [cache] keeps the old shape
+        receipt["ops"]["cache"] = cache
     found = shape_problem(receipt, RECEIPT_SHAPE)
     if found:
         raise ValueError(f"receipt field {found[0]} {found[1]}")

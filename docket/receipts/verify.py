@@ -30,7 +30,14 @@ from docket.ledger.chain import (
 from docket.ledger.reader import LEDGER_MAGIC, Lines, LineTooLong
 from docket.ledger.strict_json import AmbiguousJSON, decode_json
 from docket.receipts.json_syntax import json_syntax_problem
-from docket.receipts.receipt import FORMAT, RECEIPT_SHAPE, join_path, plain_number, shape_problem
+from docket.receipts.receipt import (
+    FORMAT,
+    NO_CACHE,
+    RECEIPT_SHAPE,
+    join_path,
+    plain_number,
+    shape_problem,
+)
 from docket.receipts.tally import EVIDENCE_EXTRA, EVIDENCE_FIELDS, UNBACKED, Tally, TallyError
 
 __all__ = [
@@ -87,6 +94,7 @@ FAULTS_MISMATCH = "faults_mismatch"
 CLIENT_RETRIES_MISMATCH = "client_retries_mismatch"
 # ops.client_retries when the receipt omits it (spec section 7.6): no request was marked.
 NO_CLIENT_RETRIES = {"marked": 0, "retries": 0, "by_attempt": {}}
+CACHE_MISMATCH = "cache_mismatch"
 
 # Input error codes (exit 2): verification could not start.
 RECEIPT_UNREADABLE = "receipt_unreadable"
@@ -552,6 +560,10 @@ def verify(
         return _failed(
             CLIENT_RETRIES_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
         )
+    stated = receipt["ops"].get("cache", NO_CACHE)
+    found = first_difference(stated, scan.tally.cache(), "ops.cache", unbacked)
+    if found:
+        return _failed(CACHE_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
     return Verdict(
         ok=True,
         claims=claims,

@@ -1,0 +1,86 @@
+"""A looping agent under a real `docket run` with [cache] on (issue 17): the real
+openai SDK asks the same greedy question five times (and one stream twice, and a
+sampled question twice); the repeats are served from the cache, the receipt's
+ops.cache says so, its saving equals the sum over the cache.hit events on disk,
+and verify re-derives it (and catches a receipt that overstates the saving)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import trio
+from helpers import read_chain
+
+from docket.receipts.verify import verify
+from docket.run.supervisor import Supervisor
+from docket.run.values import RunOptions
+
+DEADLINE = 90  # one supervised run on a shared 2-core machine
+REAL_KEY = "sk-real-upstream-key-cache-0a1b2c3d"
+
+AGENT = textwrap.dedent(
+    """
+    import openai
+    client = openai.OpenAI(max_retries=0, timeout=20)
+    ask = [{"role": "user", "content": "are we there yet?"}]
+    for _ in range(5):  # the loop: the same call, again and again
+        client.chat.completions.create(model="gpt-4o-mini", messages=ask, temperature=0, max_tokens=8)
+    for _ in range(2):
+        stream = client.chat.completions.create(
+            model="gpt-4o-mini", messages=ask, temperature=0, max_tokens=8, stream=True
+        )
+        print("".join(c.choices[0].delta.content or "" for c in stream if c.choices), flush=True)
+    for _ in range(2):  # sampled: never served from the cache
+        client.chat.completions.create(model="gpt-4o-mini", messages=ask, temperature=0.9, max_tokens=8)
+    """
+)
+
+
+async def test_a_looping_agent_is_served_from_the_cache(stub_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("STUB_KEY", REAL_KEY)
+    policy = tmp_path / "docket.toml"
+    out_path = tmp_path / "agent.out"
+    with trio.fail_after(DEADLINE), out_path.open("w") as out:
+        async with stub_server("openai", reply_tokens=6) as stub:
+            policy.write_text(
+                f'[providers.openai]\nkind = "openai"\nbase_url = "{stub.url}"\n'
+                'key_env = "STUB_KEY"\n[cache]\nenabled = true\nttl = "10m"\n'
+            )
+            run = RunOptions(
+                command=[sys.executable, "-c", AGENT],
+                policy_path=str(policy),
+                ledger_dir=str(tmp_path / "run"),
+                stdout=out,
+            )
+            outcome = await Supervisor(run).run()
+            forwarded = len(stub.log)
+    assert outcome.exit_status == 0, outcome.reason
+    streamed = out_path.read_text().splitlines()
+    assert len(streamed) == 2 and streamed[0] and streamed[0] == streamed[1]
+    assert forwarded == 4  # one greedy whole, one greedy stream, two sampled
+
+    events = read_chain(outcome.ledger)
+    hits = [e for e in events if e["type"] == "cache.hit"]
+    by_seq = {e["seq"]: e for e in events}
+    assert len(hits) == 5
+    for hit in hits:  # each saving is what the answer it replays cost
+        assert hit["saved_nusd"] == by_seq[hit["replays_seq"]]["cost_nusd"] > 0
+    receipt = json.loads(outcome.receipt.read_text())
+    assert receipt["ops"]["cache"] == {
+        "hits": 5,
+        "misses": 2,
+        "stored": 2,
+        "refused_by_reason": {"temperature": 2},
+        "saved_nusd": sum(h["saved_nusd"] for h in hits),
+    }
+    assert receipt["totals"]["model_calls"] == 4
+    verdict = verify(outcome.receipt)
+    assert verdict.ok, verdict.summary()
+
+    receipt["ops"]["cache"]["saved_nusd"] += 1  # a receipt that claims more than was saved
+    outcome.receipt.write_text(json.dumps(receipt))
+    verdict = verify(outcome.receipt)
+    assert not verdict.ok and verdict.code == "cache_mismatch", verdict.summary()
+    assert verdict.field == "ops.cache.saved_nusd"
