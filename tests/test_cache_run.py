@@ -13,6 +13,7 @@ import textwrap
 import trio
 from helpers import read_chain
 
+from docket.reading.explain import explain_ledger
 from docket.receipts.verify import verify
 from docket.run.supervisor import Supervisor
 from docket.run.values import RunOptions
@@ -38,15 +39,14 @@ AGENT = textwrap.dedent(
 )
 
 
-async def test_a_looping_agent_is_served_from_the_cache(stub_server, tmp_path, monkeypatch):
-    monkeypatch.setenv("STUB_KEY", REAL_KEY)
+async def run_agent(stub_server, tmp_path, cache: str):
     policy = tmp_path / "docket.toml"
     out_path = tmp_path / "agent.out"
     with trio.fail_after(DEADLINE), out_path.open("w") as out:
         async with stub_server("openai", reply_tokens=6) as stub:
             policy.write_text(
                 f'[providers.openai]\nkind = "openai"\nbase_url = "{stub.url}"\n'
-                'key_env = "STUB_KEY"\n[cache]\nenabled = true\nttl = "10m"\n'
+                f'key_env = "STUB_KEY"\n{cache}'
             )
             run = RunOptions(
                 command=[sys.executable, "-c", AGENT],
@@ -57,6 +57,13 @@ async def test_a_looping_agent_is_served_from_the_cache(stub_server, tmp_path, m
             outcome = await Supervisor(run).run()
             forwarded = len(stub.log)
     assert outcome.exit_status == 0, outcome.reason
+    return outcome, forwarded, out_path
+
+
+async def test_a_looping_agent_is_served_from_the_cache(stub_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("STUB_KEY", REAL_KEY)
+    cache = '[cache]\nenabled = true\nttl = "10m"\n'
+    outcome, forwarded, out_path = await run_agent(stub_server, tmp_path, cache)
     streamed = out_path.read_text().splitlines()
     assert len(streamed) == 2 and streamed[0] and streamed[0] == streamed[1]
     assert forwarded == 4  # one greedy whole, one greedy stream, two sampled
@@ -78,9 +85,27 @@ async def test_a_looping_agent_is_served_from_the_cache(stub_server, tmp_path, m
     assert receipt["totals"]["model_calls"] == 4
     verdict = verify(outcome.receipt)
     assert verdict.ok, verdict.summary()
+    # explain's cache-miss pattern: the hits were not paid for, so nothing to name.
+    names = [f["pattern"] for f in explain_ledger(outcome.ledger)["findings"]]
+    assert "cache-miss" not in names, names
 
     receipt["ops"]["cache"]["saved_nusd"] += 1  # a receipt that claims more than was saved
     outcome.receipt.write_text(json.dumps(receipt))
     verdict = verify(outcome.receipt)
     assert not verdict.ok and verdict.code == "cache_mismatch", verdict.summary()
     assert verdict.field == "ops.cache.saved_nusd"
+
+
+async def test_the_same_loop_without_the_cache_pays_every_time(stub_server, tmp_path, monkeypatch):
+    """The contrast: no [cache], every call forwarded and paid, no cache member anywhere,
+    and explain names the repeats."""
+    monkeypatch.setenv("STUB_KEY", REAL_KEY)
+    outcome, forwarded, _ = await run_agent(stub_server, tmp_path, "")
+    assert forwarded == 9
+    events = read_chain(outcome.ledger)
+    assert not [e for e in events if e["type"] == "cache.hit"]
+    assert not [e for e in events if {"cache", "cache_stored", "cache_refused"} & set(e)]
+    receipt = json.loads(outcome.receipt.read_text())
+    assert "cache" not in receipt["ops"]
+    names = [f["pattern"] for f in explain_ledger(outcome.ledger)["findings"]]
+    assert "cache-miss" in names, names
