@@ -377,3 +377,47 @@ async def test_without_cache_the_events_are_as_before(stub_server, boundary_rig)
     assert [t for t, _ in shapes[0]] == ["model.request", "model.response"] * 3
     cache_fields = {"cache", "cache_stored", "cache_refused"}
     assert not any(cache_fields & set(fields) for _, fields in shapes[0])
+
+
+async def test_a_hit_is_admitted_like_any_call_and_needs_the_same_path(stub_server, boundary_rig):
+    """The cache is asked only after admission: a wrong token is refused, not served; the
+    same bytes on another path (a query added) are a miss."""
+    with trio.fail_after(DEADLINE):
+        async with (
+            stub_server("openai", reply_tokens=5) as up,
+            boundary_rig({"openai": up}, policy=ON) as rig,
+        ):
+            assert (await post(rig, chat())).status_code == 200
+            async with rig.client(token="not-the-run-token") as http:
+                stranger = await http.post(CHAT, content=chat())
+            async with rig.client() as http:
+                other_path = await http.post(CHAT + "?x=1", content=chat())
+            forwarded = len(up.log)
+    assert stranger.status_code == 401 and "x-docket-cache" not in stranger.headers
+    assert other_path.status_code == 200 and "x-docket-cache" not in other_path.headers
+    assert forwarded == 2
+    assert rig.events("cache.hit") == []
+    assert [e["rule"] for e in rig.events("policy.denied")] == ["auth"]
+
+
+async def test_max_hits_then_forwarded_again(stub_server, boundary_rig):
+    policy = {"cache": {"enabled": True, "max_hits": 2}}
+    with trio.fail_after(DEADLINE):
+        async with (
+            stub_server("openai", reply_tokens=5) as up,
+            boundary_rig({"openai": up}, policy=policy) as rig,
+        ):
+            for _ in range(5):
+                assert (await post(rig, chat())).status_code == 200
+            forwarded = len(up.log)
+    # stored, hit, hit (the brake drops it), forwarded and stored again, hit
+    assert [e["type"] for e in rig.events()] == [
+        "model.request",
+        "model.response",
+        "cache.hit",
+        "cache.hit",
+        "model.request",
+        "model.response",
+        "cache.hit",
+    ]
+    assert forwarded == 2
