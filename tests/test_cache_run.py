@@ -13,8 +13,10 @@ import textwrap
 import trio
 from helpers import read_chain
 
+from chaos.stub import Behaviour, Stub, StubConfig
 from docket.reading.explain import explain_ledger
 from docket.receipts.verify import verify
+from docket.run.hooks import RunHooks
 from docket.run.supervisor import Supervisor
 from docket.run.values import RunOptions
 
@@ -109,3 +111,73 @@ async def test_the_same_loop_without_the_cache_pays_every_time(stub_server, tmp_
     assert "cache" not in receipt["ops"]
     names = [f["pattern"] for f in explain_ledger(outcome.ledger)["findings"]]
     assert "cache-miss" in names, names
+
+
+LOOP3 = textwrap.dedent(
+    """
+    import openai
+    client = openai.OpenAI(max_retries=0, timeout=20)
+    ask = [{"role": "user", "content": "are we there yet?"}]
+    for _ in range(3):
+        client.chat.completions.create(model="gpt-4o-mini", messages=ask, temperature=0, max_tokens=8)
+    """
+)
+
+
+async def test_a_fault_the_harness_records_keeps_that_answer_out(tmp_path, monkeypatch):
+    """The harness's way in (RunHooks): the stub records a fault.injected through the
+    run handle before its first answer, as chaos's stubs do. That answer is not stored
+    (fault_injected); the second is, and the third is a hit."""
+    monkeypatch.setenv("STUB_KEY", REAL_KEY)
+    handle: dict = {}
+    ready = trio.Event()
+
+    async def started(run_handle) -> None:
+        handle["run"] = run_handle
+        ready.set()
+
+    async def record_fault(fields: dict) -> None:
+        await ready.wait()
+        await handle["run"].record_fault(fields)
+
+    fault = {"fault": "upstream:latency(5ms)@1", "seed": None, "ordinal": 1, "counter": 0}
+    fault |= {"target": "upstream", "kind": "latency"}
+
+    def choose(arrival):
+        if arrival.ordinal == 0:
+            return Behaviour(first_byte_delay=0.005, injected=(fault,))
+        return Behaviour()
+
+    stub = Stub(StubConfig(kind="openai", reply_tokens=6), choose=choose, record_fault=record_fault)
+    policy = tmp_path / "docket.toml"
+    with trio.fail_after(DEADLINE), (tmp_path / "agent.out").open("w") as out:
+        async with trio.open_nursery() as nursery:
+            listening = await nursery.start(stub.serve)
+            policy.write_text(
+                f'[providers.openai]\nkind = "openai"\nbase_url = "{listening.url}"\n'
+                'key_env = "STUB_KEY"\n[cache]\nenabled = true\n'
+            )
+            run = RunOptions(
+                command=[sys.executable, "-c", LOOP3],
+                policy_path=str(policy),
+                ledger_dir=str(tmp_path / "run"),
+                stdout=out,
+            )
+            outcome = await Supervisor(run, hooks=RunHooks(started=started)).run()
+            nursery.cancel_scope.cancel()
+    assert outcome.exit_status == 0, outcome.reason
+    events = read_chain(outcome.ledger)
+    kinds = [e["type"] for e in events if e["type"] not in ("process.spawn", "process.exit")]
+    assert kinds[1:-1] == [
+        "model.request",
+        "fault.injected",
+        "model.response",
+        "model.request",
+        "model.response",
+        "cache.hit",
+    ]
+    responses = [e for e in events if e["type"] == "model.response"]
+    assert [r.get("cache_refused") for r in responses] == ["fault_injected", None]
+    assert responses[1]["cache_stored"] is True
+    verdict = verify(outcome.receipt)
+    assert verdict.ok, verdict.summary()
