@@ -187,6 +187,24 @@ def _with(answer: Answer, **change) -> Answer:
     return Answer(**{**fields, **change})
 
 
+@given(
+    st.one_of(st.none(), st.sampled_from(decide.REQUEST_REASONS)),
+    st.one_of(st.none(), st.integers(100, 599)),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 2000),
+)
+def test_stored_only_when_every_condition_holds(reason, status, complete, missing, faulted, size):
+    answer = Answer(status, complete, missing, faulted, size)
+    decision = storable(reason, answer, 1000)
+    whole = status is not None and 200 <= status < 300 and complete
+    good = reason is None and whole and not missing and not faulted and size <= 1000
+    assert (decision == Store()) == good
+    if not good:
+        assert isinstance(decision, Refuse) and decision.reason in decide.REASONS
+
+
 def test_every_reason_is_tested_here():
     source = Path(__file__).read_text(encoding="utf-8")
     assert all(f'"{reason}"' in source for reason in decide.REASONS)

@@ -83,7 +83,7 @@ type Tally struct {
 	calls     []openCall        // every model.request with a call_id that opened a call, in seq order
 	open      map[string]int    // call_id -> index in calls, while open
 	attempts  map[uint64]uint64 // client_attempt -> model.request events carrying it (section 7.6)
-	// The response cache (section 7.7): hits, misses, stored, saved_nusd; refusals by reason.
+	// The response cache (section 7.8): hits, misses, stored, saved_nusd; refusals by reason.
 	cache        [4]uint64
 	cacheRefused map[string]uint64
 }
@@ -488,7 +488,7 @@ func (t *Tally) OpenCalls() *Value {
 	return list
 }
 
-// Cache: ops.cache as derived (section 7.7).
+// Cache: ops.cache as derived (section 7.8).
 func (t *Tally) Cache() *Value {
 	reasons := make([]string, 0, len(t.cacheRefused))
 	for r := range t.cacheRefused {

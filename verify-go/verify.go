@@ -282,7 +282,7 @@ func Verify(receiptPath, ledgerPath string) (*Verdict, *InputError) {
 	if p, what, found := firstDifference(claimedRetries, scan.Tally.ClientRetries(), "ops.client_retries", &ignored); found {
 		return withFigures(failed("client_retries_mismatch", p, p+": "+what)), nil
 	}
-	// Section 7.7: absent means the cache was never consulted.
+	// Section 7.8: absent means the cache was never consulted.
 	claimedCache := receipt.Get("ops").Get("cache")
 	if claimedCache == nil {
 		claimedCache = newObject().Set("hits", num(0)).Set("misses", num(0)).Set("stored", num(0)).

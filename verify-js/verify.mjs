@@ -564,7 +564,7 @@ class Tally {
     this.pending = new Map();
     // client_attempt (decimal string) → model.request events carrying it (section 7.6).
     this.attempts = new Map();
-    // The response cache (section 7.7): hits, misses, stored, refusals by reason, saving.
+    // The response cache (section 7.8): hits, misses, stored, refusals by reason, saving.
     this.cache = { hits: 0, misses: 0, stored: 0, saved: 0, refused: new Map() };
     this.bad = null; // the first malformed_event: {seq, offset, message}
   }
@@ -728,7 +728,7 @@ class Tally {
     this.totals[counter] = sum(this.totals[counter], n);
   }
 
-  // ops.cache as derived (section 7.7).
+  // ops.cache as derived (section 7.8).
   cacheClaim() {
     const c = this.cache;
     return obj([['hits', c.hits], ['misses', c.misses], ['stored', c.stored], ['refused_by_reason', c.refused], ['saved_nusd', c.saved]]);

@@ -141,7 +141,7 @@ RECEIPT_SHAPE = {
         "client_retries": _Optional(
             {"marked": _count, "retries": _count, "by_attempt": _MapOf(_count)}
         ),
-        # The response cache (section 7.7); absent: the cache was never consulted.
+        # The response cache (section 7.8); absent: the cache was never consulted.
         "cache": _Optional(
             {
                 "hits": _count,
@@ -160,7 +160,7 @@ RECEIPT_SHAPE = {
     },
 }
 
-# ops.cache when a receipt omits it (spec section 7.7): the cache was never consulted.
+# ops.cache when a receipt omits it (spec section 7.8): the cache was never consulted.
 NO_CACHE = {"hits": 0, "misses": 0, "stored": 0, "refused_by_reason": {}, "saved_nusd": 0}
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")

@@ -231,7 +231,7 @@ class Tally:
         # model.request's client_attempt (the SDK's x-stainless-retry-count) -> requests
         # carrying it; bounded by the distinct attempts, not the requests.
         self.client_attempts: dict[int, int] = {}
-        # The response cache (ops.cache, spec section 7.7): hits, misses, stored answers,
+        # The response cache (ops.cache, spec section 7.8): hits, misses, stored answers,
         # refusals to store by reason (bounded by the reasons' vocabulary) and the saving.
         self.cache_counts = [0, 0, 0, 0]  # hits, misses, stored, saved_nusd
         self.cache_refused: dict[str, int] = {}
@@ -302,7 +302,7 @@ class Tally:
         }
 
     def cache(self) -> dict:
-        """The receipt's ops.cache (spec section 7.7)."""
+        """The receipt's ops.cache (spec section 7.8)."""
         hits, misses, stored, saved = self.cache_counts
         return {
             "hits": hits,

@@ -1432,7 +1432,7 @@ def make(out: Path) -> None:
         offset=bad_attempt.offsets[3],
     )
 
-    # -- the response cache (section 7.7), added with ops.cache
+    # -- the response cache (section 7.8), added with ops.cache
     cache_led = chain(cache_run())
     cache_receipt = receipt_for(cache_led, COMPLETE)
     v.ok(
