@@ -260,7 +260,12 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     resilience = _resilience(c, c.section(data, "resilience"))
     egress = _egress(c, c.section(data, "egress"))
     secrets = _secrets(c, c.section(data, "secrets"))
-    cache = cache_policy(c, c.section(data, "cache"))
+    cache = cache_policy(
+        c.section(data, "cache"),
+        c.fail,
+        seconds=lambda v: c.duration({"ttl": v}, "cache.ttl", None),
+        size=lambda v: c.size({"max_bytes": v}, "cache.max_bytes", 0, 1024),
+    )
     return Policy(
         ledger=ledger,
         caps=caps,

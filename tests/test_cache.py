@@ -21,7 +21,7 @@ from conftest import TOKEN
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.stub import Behaviour, steady
+from chaos.stub.server import Behaviour, steady
 from docket.cache import decide
 from docket.cache.config import CachePolicy
 from docket.cache.decide import Answer, Refuse, Store, request_refusal, storable

@@ -13,7 +13,7 @@ import textwrap
 import trio
 from helpers import read_chain
 
-from chaos.stub import Behaviour, Stub, StubConfig
+from chaos.stub.server import Behaviour, Stub, StubConfig
 from docket.reading.explain import explain_ledger
 from docket.receipts.verify import verify
 from docket.run.hooks import RunHooks

@@ -1,15 +1,16 @@
 """The [cache] policy table: off unless `enabled = true`.
 
-Parsed with the policy's own checker (docket.policy._Checker, passed in, so this
-module does not import docket.policy and the policy can import it).
+Read by `cache_policy`, which the policy calls with its own error and its own
+duration and size grammars (so this module imports neither docket.policy nor them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import NoReturn
 
 MiB = 1 << 20
 # What a request may carry and still be served, when the policy says so per model.
@@ -44,17 +45,7 @@ class CachePolicy:
         }
 
 
-class Checker(Protocol):
-    def fail(self, path: str, reason: str) -> Any: ...
-    def table(self, t: dict, path: str, known: tuple[str, ...]) -> None: ...
-    def boolean(self, t: dict, path: str, default: bool) -> bool: ...
-    def integer(
-        self, t: dict, path: str, default: int | None, minimum: int = 0, maximum: int | None = None
-    ) -> int | None: ...
-    def duration(self, t: dict, path: str, default: float | None) -> float | None: ...
-    def size(self, t: dict, path: str, default: int, minimum: int) -> int: ...
-
-
+Fail = Callable[[str, str], NoReturn]  # (key path, reason): raises the reader's error
 _KEYS = (
     "enabled",
     "ttl",
@@ -67,47 +58,81 @@ _KEYS = (
 )
 
 
-def cache_policy(c: Checker, t: dict) -> CachePolicy:
-    """The [cache] table as a CachePolicy; PolicyError (via c.fail) naming the key."""
-    c.table(t, "cache", _KEYS)
+def cache_policy(
+    t: Mapping[str, object],
+    fail: Fail,
+    *,
+    seconds: Callable[[object], float | None],
+    size: Callable[[object], int | None],
+) -> CachePolicy:
+    """The [cache] table as a CachePolicy; `fail` names the first bad key. The grammars
+    of a duration and a size are the caller's (`seconds`, `size`: None for a value they
+    do not read), so that this reader says what every other config reader says."""
+    for key in t:
+        if key not in _KEYS:
+            near = difflib.get_close_matches(key, _KEYS, n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]}?)" if near else f" (known: {', '.join(_KEYS)})"
+            fail(f"cache.{key}", "unknown key" + hint)
     d = CachePolicy()
-    scope = t.get("scope", "run")
+    enabled = t.get("enabled", d.enabled)
+    if not isinstance(enabled, bool):
+        fail("cache.enabled", f"must be true or false, got {enabled!r}")
+    scope = t.get("scope", d.scope)
     if not isinstance(scope, str) or not scope:
-        c.fail("cache.scope", f'must be "run" or a store file name, got {scope!r}')
+        fail("cache.scope", f'must be "run" or a store file name, got {scope!r}')
     if scope != "run":
-        # A store shared between runs needs its own file format, locking and audit trail.
-        c.fail("cache.scope", f'only "run" is built yet (a named store {scope!r} is not)')
+        # A store shared between runs needs its own file format, locking and an audit
+        # trail naming the run an answer came from: not built yet.
+        fail("cache.scope", f'only "run" is built yet (a named store {scope!r} is not)')
     models = t.get("models")
-    if models is None:
-        models_t: tuple[str, ...] = ()
-    else:
+    models_t: tuple[str, ...] = ()
+    if models is not None:
         if not isinstance(models, list) or not models:
-            c.fail("cache.models", "must be a non-empty list of model names (leave it out for all)")
+            fail("cache.models", "must be a non-empty list of model names (leave it out for all)")
         for i, m in enumerate(models):
             if not isinstance(m, str) or not m:
-                c.fail(f"cache.models[{i}]", f"must be a model name, got {m!r}")
+                fail(f"cache.models[{i}]", f"must be a model name, got {m!r}")
         models_t = tuple(models)
     anyway = t.get("serve_anyway", {})
     if not isinstance(anyway, dict):
-        c.fail("cache.serve_anyway", 'must be a table: model = ["temperature", "n", "tools"]')
+        fail("cache.serve_anyway", 'must be a table: model = ["temperature", "n", "tools"]')
     allowed: dict[str, tuple[str, ...]] = {}
     for model, kinds in anyway.items():
-        path = f"cache.serve_anyway.{model}"
         if not isinstance(kinds, list) or any(k not in SAMPLING_KINDS for k in kinds):
-            c.fail(path, f"must be a list of {', '.join(SAMPLING_KINDS)}, got {kinds!r}")
+            fail(
+                f"cache.serve_anyway.{model}",
+                f"must be a list of {', '.join(SAMPLING_KINDS)}, got {kinds!r}",
+            )
         allowed[model] = tuple(sorted(set(kinds)))
-    ttl = c.duration(t, "cache.ttl", d.ttl)
-    assert ttl is not None
-    entries = c.integer(t, "cache.max_entries", d.max_entries, minimum=1)
-    hits = c.integer(t, "cache.max_hits", d.max_hits, minimum=1)
-    assert entries is not None and hits is not None
+    ttl = d.ttl
+    if "ttl" in t:
+        read = seconds(t["ttl"])
+        if read is None or read <= 0:
+            fail("cache.ttl", f'must be a positive duration, e.g. "30s" or "10m", got {t["ttl"]!r}')
+        ttl = read
+    max_bytes = d.max_bytes
+    if "max_bytes" in t:
+        read_size = size(t["max_bytes"])
+        if read_size is None or read_size < 1024:
+            fail(
+                "cache.max_bytes",
+                f'must be at least 1024 bytes, e.g. "64MiB", got {t["max_bytes"]!r}',
+            )
+        max_bytes = read_size
     return CachePolicy(
-        enabled=c.boolean(t, "cache.enabled", d.enabled),
+        enabled=enabled,
         ttl=ttl,
-        max_entries=entries,
-        max_bytes=c.size(t, "cache.max_bytes", d.max_bytes, minimum=1024),
-        max_hits=hits,
+        max_entries=_whole(t, "max_entries", d.max_entries, fail),
+        max_bytes=max_bytes,
+        max_hits=_whole(t, "max_hits", d.max_hits, fail),
         models=models_t,
         scope=scope,
         serve_anyway=MappingProxyType(allowed),
     )
+
+
+def _whole(t: Mapping[str, object], key: str, default: int, fail: Fail) -> int:
+    v = t.get(key, default)
+    if type(v) is not int or not 1 <= v <= 2**53 - 1:
+        fail(f"cache.{key}", f"must be a whole number of at least 1, got {v!r}")
+    return v
