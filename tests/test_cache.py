@@ -439,3 +439,25 @@ async def test_max_hits_then_forwarded_again(stub_server, boundary_rig):
         "cache.hit",
     ]
     assert forwarded == 2
+
+
+async def test_metrics_count_hits_stored_and_reasons_only_with_the_cache(stub_server, boundary_rig):
+    for policy in (ON, None):
+        with trio.fail_after(DEADLINE):
+            async with (
+                stub_server("openai", reply_tokens=5) as up,
+                boundary_rig({"openai": up}, policy=policy) as rig,
+            ):
+                for body in (chat(), chat(), chat(temperature=1)):
+                    await post(rig, body)
+                async with rig.client() as http:
+                    text = (await http.get("/docket/metrics")).text
+        if policy is None:
+            assert "docket_cache" not in text
+            continue
+        saved = rig.events("cache.hit")[0]["saved_nusd"]
+        assert 'docket_cache_calls_total{outcome="hit",provider="openai"} 1.0' in text
+        assert 'docket_cache_calls_total{outcome="stored",provider="openai"} 1.0' in text
+        assert 'docket_cache_calls_total{outcome="temperature",provider="openai"} 1.0' in text
+        assert f"docket_cache_saved_usd_total {saved / 1e9}" in text
+        assert "docket_cache_entries 1.0" in text

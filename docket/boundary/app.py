@@ -148,16 +148,18 @@ class Boundary:
         self.prices = prices or default_price_table()
         self.caps = CapsGuard(policy.caps, self.prices)
         self.guards = Guards(policy.resilience, policy.providers)
-        # Off unless [cache] enabled: then admitted calls are looked up (docs/cache.md).
-        cache_policy = getattr(policy, "cache", None)
-        self.cache = (
-            ResponseCache(cache_policy)
-            if cache_policy is not None and cache_policy.enabled
-            else None
-        )
         self.metrics = Metrics()
         self.metrics.guards = self.guards
         ledger.on_sync = self.metrics.fsync_done
+        # Off unless [cache] enabled: then admitted calls are looked up (docs/cache.md).
+        cache_policy = getattr(policy, "cache", None)
+        self.cache = (
+            ResponseCache(cache_policy, self.metrics.cache_outcome)
+            if cache_policy is not None and cache_policy.enabled
+            else None
+        )
+        if self.cache is not None:
+            self.metrics.cache_store = self.cache.store
         env = os.environ if env is None else env
         self.routes = {
             name: make_route(
@@ -464,6 +466,7 @@ class Boundary:
             await self.answer_refusal(respond, route.kind, refusal)
             return
         state.opened = True  # recorded: an error from here on is answered, not recorded again
+        self.metrics.cache_outcome(route.name, "hit", entry.cost_nusd)
         headers = [*entry.headers, (b"x-docket-cache", b"hit")]
         if entry.stream:
             await respond.start(entry.status, headers, body=entry.body)

@@ -17,6 +17,7 @@ is not knowable here, so every call in flight at the time is suspect.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from docket.cache.config import CachePolicy
@@ -64,8 +65,11 @@ class Lookup:
 
 
 class ResponseCache:
-    def __init__(self, policy: CachePolicy) -> None:
+    def __init__(
+        self, policy: CachePolicy, on_outcome: Callable[[str, str], object] | None = None
+    ) -> None:
         self.policy = policy
+        self.on_outcome = on_outcome  # (provider, "stored" or a reason): the metrics' count
         self.store = EntryStore(
             max_entries=policy.max_entries,
             max_bytes=policy.max_bytes,
@@ -110,6 +114,9 @@ class ResponseCache:
             size=self.policy.max_bytes + 1 if capture.over else capture.size,
         )
         decision = storable(lookup.refusal, answer, self.policy.max_bytes)
+        outcome = decision.reason if isinstance(decision, Refuse) else "stored"
+        if self.on_outcome is not None:
+            self.on_outcome(lookup.key.provider, outcome)
         if isinstance(decision, Refuse):
             return decision, {"cache_refused": decision.reason}
         return decision, {"cache_stored": True}
