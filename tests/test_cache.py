@@ -47,7 +47,9 @@ def key(i: int, provider: str = "openai", path: str = "/v1/chat/completions") ->
 ops = st.lists(
     st.tuples(
         st.sampled_from(["put", "get"]),
-        st.integers(0, 30),  # which key
+        st.integers(0, 6),  # which digest (few: the same digest under another key is common)
+        st.sampled_from(["openai", "other"]),  # which provider
+        st.sampled_from(["/v1/chat/completions", "/v1/responses"]),  # which path
         st.integers(0, 3000),  # body size
         st.floats(0, 5, allow_nan=False),  # clock step
     ),
@@ -61,19 +63,22 @@ def test_store_bounds_hold_and_hits_are_exact_and_fresh(script, entries, max_byt
     store = EntryStore(max_entries=entries, max_bytes=max_bytes, ttl=3.0, max_hits=max_hits)
     now = 0.0
     served: dict[Key, int] = {}
-    for op, i, size, step in script:
+    put_at: dict[Key, tuple[int, float]] = {}  # what was last stored under each key, when
+    for op, i, provider, path, size, step in script:
         now += step
-        k = key(i)
+        k = key(i, provider, path)
         if op == "put":
             e = entry(k, size, at=now, seq=i)
             stored = store.put(e, now)
             assert stored == (e.size <= max_bytes)
             if stored:
                 served[k] = 0
+                put_at[k] = (len(e.body), now)
         else:
             hit = store.lookup(k, now)
             if hit is not None:
                 assert hit.entry.key == k  # exact key: provider, path and digest
+                assert (len(hit.entry.body), hit.entry.stored_at) == put_at[k]  # its own answer
                 assert 0 <= hit.age_s < 3.0  # never an expired entry
                 served[k] = served.get(k, 0) + 1
                 assert served[k] <= max_hits
