@@ -236,9 +236,9 @@ class RunHandleOf:
 
     async def record_fault(self, fields) -> int | None:
         # The response cache stores no answer in flight while a fault takes effect.
-        boundary = getattr(self._supervisor, "boundary", None)
-        if boundary is not None:
-            boundary.note_fault()
+        on_fault = getattr(self._supervisor, "on_fault", None)
+        if on_fault is not None:
+            on_fault()
         return await self._supervisor._record("fault.injected", **fields)
 
     def request_stop(self, reason: str, *, exit_status: int) -> None:

@@ -122,7 +122,8 @@ class Supervisor(ChildControl):
         self._escalating = False
         self._group_killed = False  # a SIGKILL went to the whole group
         self.boundary_url: str | None = None
-        self.boundary = None  # the Boundary, once made (_run)
+        # Told before each fault.injected is recorded (the response cache's fault window).
+        self.on_fault = None  # a Callable[[], object], once the boundary is made
         self._hooks_scope = trio.CancelScope()  # the `started` hook's; cancelled at the reap
         self.hardening: dict = {}  # what the kernel was asked at start, and what it said
         # Called once session.start is on disk: `docket run` prints its start warnings
@@ -225,7 +226,7 @@ class Supervisor(ChildControl):
                 env=self.env,
             )
             boundary.call_probe = self.hooks.call_probe
-            self.boundary = boundary  # the run handle tells it of faults (its cache)
+            self.on_fault = boundary.note_fault  # the run handle calls it (docs/cache.md)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_signals, signals, nursery)
                 status = await self._serve_and_run(nursery, boundary, policy)
