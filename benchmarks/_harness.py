@@ -154,8 +154,10 @@ def spawn_boundary(
     token: str,
     profile: Path | None = None,
     tree: Path = ROOT,
+    policy: dict | None = None,
 ) -> BoundaryProcess:
-    """A boundary whose provider NAME (kind openai) forwards to upstreams[NAME]."""
+    """A boundary whose provider NAME (kind openai) forwards to upstreams[NAME];
+    `policy`: more policy tables (e.g. {"cache": {...}})."""
     providers = {
         name: {"kind": "openai", "base_url": url, "key_env": STUB_KEY_ENV}
         for name, url in upstreams.items()
@@ -166,6 +168,8 @@ def spawn_boundary(
         "providers": providers,
         "profile": str(profile) if profile else None,
     }
+    if policy:
+        config["policy"] = policy
     return BoundaryProcess(config, tree)
 
 
@@ -209,7 +213,8 @@ async def _boundary_session(config: dict) -> dict:
     from docket.ledger.writer import open_ledger
     from docket.policy import policy_from_dict
 
-    policy = policy_from_dict({"providers": config["providers"]}, source="benchmark")
+    tables = {**config.get("policy", {}), "providers": config["providers"]}
+    policy = policy_from_dict(tables, source="benchmark")
     stops: list[str] = []  # a stop request is a finding: reported, never acted on silently
     limits = LedgerLimits(max_ledger_bytes=1 << 36)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+from docket.cache.config import CACHE_KEYS, CachePolicy, cache_policy
 from docket.errors import InputError
 from docket.fields import Fields, alternatives, show
 from docket.inputs import read_text
@@ -158,6 +159,7 @@ class Policy:
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     secrets: SecretsPolicy = field(default_factory=SecretsPolicy)
     snapshot: SnapshotPolicy = field(default_factory=SnapshotPolicy)
+    cache: CachePolicy = field(default_factory=CachePolicy)  # docket/cache/config.py
     # Where it came from; not part of the digest (the same rules from two files are the same policy).
     source: str = field(default="defaults", compare=False)
 
@@ -186,7 +188,7 @@ class Policy:
         def section(obj) -> dict:
             return {f.name: _jsonable(getattr(obj, f.name)) for f in fields(obj)}
 
-        return {
+        out = {
             "ledger": section(self.ledger),
             "caps": section(self.caps),
             "providers": {name: section(p) for name, p in self.providers.items()},
@@ -196,6 +198,9 @@ class Policy:
             "secrets": section(self.secrets),
             "snapshot": section(self.snapshot),
         }
+        if self.cache.enabled:  # only then: a policy without it keeps its digest
+            out["cache"] = self.cache.to_dict()
+        return out
 
     def digest(self) -> str:
         """`sha256:<hex>` of a canonical JSON of the resolved policy (the receipt's policy_digest)."""
@@ -255,6 +260,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
             "secrets",
             "snapshot",
             "explain",
+            "cache",
         ),
     )
     ledger = _ledger(c, c.section(data, "ledger"))
@@ -265,6 +271,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     egress = _egress(c, c.section(data, "egress"))
     secrets = _secrets(c, c.section(data, "secrets"))
     snapshot = _snapshot(c, c.section(data, "snapshot"))
+    cache = cache_policy(c.fields(c.section(data, "cache"), "cache", CACHE_KEYS))
     return Policy(
         ledger=ledger,
         caps=caps,
@@ -274,6 +281,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
         egress=egress,
         secrets=secrets,
         snapshot=snapshot,
+        cache=cache,
         source=source,
     )
 

@@ -164,6 +164,10 @@ var receiptShape = obj(map[string]*shape{
 		"client_retries": opt(obj(map[string]*shape{
 			"marked": isCount, "retries": isCount, "by_attempt": &shape{mapOf: isCount},
 		})),
+		"cache": opt(obj(map[string]*shape{
+			"hits": isCount, "misses": isCount, "stored": isCount,
+			"refused_by_reason": &shape{mapOf: isCount}, "saved_nusd": isCount,
+		})),
 	}),
 	"faults": obj(map[string]*shape{
 		"seed":     isIntOrNull,

@@ -84,6 +84,9 @@ type Tally struct {
 	calls     []openCall        // every model.request with a call_id that opened a call, in seq order
 	open      map[string]int    // call_id -> index in calls, while open
 	attempts  map[uint64]uint64 // client_attempt -> model.request events carrying it (section 7.6)
+	// The response cache (section 7.8): hits, misses, stored, saved_nusd; refusals by reason.
+	cache        [4]uint64
+	cacheRefused map[string]uint64
 }
 
 func NewTally() *Tally {
@@ -95,6 +98,8 @@ func NewTally() *Tally {
 		faults:   map[string]uint64{},
 		open:     map[string]int{},
 		attempts: map[uint64]uint64{},
+
+		cacheRefused: map[string]uint64{},
 	}
 }
 
@@ -249,6 +254,11 @@ func (t *Tally) Add(e *Value) (msg string) {
 		t.onGap(e)
 	case "snapshot.taken", "snapshot.changes", "snapshot.restored":
 		t.snapshots.add(e, kind) // snapshot.go
+	case "cache.hit":
+		saved := count(e.Get("saved_nusd"), "cache.hit.saved_nusd")
+		count(e.Get("replays_seq"), "cache.hit.replays_seq")
+		t.cache[0] = add(t.cache[0], 1)
+		t.cache[3] = add(t.cache[3], saved)
 	}
 	t.events++
 	return ""
@@ -328,6 +338,12 @@ func (t *Tally) onRequest(e *Value) {
 	if marked {
 		t.attempts[n] = add(t.attempts[n], 1)
 	}
+	if looked := e.Get("cache"); !looked.IsNull() {
+		if looked.Kind != String || looked.Str != "miss" {
+			bad("model.request.cache must be \"miss\" or absent")
+		}
+		t.cache[1] = add(t.cache[1], 1)
+	}
 	if has {
 		if _, open := t.open[id]; !open { // a second request with an open call's id keeps the first
 			seq, _ := e.Get("seq").Count()
@@ -374,6 +390,16 @@ func (t *Tally) onCharge(e *Value, kind string, response bool) {
 	in, out, cached := usageOf(e, kind)
 	model := modelOf(e, kind)
 	cost := count(e.Get("cost_nusd"), kind+".cost_nusd")
+	stored, refused := e.Get("cache_stored"), e.Get("cache_refused")
+	if !stored.IsNull() {
+		if stored.Kind != Bool || !stored.B || !refused.IsNull() {
+			bad("%s.cache_stored must be true, alone, or absent", kind)
+		}
+		t.cache[2] = add(t.cache[2], 1)
+	} else if !refused.IsNull() {
+		reason := text(refused, kind+".cache_refused").Str
+		t.cacheRefused[reason] = add(t.cacheRefused[reason], 1)
+	}
 	priced := false
 	if response {
 		p := e.Get("priced")
@@ -463,6 +489,22 @@ func (t *Tally) OpenCalls() *Value {
 		}
 	}
 	return list
+}
+
+// Cache: ops.cache as derived (section 7.8).
+func (t *Tally) Cache() *Value {
+	reasons := make([]string, 0, len(t.cacheRefused))
+	for r := range t.cacheRefused {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	byReason := newObject()
+	for _, r := range reasons {
+		byReason.Set(r, num(t.cacheRefused[r]))
+	}
+	return newObject().Set("hits", num(t.cache[0])).Set("misses", num(t.cache[1])).
+		Set("stored", num(t.cache[2])).Set("refused_by_reason", byReason).
+		Set("saved_nusd", num(t.cache[3]))
 }
 
 // ClientRetries: ops.client_retries as derived (section 7.6).

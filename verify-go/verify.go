@@ -289,6 +289,15 @@ func Verify(receiptPath, ledgerPath string) (*Verdict, *InputError) {
 	if p, what, found := firstDifference(claimedSnapshot, scan.Tally.Snapshots(), "snapshot", &unbackedPaths); found {
 		return withFigures(failed("snapshot_mismatch", p, p+": "+what)), nil
 	}
+	// Section 7.8: absent means the cache was never consulted.
+	claimedCache := receipt.Get("ops").Get("cache")
+	if claimedCache == nil {
+		claimedCache = newObject().Set("hits", num(0)).Set("misses", num(0)).Set("stored", num(0)).
+			Set("refused_by_reason", newObject()).Set("saved_nusd", num(0))
+	}
+	if p, what, found := firstDifference(claimedCache, scan.Tally.Cache(), "ops.cache", &ignored); found {
+		return withFigures(failed("cache_mismatch", p, p+": "+what)), nil
+	}
 	v = withFigures(&Verdict{OK: true, Claims: claims, Unbacked: unbackedPaths,
 		Complete: evidence.Get("ledger_complete").B, TailBytes: tailBytes})
 	return v, nil

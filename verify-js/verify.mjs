@@ -498,8 +498,9 @@ const RECEIPT_SHAPE = {
         },
         open_calls: { arr: { obj: { call_id: T.str, seq: T.uint } } },
         client_retries: { obj: { marked: T.uint, retries: T.uint, by_attempt: { map: T.uint } } },
+        cache: { obj: { hits: T.uint, misses: T.uint, stored: T.uint, refused_by_reason: { map: T.uint }, saved_nusd: T.uint } },
       },
-      optional: ['open_calls', 'client_retries'],
+      optional: ['open_calls', 'client_retries', 'cache'],
     },
     faults: { obj: { seed: T.sintOrNull, plan: T.objOrNull, injected: T.uint, by_fault: { map: T.uint } } },
     snapshot: { arr: { obj: {
@@ -570,6 +571,8 @@ class Tally {
     this.pending = new Map();
     // client_attempt (decimal string) → model.request events carrying it (section 7.6).
     this.attempts = new Map();
+    // The response cache (section 7.8): hits, misses, stored, refusals by reason, saving.
+    this.cache = { hits: 0, misses: 0, stored: 0, saved: 0, refused: new Map() };
     this.bad = null; // the first malformed_event: {seq, offset, message}
     this.snapshots = new Map(); // index → the receipt's snapshot entry (section 7.7)
   }
@@ -618,6 +621,9 @@ class Tally {
         const attempt = opt(ev, 'client_attempt');
         if (attempt !== null && !isUint(attempt)) return 'model.request: client_attempt is not an integer in [0, 2^53-1]';
         if (attempt !== null) this.attempts.set(String(attempt), sum(this.attempts.get(String(attempt)) || 0, 1));
+        const looked = opt(ev, 'cache');
+        if (looked !== null && looked !== 'miss') return 'model.request: cache is not "miss" or null';
+        if (looked !== null) this.cache.misses = sum(this.cache.misses, 1);
         this.count(model, 'model_calls', 1);
         if (callId !== null && !this.pending.has(callId)) this.pending.set(callId, seq);
         return undefined;
@@ -637,6 +643,10 @@ class Tally {
         }
         const cost = ev.get('cost_nusd');
         if (!isUint(cost)) return `${type}: cost_nusd is not an integer in [0, 2^53-1]`;
+        const stored = opt(ev, 'cache_stored');
+        const refused = opt(ev, 'cache_refused');
+        if (stored !== null && (stored !== true || refused !== null)) return `${type}: cache_stored is not true alone or null`;
+        if (refused !== null && typeof refused !== 'string') return `${type}: cache_refused is not a string`;
         let priced = null;
         if (type === 'model.response') {
           priced = ev.get('priced');
@@ -658,6 +668,8 @@ class Tally {
         this.count(model, 'cost_nusd', cost);
         if (priced === false) this.count(model, 'unpriced_calls', 1);
         if (callId !== null) this.pending.delete(callId);
+        if (stored !== null) this.cache.stored = sum(this.cache.stored, 1);
+        if (refused !== null) this.cache.refused.set(refused, sum(this.cache.refused.get(refused) || 0, 1));
         return undefined;
       }
       case 'policy.denied': {
@@ -691,6 +703,14 @@ class Tally {
         if (seed !== declared) return `fault.injected: seed ${seed} is not the declared seed ${declared}`;
         this.injected += 1n;
         this.byFault.set(fault, (this.byFault.get(fault) || 0n) + 1n);
+        return undefined;
+      }
+      case 'cache.hit': {
+        const saved = ev.get('saved_nusd');
+        if (!isUint(saved)) return 'cache.hit: saved_nusd is not an integer in [0, 2^53-1]';
+        if (!isUint(ev.get('replays_seq'))) return 'cache.hit: replays_seq is not an integer in [0, 2^53-1]';
+        this.cache.hits = sum(this.cache.hits, 1);
+        this.cache.saved = sum(this.cache.saved, saved);
         return undefined;
       }
       case 'evidence.gap': {
@@ -745,6 +765,12 @@ class Tally {
     }
     c[counter] = sum(c[counter], n);
     this.totals[counter] = sum(this.totals[counter], n);
+  }
+
+  // ops.cache as derived (section 7.8).
+  cacheClaim() {
+    const c = this.cache;
+    return obj([['hits', c.hits], ['misses', c.misses], ['stored', c.stored], ['refused_by_reason', c.refused], ['saved_nusd', c.saved]]);
   }
 
   // ops.client_retries as derived (section 7.6).
@@ -1106,6 +1132,9 @@ function verify(receiptPath, ledgerPath) {
   const stated = receipt.has('snapshot') ? receipt.get('snapshot') : [];
   const sd = firstDiff(stated, snapshots, 'snapshot');
   if (sd !== null) throw failed('snapshot_mismatch', `${sd} is not what the ledger says`, { field: sd });
+  const noCache = obj([['hits', 0], ['misses', 0], ['stored', 0], ['refused_by_reason', new Map()], ['saved_nusd', 0]]);
+  const cacheDiff = firstDiff(ops.has('cache') ? ops.get('cache') : noCache, tally.cacheClaim(), 'ops.cache');
+  if (cacheDiff !== null) throw failed('cache_mismatch', `${cacheDiff} is not what the ledger says`, { field: cacheDiff });
   return {
     events: chain.count,
     head: chain.head,

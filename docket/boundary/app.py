@@ -27,6 +27,7 @@ import trio
 
 from docket.boundary import admission, providers
 from docket.boundary.admission import Admitted, Ask, CallFacts, Refusal, admit
+from docket.boundary.cache import Lookup, ResponseCache
 from docket.boundary.forward import (
     ModelCall,
     closing_bound,
@@ -39,6 +40,7 @@ from docket.boundary.non_model import non_model_endpoint, relay_non_model
 from docket.boundary.providers.client_marks import client_marks
 from docket.boundary.proxy import handle_proxy, is_proxy_request
 from docket.boundary.stop import StopRequest
+from docket.cache.store import Hit
 from docket.errors import EXIT_EVIDENCE_LOST
 from docket.guards.caps import CapsGuard, Decision, Reservation
 from docket.guards.deadline import BadDeadline, caller_budget
@@ -151,6 +153,15 @@ class Boundary:
         self.metrics = Metrics()
         self.metrics.guards = self.guards
         ledger.on_sync = self.metrics.fsync_done
+        # Off unless [cache] enabled: then admitted calls are looked up (docs/cache.md).
+        cache_policy = getattr(policy, "cache", None)
+        self.cache = (
+            ResponseCache(cache_policy, self.metrics.cache_outcome)
+            if cache_policy is not None and cache_policy.enabled
+            else None
+        )
+        if self.cache is not None:
+            self.metrics.cache_store = self.cache.store
         env = os.environ if env is None else env
         self.routes = {
             name: make_route(
@@ -163,7 +174,7 @@ class Boundary:
             for name, p in policy.providers.items()
         }
         # A harness's probe at each await point of a model call (hooks.CALL_POINTS).
-        self.call_probe = None
+        self.call_probe: Callable[[str], object] | None = None  # RunHooks.call_probe
         self._call_ids = itertools.count(1)
         self._call_prefix = secrets.token_hex(3)
         # Never written into the ledger, whatever text or encoding they turn up in:
@@ -270,6 +281,11 @@ class Boundary:
         if outcome.stop_run:
             cap = self.caps.stopped_by
             self.stop(f"cap {cap} breached (on_breach = kill)", cap)
+
+    def note_fault(self) -> None:
+        """A chaos fault is about to take effect: no answer in flight now is stored."""
+        if self.cache is not None:
+            self.cache.note_fault()
 
     def stop(self, reason: str, cap: str | None, exit_status: int = 42) -> None:
         self._stop(self._stop_request(reason, cap=cap, exit_status=exit_status))
@@ -400,10 +416,65 @@ class Boundary:
         hold = call.hold
         assert hold is not None  # admitted: the guards were asked
         try:
+            lookup = None
+            if self.cache is not None:
+                found = self.cache.consult(
+                    route.name,
+                    route.target(rest, request.query),
+                    endpoint=step.request.endpoint,
+                    model=step.request.model,
+                    choices=step.request.choices,
+                    payload=step.request.payload,
+                    body=step.body,
+                    now=self.clock.mono(),
+                )
+                if isinstance(found, Hit):
+                    await self._serve_hit(route, respond, step, found, state)
+                    return
+                lookup = found
             passage = hold.pass_through(step.attempt)
-            await self._forward(route, rest, request, respond, step, passage, state)
+            await self._forward(route, rest, request, respond, step, passage, state, lookup)
         finally:
             hold.leave()
+
+    async def _serve_hit(
+        self, route: Route, respond, admitted: Admitted, hit: Hit, state: _CallState
+    ) -> None:
+        """Answer from the cache: nothing is forwarded, so the reservation is
+        cancelled (a hit spends nothing) and the breaker hears nothing (the ticket is
+        abandoned by hold.leave). The cache.hit event is durable before the answer."""
+        facts, entry = admitted.request, hit.entry
+        self.caps.cancel(admitted.reservation)
+        try:
+            await self.record(
+                "cache.hit",
+                provider=route.name,
+                model=facts.model,
+                endpoint=facts.endpoint,
+                stream=entry.stream,
+                request_sha256=entry.key.request_sha256,
+                replays_seq=entry.seq,
+                age_ms=int(hit.age_s * 1000),
+                hits=hit.hits,
+                saved_nusd=entry.cost_nusd,
+            )
+        except LedgerFull as full:
+            self.stop(f"ledger full ({full.reason})", full.reason)
+            refusal = admission.ledger_full(route.name, facts.model, full.reason, str(full))
+            await self.answer_refusal(respond, route.kind, refusal)
+            return
+        except EvidenceLost:
+            refusal = admission.evidence_lost(route.name, facts.model)
+            await self.answer_refusal(respond, route.kind, refusal)
+            return
+        state.opened = True  # recorded: an error from here on is answered, not recorded again
+        self.metrics.cache_outcome(route.name, "hit", entry.cost_nusd)
+        headers = [*entry.headers, (b"x-docket-cache", b"hit")]
+        if entry.stream:
+            await respond.start(entry.status, headers, body=entry.body)
+            await respond.end()
+        else:
+            await respond.simple(entry.status, headers, entry.body)
 
     def _give_back(self, call: _Learning) -> None:
         """A call that will not be forwarded: release its reservation (never charged:
@@ -540,6 +611,7 @@ class Boundary:
         admitted: Admitted,
         passage: Passage,
         state: _CallState,
+        lookup: Lookup | None = None,
     ) -> None:
         """Record the model.request, then hand the call to ModelCall."""
         facts, body, reservation = admitted.request, admitted.body, admitted.reservation
@@ -552,6 +624,11 @@ class Boundary:
         # Made before the model.request is written, so that nothing can fail between
         # that write and the call's own closing machinery.
         call = ModelCall(self, route, facts, reservation, body, call_id, None, passage)
+        cache_fields: dict[str, object] = {}
+        if lookup is not None:
+            call.cache, call.lookup = self.cache, lookup
+            if lookup.refusal is None:
+                cache_fields["cache"] = "miss"  # looked up, not found: forwarded
         try:
             self._probe("request.record")
             # Refused unless the ledger can also hold this call's closing event. Not
@@ -569,6 +646,7 @@ class Boundary:
                 max_output_tokens=facts.output_tokens_bound,
                 url=sanitize_url(route.target(rest, request.query)),
                 **client_marks(request.headers, self.scrub).as_fields(),  # docs/clients.md
+                **cache_fields,
                 **body_fields,
             )
         except LedgerFull as full:

@@ -34,11 +34,13 @@ import trio
 
 from docket.boundary import bodies, providers
 from docket.boundary.bodies import recorded_body
+from docket.boundary.cache import Lookup, ResponseCache
 from docket.boundary.closing import CLOSING_FIXED_BYTES as CLOSING_FIXED_BYTES
 from docket.boundary.closing import RESPONSE_BODY_FIELDS, CallRecord, usage_fields
 from docket.boundary.closing import closing_bound as closing_bound
 from docket.boundary.guarded import Passage, record_changes
 from docket.boundary.ports import CallHost, Upstream
+from docket.cache.decide import Store
 from docket.guards.caps import Reservation
 from docket.guards.scrub import Scrubber
 from docket.http import client as upstream
@@ -130,6 +132,11 @@ class ModelCall:
         self._response_cut = False
         # The provider keys come out of every byte relayed to the agent (guards/scrub.py).
         self._scrub = Scrubber(boundary.relay_keys)
+        # With [cache] on (boundary/cache.py): the cache, and this call's lookup there,
+        # whose capture keeps the bytes relayed, for the store decision at the close.
+        self.cache: ResponseCache | None = None
+        self.lookup: Lookup | None = None
+        self.closed_seq: int | None = None  # the closing event's seq, once durable
 
     # ------------------------------------------------------------------ the exchange
 
@@ -231,6 +238,9 @@ class ModelCall:
         self._keep(data)
         headers = self._scrub.headers(relay_headers(resp.headers))
         relayed = self._scrub.whole(data)
+        if self.lookup is not None:
+            self.lookup.capture.head(resp.status, headers)
+            self.lookup.capture.add(relayed)
         if 200 <= resp.status < 300:
             self.record.usage = providers.usage_from_body(
                 self.route.kind, self.facts.endpoint, data
@@ -263,11 +273,18 @@ class ModelCall:
             held += first.held
             head = self._scrub.headers(relay_headers(resp.headers))
             _probe(self.b, "relay.start")
-            await respond.start(resp.status, head, body=self._scrub.feed(first.now))
+            capture = None if self.lookup is None else self.lookup.capture
+            start = self._scrub.feed(first.now)
+            if capture is not None:
+                capture.head(resp.status, head, streamed=True)
+                capture.add(start)
+            await respond.start(resp.status, head, body=start)
             async for chunks in batches:
                 batch = self._relay_batch(chunks, tracker)
                 held += batch.held
                 now = self._scrub.feed(batch.now)
+                if capture is not None:
+                    capture.add(now)
                 if now:
                     _probe(self.b, "relay.send")
                     await respond.send(now)
@@ -275,6 +292,8 @@ class ModelCall:
             # The end: what the scrubber held back goes with it, before the closing
             # event, so the event counts every key taken out.
             held = self._scrub.feed(held) + self._scrub.flush()
+            if capture is not None:
+                capture.add(held)
         except ClientGone:
             self._note_stream(tracker)
             await self._close_error("client_abort", charge="reservation")
@@ -402,10 +421,16 @@ class ModelCall:
         if priced_usage is None:
             # A success without usable usage: charge the worst case, say so.
             outcome = self._charge(self.b.caps.fail)
-            fields = {"usage_missing": True}
+            fields: dict[str, object] = {"usage_missing": True}
         else:
             outcome = self._charge(self.b.caps.settle, priced_usage)
             fields = {}
+        decision = None
+        if self.cache is not None and self.lookup is not None:
+            decision, cache_fields = self.cache.decide(
+                self.lookup, complete=True, usage_missing=priced_usage is None
+            )
+            fields.update(cache_fields)
         price = self.reservation.price
         timing = self._timing()
         # A closing event, once started, is finished: record_closing cannot be cancelled.
@@ -424,6 +449,15 @@ class ModelCall:
             **r.extra,
             **body,
         )
+        if isinstance(decision, Store) and self.closed_seq is not None and self.unrecorded is None:
+            assert self.cache is not None and self.lookup is not None
+            self.cache.keep(
+                self.lookup,
+                seq=self.closed_seq,
+                cost_nusd=outcome.charged_nusd,
+                model=r.model or "",
+                now=self.b.clock.mono(),
+            )
         await self._after_close(outcome, None)
         self.b.metrics.call_finished(r.provider, "ok", timing["duration_ms"] / 1000)
 
@@ -462,6 +496,8 @@ class ModelCall:
                 if r.usage is not None:
                     fields["usage_final"] = False  # what is known, not what was billed
             charged = outcome.charged_nusd
+        if self.cache is not None and self.lookup is not None:
+            fields.update(self.cache.decide(self.lookup, complete=False, usage_missing=False)[1])
         timing = self._timing()
         await self._write_close(
             "model.error",
@@ -524,7 +560,9 @@ class ModelCall:
         self.closed = True  # from here on the event is written once, or not at all
         assert self.slot is not None  # set once the model.request is written, before run()
         try:
-            await self.b.record_closing(self.slot, type, optional=RESPONSE_BODY_FIELDS, **fields)
+            self.closed_seq = await self.b.record_closing(
+                self.slot, type, optional=RESPONSE_BODY_FIELDS, **fields
+            )
         except EvidenceLost:
             self.unrecorded = (
                 "docket_evidence_lost",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 
 from docket.boundary.guarded import Guards
 from docket.boundary.ports import MetricsSource
@@ -61,6 +61,12 @@ class Metrics:
         self.upstream_latency: dict[str, Histogram] = {}
         self.fsync = Histogram(FSYNC_BUCKETS)
         self.guards: Guards | None = None  # when the boundary has them
+        # The response cache (docs/cache.md), when [cache] is on: its store (read when
+        # scraped), and per provider what became of each call it was asked about:
+        # hit, stored, or the reason an answer was not stored (decide.REASONS: bounded).
+        self.cache_store: Sized | None = None
+        self.cache_outcomes: Counter[tuple[str, str]] = Counter()
+        self.cache_saved_nusd = 0
 
     # ------------------------------------------------------------------ the hot path
 
@@ -79,6 +85,10 @@ class Metrics:
 
     def load_shed(self, upstream: str) -> None:
         self.shed[upstream] += 1
+
+    def cache_outcome(self, provider: str, outcome: str, saved_nusd: int = 0) -> None:
+        self.cache_outcomes[provider, outcome] += 1
+        self.cache_saved_nusd += saved_nusd
 
     def fsync_done(self, seconds: float) -> None:
         """The ledger made a batch durable in `seconds` (its on_sync hook)."""
@@ -148,6 +158,30 @@ class _Scrape:
         yield from self._money_and_ledger()
         if m.guards is not None:
             yield from self._guards(m.guards)
+        if m.cache_store is not None:
+            yield from self._cache(m)
+
+    def _cache(self, m: Metrics) -> Iterator:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        outcomes = CounterMetricFamily(
+            "docket_cache_calls",
+            "Calls the response cache was asked about, by provider and outcome "
+            "(hit, stored, or why the answer was not stored).",
+            labels=["provider", "outcome"],
+        )
+        for (provider, outcome), n in sorted(m.cache_outcomes.items()):
+            outcomes.add_metric([provider, outcome], n)
+        yield outcomes
+        yield CounterMetricFamily(
+            "docket_cache_saved_usd",
+            "What the answers served from the cache cost when first paid, in USD.",
+            value=m.cache_saved_nusd / 1e9,
+        )
+        assert m.cache_store is not None
+        yield GaugeMetricFamily(
+            "docket_cache_entries", "Answers held by the response cache.", value=len(m.cache_store)
+        )
 
     def _money_and_ledger(self) -> Iterator:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily

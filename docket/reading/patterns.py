@@ -305,6 +305,10 @@ class RetryStorm(Pattern):
 class CacheMiss(Pattern):
     """One identical request (same request_sha256) answered and paid for again and again.
 
+    A call the response cache answered is a `cache.hit`, not a model call: it never
+    reaches on_close, so a repeat served from the cache is not named here (it was not
+    paid for; tests/test_cache_run.py).
+
     Every distinct request paid for is remembered once, compactly (16 bytes of its
     hash and one int): explain's memory grows with the distinct requests of a run,
     ~200 bytes each, where show's does not grow at all.

@@ -141,6 +141,16 @@ RECEIPT_SHAPE = {
         "client_retries": _Optional(
             {"marked": _count, "retries": _count, "by_attempt": _MapOf(_count)}
         ),
+        # The response cache (section 7.8); absent: the cache was never consulted.
+        "cache": _Optional(
+            {
+                "hits": _count,
+                "misses": _count,
+                "stored": _count,
+                "refused_by_reason": _MapOf(_count),
+                "saved_nusd": _count,
+            }
+        ),
     },
     "faults": {
         "seed": _int_or_null,
@@ -175,11 +185,14 @@ SNAPSHOT_SHAPE = {
 }
 RECEIPT_SHAPE["snapshot"] = _Optional(_ListOf(SNAPSHOT_SHAPE))
 
+# ops.cache when a receipt omits it (spec section 7.8): the cache was never consulted.
+NO_CACHE = {"hits": 0, "misses": 0, "stored": 0, "refused_by_reason": {}, "saved_nusd": 0}
+
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def join_path(path: str, key: str | int) -> str:
-    if type(key) is int:
+    if isinstance(key, int):
         return f"{path}[{key}]"
     if _PLAIN_KEY.fullmatch(key):
         return f"{path}.{key}" if path else key
@@ -222,6 +235,7 @@ def shape_problem(value: object, shape: object, path: str = "") -> tuple[str, st
             if found:
                 return found
         return None
+    assert callable(shape), shape  # a leaf of a shape is its check
     problem = shape(value)
     return (path, problem) if problem else None
 
@@ -278,6 +292,9 @@ def build_receipt(
     client_retries = tally.client_retries()
     if client_retries["marked"]:  # likewise: a run no client marked keeps the old shape
         receipt["ops"]["client_retries"] = client_retries
+    cache = tally.cache()
+    if cache != NO_CACHE:  # a run without [cache] keeps the old shape
+        receipt["ops"]["cache"] = cache
     found = shape_problem(receipt, RECEIPT_SHAPE)
     if found:
         raise ValueError(f"receipt field {found[0]} {found[1]}")

@@ -234,6 +234,10 @@ class Tally:
         from docket.receipts.snapshot_claims import SnapshotFold
 
         self.snapshot = SnapshotFold()  # the receipt's `snapshot` (section 7.7)
+        # The response cache (ops.cache, spec section 7.8): hits, misses, stored answers,
+        # refusals to store by reason (bounded by the reasons' vocabulary) and the saving.
+        self.cache_counts = [0, 0, 0, 0]  # hits, misses, stored, saved_nusd
+        self.cache_refused: dict[str, int] = {}
         self._fold = {
             "session.start": self._on_start,
             "session.end": self._on_end,
@@ -248,6 +252,7 @@ class Tally:
             "snapshot.taken": self._on_snapshot,
             "snapshot.changes": self._on_snapshot,
             "snapshot.restored": self._on_snapshot,
+            "cache.hit": self._on_cache_hit,
         }
 
     def add(self, event: dict) -> None:
@@ -284,6 +289,11 @@ class Tally:
         counters[_CALLS] += 1
         if attempt is not None:
             self.client_attempts[attempt] = self.client_attempts.get(attempt, 0) + 1
+        looked = event.get("cache")
+        if looked is not None:
+            if looked != "miss":
+                raise TallyError('model.request.cache must be "miss" or absent')
+            self.cache_counts[1] += 1
         if call_id is not None:
             self.open.setdefault(call_id, event["seq"])
 
@@ -296,6 +306,34 @@ class Tally:
             "retries": sum(n for a, n in self.client_attempts.items() if a > 0),
             "by_attempt": {str(a): self.client_attempts[a] for a in sorted(self.client_attempts)},
         }
+
+    def cache(self) -> dict:
+        """The receipt's ops.cache (spec section 7.8)."""
+        hits, misses, stored, saved = self.cache_counts
+        return {
+            "hits": hits,
+            "misses": misses,
+            "stored": stored,
+            "refused_by_reason": {r: self.cache_refused[r] for r in sorted(self.cache_refused)},
+            "saved_nusd": saved,
+        }
+
+    def _on_cache_hit(self, event: dict) -> None:
+        saved = _count(event.get("saved_nusd"), "cache.hit.saved_nusd")
+        _count(event.get("replays_seq"), "cache.hit.replays_seq")
+        self.cache_counts[0] += 1
+        self.cache_counts[3] += saved
+
+    def _on_cache_close(self, event: dict) -> None:
+        stored = event.get("cache_stored")
+        refused = event.get("cache_refused")
+        if stored is not None:
+            if stored is not True or refused is not None:
+                raise TallyError(f"{event['type']}.cache_stored must be true, alone, or absent")
+            self.cache_counts[2] += 1
+        elif refused is not None:
+            reason = _text(refused, f"{event['type']}.cache_refused")
+            self.cache_refused[reason] = self.cache_refused.get(reason, 0) + 1
 
     def open_calls(self) -> list[dict]:
         """The model.request events no closing event follows, in seq order: calls
@@ -319,7 +357,10 @@ class Tally:
                     )
                 self._raw_prices[model] = prices
                 self.unit_prices[model] = checked
-        self.open.pop(call_id, None)
+        if call_id is not None:
+            self.open.pop(call_id, None)
+        if "cache_stored" in event or "cache_refused" in event:
+            self._on_cache_close(event)
         counters = self.models.get(model) or self._counters(model)
         counters[_RESPONSES] += 1
         counters[_INPUT] += tokens_in
@@ -332,7 +373,10 @@ class Tally:
     def _on_error(self, event: dict) -> None:
         call_id = _call_id(event)
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
-        self.open.pop(call_id, None)
+        if call_id is not None:
+            self.open.pop(call_id, None)
+        if "cache_stored" in event or "cache_refused" in event:
+            self._on_cache_close(event)
         counters = self.models.get(model) or self._counters(model)
         counters[_ERRORS] += 1
         counters[_INPUT] += tokens_in
@@ -458,7 +502,7 @@ _START_CLAIMS = (
 
 def _check_prices(prices: object) -> dict[str, str]:
     where = "model.response.unit_prices"
-    _object(prices, where)
+    prices = _object(prices, where)
     for name in PRICE_FIELDS:
         value = prices.get(name)
         if type(value) is not str or not PRICE_PATTERN.fullmatch(value):
@@ -467,6 +511,6 @@ def _check_prices(prices: object) -> dict[str, str]:
 
 
 def _counter_dict(counters: list[int]) -> dict:
-    out = dict(zip(COUNTERS, counters, strict=True))
+    out: dict[str, int | str] = dict(zip(COUNTERS, counters, strict=True))
     out["usd"] = usd(counters[_COST])
     return out

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from docket.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
 from docket.inputs import existing_file, read_text
@@ -30,7 +31,14 @@ from docket.ledger.chain import (
 from docket.ledger.reader import LEDGER_MAGIC, Lines, LineTooLong
 from docket.ledger.strict_json import AmbiguousJSON, decode_json
 from docket.receipts.json_syntax import json_syntax_problem
-from docket.receipts.receipt import FORMAT, RECEIPT_SHAPE, join_path, plain_number, shape_problem
+from docket.receipts.receipt import (
+    FORMAT,
+    NO_CACHE,
+    RECEIPT_SHAPE,
+    join_path,
+    plain_number,
+    shape_problem,
+)
 from docket.receipts.tally import EVIDENCE_EXTRA, EVIDENCE_FIELDS, UNBACKED, Tally, TallyError
 
 __all__ = [
@@ -88,6 +96,7 @@ CLIENT_RETRIES_MISMATCH = "client_retries_mismatch"
 # ops.client_retries when the receipt omits it (spec section 7.6): no request was marked.
 NO_CLIENT_RETRIES = {"marked": 0, "retries": 0, "by_attempt": {}}
 SNAPSHOT_MISMATCH = "snapshot_mismatch"
+CACHE_MISMATCH = "cache_mismatch"
 
 # Input error codes (exit 2): verification could not start.
 RECEIPT_UNREADABLE = "receipt_unreadable"
@@ -225,6 +234,7 @@ class Verdict:
                 where.append(f"byte {self.offset}")
             at = f" at {', '.join(where)}" if where else ""
             return f"FAIL {self.code}{at}: {self.detail}"
+        assert self.claims is not None  # an ok verdict carries what it re-derived
         t = self.claims["totals"]
         line = (
             f"ok: {self.events} events, head {self.head}, {self.bytes} bytes; "
@@ -242,7 +252,7 @@ class Verdict:
         return line
 
 
-def _failed(code: str, **kw: object) -> Verdict:
+def _failed(code: str, **kw: Any) -> Verdict:
     return Verdict(ok=False, code=code, **kw)
 
 
@@ -487,7 +497,7 @@ def verify(
         raise VerifyInputError(
             LEDGER_UNREADABLE, f"ledger {ledger}: cannot read ({exc.strerror})"
         ) from None
-    figures = {"events": scan.events, "head": scan.head, "bytes": scan.size}
+    figures: dict[str, Any] = {"events": scan.events, "head": scan.head, "bytes": scan.size}
 
     error = scan.chain_error
     if error is not None:
@@ -537,9 +547,9 @@ def verify(
         return _failed(
             EVIDENCE_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
         )
-    found = open_calls_problem(receipt, scan.tally)
-    if found:
-        seq, where, what = found
+    open_call = open_calls_problem(receipt, scan.tally)
+    if open_call:
+        seq, where, what = open_call
         return _failed(OPEN_CALL, seq=seq, field=where, detail=f"{where}: {what}", **figures)
     claims = scan.tally.to_claims()
     unbacked: list[str] = []
@@ -561,6 +571,10 @@ def verify(
         return _failed(
             SNAPSHOT_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
         )
+    stated = receipt["ops"].get("cache", NO_CACHE)
+    found = first_difference(stated, scan.tally.cache(), "ops.cache", unbacked)
+    if found:
+        return _failed(CACHE_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
     return Verdict(
         ok=True,
         claims=claims,

@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING
 
 import trio
@@ -93,6 +93,9 @@ class ChildControl:
         self.hooks_scope = trio.CancelScope()  # the `started` hook's; cancelled at the reap
         self._escalating = False
         self._group_killed = False  # a SIGKILL went to the whole group
+        # Told before each fault.injected is recorded (the response cache's fault
+        # window): the boundary's note_fault, once the supervisor has made it.
+        self.on_fault: Callable[[], object] | None = None
 
     def handle(self) -> RunHandleOf:
         """What a hook is given: the boundary serves by the time any hook runs."""
@@ -297,6 +300,9 @@ class RunHandleOf:
         return os.getpid()
 
     async def record_fault(self, fields: Mapping[str, object]) -> int | None:
+        # The response cache stores no answer in flight while a fault takes effect.
+        if self._control.on_fault is not None:
+            self._control.on_fault()
         return await self._record("fault.injected", **fields)
 
     def request_stop(self, reason: str, *, exit_status: int) -> None:

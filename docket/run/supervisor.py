@@ -240,9 +240,8 @@ class Supervisor:
                 stop=self.request_stop,
                 env=self.env,
             )
-            # Boundary.__init__ types call_probe by its None default (docket/boundary/app.py,
-            # another helper's file this round): the hook's callable is what it holds.
-            boundary.call_probe = self.hooks.call_probe  # type: ignore[assignment]
+            boundary.call_probe = self.hooks.call_probe
+            self.control.on_fault = boundary.note_fault  # the run handle calls it (docs/cache.md)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.control.watch_signals, signals, nursery)
                 status = await self._serve_and_run(nursery, boundary, policy)

@@ -391,6 +391,57 @@ def client_retry_run() -> list[Entry]:
     return entries
 
 
+def cached(entries: list[Entry], request: dict, close: dict) -> list[Entry]:
+    """A call's entries with the cache's members on its model.request and closing event."""
+    first, second = entries
+    return [
+        Entry(first.type, first.mono_ms, first.fields | request),
+        Entry(second.type, second.mono_ms, second.fields | close),
+    ]
+
+
+def cache_hit(mono_ms: int, replays: Entry, replays_seq: int, hits: int, saved: object) -> Entry:
+    return Entry(
+        "cache.hit",
+        mono_ms,
+        {
+            "provider": replays.fields["provider"],
+            "model": replays.fields["model"],
+            "endpoint": "chat.completions",
+            "stream": False,
+            "request_sha256": line_hash(replays.fields["call_id"].encode()),
+            "replays_seq": replays_seq,
+            "age_ms": mono_ms - replays.mono_ms,
+            "hits": hits,
+            "saved_nusd": saved,
+        },
+    )
+
+
+def cache_run(saved: object = None) -> list[Entry]:
+    """A run with the response cache on: a greedy call stored and replayed twice, a
+    sampled call not stored (temperature), and a failed call not stored (not_2xx)."""
+    entries = [start()]
+    stored = cached(
+        call(100, "call-0001", "gpt-4o-mini", 200, 40), {"cache": "miss"}, {"cache_stored": True}
+    )
+    entries += stored
+    response = stored[1]
+    cost = response.fields["cost_nusd"]
+    entries.append(cache_hit(1500, response, 2, 1, cost if saved is None else saved))
+    entries.append(cache_hit(1600, response, 2, 2, cost))
+    entries += cached(
+        call(2000, "call-0002", "gpt-4o-mini", 210, 30), {}, {"cache_refused": "temperature"}
+    )
+    entries += cached(
+        failed_call(3000, "call-0003", "gpt-4o-mini", 500, 0),
+        {"cache": "miss"},
+        {"cache_refused": "not_2xx"},
+    )
+    entries.append(end(5000))
+    return entries
+
+
 # ---------------------------------------------------------------- receipts
 
 
@@ -1380,6 +1431,73 @@ def make(out: Path) -> None:
         "malformed_event",
         seq=3,
         offset=bad_attempt.offsets[3],
+    )
+
+    # -- the response cache (section 7.8), added with ops.cache
+    cache_led = chain(cache_run())
+    cache_receipt = receipt_for(cache_led, COMPLETE)
+    v.ok(
+        "ok-cache",
+        "the response cache on: one answer stored and replayed twice (cache.hit), one not "
+        "stored (temperature), one failed call not stored (not_2xx); ops.cache says so",
+        cache_led,
+        cache_receipt,
+    )
+    unstated = copy.deepcopy(cache_receipt)
+    del unstated["ops"]["cache"]
+    v.fail(
+        "cache-omitted",
+        "as ok-cache, with ops.cache removed (absent: all zero)",
+        None,
+        unstated,
+        "cache_mismatch",
+        ledger_arg="ok-cache/ledger.jsonl",
+        field="ops.cache.hits",
+    )
+    v.fail(
+        "cache-saving-raised",
+        "as ok-cache, with ops.cache.saved_nusd one nano-USD more than the cache.hit events say",
+        None,
+        edited(
+            cache_receipt, "ops.cache.saved_nusd", cache_receipt["ops"]["cache"]["saved_nusd"] + 1
+        ),
+        "cache_mismatch",
+        ledger_arg="ok-cache/ledger.jsonl",
+        field="ops.cache.saved_nusd",
+    )
+    v.fail(
+        "cache-claimed-without-cache",
+        "ok-basic's receipt claiming a cache hit its ledger does not hold",
+        None,
+        edited(
+            basic_receipt,
+            "ops.cache",
+            {"hits": 1, "misses": 0, "stored": 0, "refused_by_reason": {}, "saved_nusd": 0},
+        ),
+        "cache_mismatch",
+        ledger_arg="ok-basic/ledger.jsonl",
+        field="ops.cache.hits",
+    )
+    v.fail(
+        "cache-malformed",
+        "ops.cache.refused_by_reason.temperature is a string",
+        None,
+        edited(cache_receipt, "ops.cache.refused_by_reason.temperature", "1"),
+        "receipt_malformed",
+        ledger_arg="ok-cache/ledger.jsonl",
+        field="ops.cache.refused_by_reason.temperature",
+    )
+    bad_hit = chain(cache_run(saved="5"))
+    v.fail(
+        "cache-hit-saving-not-integer",
+        "saved_nusd is a string in the cache.hit at seq 3 (re-chained, receipt re-pointed)",
+        bad_hit.data,
+        edited(
+            edited(cache_receipt, "ledger.head", bad_hit.head), "ledger.bytes", len(bad_hit.data)
+        ),
+        "malformed_event",
+        seq=3,
+        offset=bad_hit.offsets[3],
     )
 
     v.write_manifest()

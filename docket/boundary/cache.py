@@ -1,0 +1,138 @@
+"""The boundary's use of the response cache (docket/cache/, docs/cache.md).
+
+`ResponseCache.consult` is asked once a call is admitted: a `Hit` is answered
+from the store (a `cache.hit` event in place of the model.request, nothing
+forwarded, the reservation cancelled: a hit spends nothing); otherwise the call
+goes upstream with a `Lookup` that its ModelCall fills in (`Capture`: the bytes
+relayed to the agent) and hands back at its close, when `close_fields` says, in
+the closing event, whether the answer was stored or why not. The decisions are
+docket.cache.decide's; this module only carries facts to them and bytes back.
+
+Chaos faults: the harness records each `fault.injected` before the fault takes
+effect, and tells the boundary (`note_fault`). An answer to a call during which
+any fault was noted is never stored ("fault_injected"): which call a fault hit
+is not knowable here, so every call in flight at the time is suspect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from docket.cache.config import CachePolicy
+from docket.cache.decide import Answer, Refuse, Store, request_refusal, storable
+from docket.cache.store import ENTRY_OVERHEAD, Entry, Hit, Key
+from docket.cache.store import Store as EntryStore
+
+
+@dataclass(slots=True)
+class Capture:
+    """The answer as relayed to the agent, up to a limit (past it: too large to store)."""
+
+    limit: int
+    status: int | None = None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    chunks: list[bytes] = field(default_factory=list)
+    size: int = ENTRY_OVERHEAD
+    over: bool = False
+    streamed: bool = False  # relayed as a stream (replayed as one)
+
+    def head(
+        self, status: int, headers: list[tuple[bytes, bytes]], *, streamed: bool = False
+    ) -> None:
+        self.status, self.headers, self.streamed = status, tuple(headers), streamed
+        self.size += sum(len(k) + len(v) for k, v in headers)
+
+    def add(self, data: bytes) -> None:
+        if self.over or not data:
+            return
+        self.size += len(data)
+        if self.size > self.limit:
+            self.over, self.chunks = True, []  # nothing kept of what cannot be stored
+        else:
+            self.chunks.append(data)
+
+
+@dataclass(slots=True)
+class Lookup:
+    """One forwarded call's dealings with the cache."""
+
+    key: Key
+    refusal: str | None  # why this request may not be served or stored (None: it may)
+    faults_at_start: int
+    capture: Capture
+
+
+class ResponseCache:
+    def __init__(
+        self, policy: CachePolicy, on_outcome: Callable[[str, str], object] | None = None
+    ) -> None:
+        self.policy = policy
+        self.on_outcome = on_outcome  # (provider, "stored" or a reason): the metrics' count
+        self.store = EntryStore(
+            max_entries=policy.max_entries,
+            max_bytes=policy.max_bytes,
+            ttl=policy.ttl,
+            max_hits=policy.max_hits,
+        )
+        self.faults_noted = 0
+
+    def note_fault(self) -> None:
+        self.faults_noted += 1
+
+    def consult(
+        self,
+        provider: str,
+        path: str,
+        *,
+        endpoint: str,
+        model: str | None,
+        choices: int,
+        payload: dict | None,
+        body: bytes,
+        now: float,
+    ) -> Hit | Lookup:
+        key = Key(provider, path, hashlib.sha256(body).hexdigest())
+        refusal = request_refusal(endpoint, model, choices, payload, self.policy)
+        if refusal is None:
+            hit = self.store.lookup(key, now)
+            if hit is not None:
+                return hit
+        return Lookup(key, refusal, self.faults_noted, Capture(self.policy.max_bytes))
+
+    def decide(
+        self, lookup: Lookup, *, complete: bool, usage_missing: bool
+    ) -> tuple[Store | Refuse, dict[str, object]]:
+        """The store decision for a call that is closing, and its closing event's fields."""
+        capture = lookup.capture
+        answer = Answer(
+            status=capture.status,
+            complete=complete,
+            usage_missing=usage_missing,
+            faulted=self.faults_noted != lookup.faults_at_start,
+            size=self.policy.max_bytes + 1 if capture.over else capture.size,
+        )
+        decision = storable(lookup.refusal, answer, self.policy.max_bytes)
+        outcome = decision.reason if isinstance(decision, Refuse) else "stored"
+        if self.on_outcome is not None:
+            self.on_outcome(lookup.key.provider, outcome)
+        if isinstance(decision, Refuse):
+            return decision, {"cache_refused": decision.reason}
+        return decision, {"cache_stored": True}
+
+    def keep(self, lookup: Lookup, *, seq: int, cost_nusd: int, model: str, now: float) -> None:
+        capture = lookup.capture
+        assert capture.status is not None and not capture.over
+        entry = Entry(
+            key=lookup.key,
+            status=capture.status,
+            headers=capture.headers,
+            body=b"".join(capture.chunks),
+            stream=capture.streamed,
+            seq=seq,
+            stored_at=now,
+            cost_nusd=cost_nusd,
+            model=model,
+        )
+        self.store.put(entry, now)
