@@ -87,6 +87,21 @@ ALLOWED = {
         "as `docket agent` (the child of `docket run`), and its client only talks to the "
         "boundary's base URL; its traffic is what the door and the egress rule watch",
     ),
+    # docket selftest plays the agent against a boundary of its own on 127.0.0.1: its
+    # clients are the recorded side, like the reference agent's.
+    ("docket/selftest/rig.py", "boundary_rig"): (
+        {"httpx.AsyncClient"},
+        "selftest's agent: one client to the in-process boundary it is testing",
+    ),
+    ("docket/selftest/rig.py", "<module>"): (
+        {"httpx.AsyncClient"},
+        "the Rig dataclass's annotation of that client (a type, no connection)",
+    ),
+    ("docket/selftest/checks_calls.py", "egress"): (
+        {"httpx.AsyncClient"},
+        "selftest's egress check: an agent asking the boundary's forward proxy for a "
+        "host the policy does not allow, which the boundary must refuse (403)",
+    ),
 }
 
 
