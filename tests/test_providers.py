@@ -247,6 +247,11 @@ def test_query_string_and_trailing_slash_are_ignored_and_unknown_paths_are_other
             '"max_tokens" must be',
         ),
         ("anthropic", "/v1/messages", b"[" * 100_000, "levels deep"),
+        # Python's json extensions, not JSON: refused by both readers (jiter and the
+        # standard library's fallback), so no upstream sees what the caps did not read.
+        ("openai", "/v1/chat/completions", b'{"model": "m", "temperature": NaN}', "not valid JSON"),
+        ("anthropic", "/v1/messages", b'{"model": "m", "top_p": Infinity}', "not valid JSON"),
+        ("openai", "/v1/responses", b'{"model": "m", "x": [-Infinity]}', "not valid JSON"),
     ],
 )
 def test_bad_bodies_are_bad_requests_with_one_clear_line(kind, path, body, words):
@@ -849,3 +854,13 @@ def test_a_count_beyond_two_to_the_53_is_not_a_count():
 
     assert count(2**53 - 1) == 2**53 - 1
     assert count(2**53) is None and count(10**5000) is None and count(-1) is None
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_the_standard_librarys_fallback_refuses_nan_and_infinity_too(literal):
+    # jiter reads most bodies; a body it refuses is read again by the standard
+    # library's decoder, which by default accepts these literals: it must refuse them.
+    from docket.boundary.providers.base import _REQUEST_DECODER
+
+    with pytest.raises(ValueError, match="not a JSON number"):
+        _REQUEST_DECODER.decode('{"a": ' + literal + "}")

@@ -192,7 +192,13 @@ def _unique_members(pairs: list[tuple[str, object]]) -> dict:
     return obj
 
 
-_REQUEST_DECODER = json.JSONDecoder(object_pairs_hook=_unique_members)
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number (RFC 8259 section 6)")
+
+
+# NaN and Infinity are Python's extensions, not JSON: an upstream's reader may refuse
+# them, or read them as something the caps did not price.
+_REQUEST_DECODER = json.JSONDecoder(object_pairs_hook=_unique_members, parse_constant=_no_constant)
 
 
 class _NotText(Exception):
@@ -222,7 +228,9 @@ def _decode_request(body: bytes) -> object:
     boundary did. Raises _NotText, _DuplicateKey, RecursionError or ValueError."""
     if jiter is not None:
         try:
-            return jiter.from_json(body, catch_duplicate_keys=True, cache_mode="keys")
+            return jiter.from_json(
+                body, catch_duplicate_keys=True, cache_mode="keys", allow_inf_nan=False
+            )
         except ValueError as exc:
             if "recursion limit" in str(exc):  # jiter's own bound, deeper than ours
                 raise RecursionError(str(exc)) from None
