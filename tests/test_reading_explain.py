@@ -92,8 +92,13 @@ def test_retry_storm_uses_the_clients_attempt_markers(tmp_path):
     found = named(tmp_path, storm(12, 300, marker=1))["retry-storm"]
     assert found["evidence"]["marked_by_client"] == 12
     assert found["evidence"]["ignored_retry_after"] == 12
-    # Marked as first attempts: new calls, not retries, however quick.
-    assert "retry-storm" not in named(tmp_path, storm(12, 2, marker=0))
+    # Marked as first attempts after failures that asked for no wait: new calls, not
+    # retries, however quick.
+    assert "retry-storm" not in named(tmp_path, storm(12, 2, marker=0, retry_after=None))
+    # New calls sent before the Retry-After the last failure gave still ignore it (a
+    # hammer that moves on to its next call at once): a storm, whatever the marker says.
+    found = named(tmp_path, storm(12, 2, marker=0))["retry-storm"]
+    assert found["evidence"]["ignored_retry_after"] == 12
 
 
 def test_retry_storm_from_the_limiters_refusals(tmp_path):

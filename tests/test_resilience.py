@@ -451,6 +451,11 @@ async def test_a_backoff_agent_never_exceeds_the_limit_at_the_upstream(stub_serv
         assert e["rule"] == "resilience.max_calls_per_second" == f"resilience.{e['limit']}"
         assert e["error_type"] == "docket_rate_limited" and 0 < e["retry_after_s"] <= 1 / rate
         assert e["tokens"] < 1 and e["per_second"] == rate
+    # A refused attempt is still the client's attempt: its marker is on the refusal
+    # (docs/clients.md), numbered as the agent's own retries are.
+    requests = [e for e in events if e["type"] == "model.request"]
+    assert all(type(e.get("client_attempt")) is int for e in limited + requests)
+    assert sum(e["client_attempt"] >= 1 for e in limited + requests) == summary["retries"]
     backoffs = [e for e in events if e["type"] == "agent.backoff"]
     assert len(backoffs) == len(limited)
     assert all(b["retry_after"] == 1.0 and b["wait_s"] >= 1.0 for b in backoffs)  # whole s, up

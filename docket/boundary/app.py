@@ -290,12 +290,21 @@ class Boundary:
     def stop(self, reason: str, cap: str | None, exit_status: int = 42) -> None:
         self._stop(self._stop_request(reason, cap=cap, exit_status=exit_status))
 
-    async def answer_refusal(self, respond, kind: str, refusal: Refusal) -> None:
+    async def answer_refusal(
+        self, respond, kind: str, refusal: Refusal, request_headers=None
+    ) -> None:
         """The one place a refusal is recorded and answered: its event (unless the
         ledger is what failed), then the answer in the provider's shape. An answer
-        whose event could not be written says so."""
+        whose event could not be written says so. Given the request's headers, the
+        event carries the client's attempt marker and ids as a model.request would
+        (docs/clients.md): a refused attempt is still the client's attempt."""
         message = refusal.message
         if refusal.event is not None:
+            marks = (
+                client_marks(request_headers, self.scrub).as_fields()
+                if request_headers is not None
+                else {}
+            )
             try:
                 await self.record(
                     refusal.event,
@@ -304,6 +313,7 @@ class Boundary:
                     model=refusal.model or "",
                     error_type=refusal.error_type,
                     **refusal.fields,
+                    **marks,
                 )
             except (LedgerFull, EvidenceLost):
                 # Said in the answer; a full ledger is also on readiness and in the receipt.
@@ -411,7 +421,7 @@ class Boundary:
             return
         if isinstance(step, Refusal):
             self._give_back(call)
-            await self.answer_refusal(respond, route.kind, step)
+            await self.answer_refusal(respond, route.kind, step, request.headers)
             return
         hold = call.hold
         assert hold is not None  # admitted: the guards were asked

@@ -211,10 +211,13 @@ class RetryStorm(Pattern):
     """Failed or refused calls answered by immediate re-calls, Retry-After or not.
 
     A re-call is the next attempt on the same provider (a forwarded call, or one the
-    boundary refused too). When the client marks its attempts (`client_attempt`,
-    from x-stainless-retry-count), a marked first attempt is a new call, not a
-    retry; without a marker the timing decides: within retry_window_ms, and
-    before the Retry-After the failure gave.
+    boundary refused too: refusals carry the client's marker as requests do). When
+    the client marks its attempts (`client_attempt`, from x-stainless-retry-count), a
+    marked retry counts when it came within retry_window_ms or before the Retry-After
+    the failure gave, and a marked first attempt (a new logical call) only when it
+    came before that Retry-After: a client that ignores the wait it was told to keep
+    is storming whatever it calls the request. Without a marker, the timing decides:
+    within retry_window_ms, or before the Retry-After.
     """
 
     name = "retry-storm"
@@ -227,10 +230,12 @@ class RetryStorm(Pattern):
     def _attempt(self, provider: str, seq: int, mono_ms: int, attempt: int | None) -> bool:
         """Whether this attempt is an immediate re-call of the provider's last failure."""
         failure = self.last_failure.pop(provider, None)
-        if failure is None or attempt == 0:
+        if failure is None:
             return False
         gap = mono_ms - failure.mono_ms
         early = failure.retry_after_ms is not None and gap < failure.retry_after_ms
+        if attempt == 0 and not early:
+            return False  # a new logical call, after any wait it was asked to keep
         if attempt is None and gap > self.limits.retry_window_ms:
             return False
         if attempt is not None and gap > self.limits.retry_window_ms and not early:
