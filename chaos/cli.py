@@ -16,6 +16,7 @@ import json
 import secrets
 import shlex
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import trio
@@ -34,6 +35,7 @@ from chaos.scenario import (
 )
 from docket.agent.config import MODES
 from docket.errors import InputError
+from docket.values import format_usd
 
 
 def build_scenario(args) -> Scenario:
@@ -161,6 +163,9 @@ def chaos_command(args) -> int:
     )
     if summary["ledger_complete"] is False:
         print("ledger: incomplete (write faults): see the receipt's ops.evidence")
+    cached = cache_line(result.receipt)
+    if cached is not None:
+        print(cached)
     for line in agent_lines(result):
         print(line)
     for note in result.notes:
@@ -169,6 +174,20 @@ def chaos_command(args) -> int:
     print(f"folder: {result.folder}")
     print(f"reproduce: {shlex.join(repro_argv(args, seed))}")
     return result.exit_status
+
+
+def cache_line(receipt: dict | None) -> str | None:
+    """The receipt's ops.cache in one line (None when the run had no [cache]): the hits are
+    not among the line above's calls, since nothing was forwarded for them."""
+    cache = ((receipt or {}).get("ops") or {}).get("cache")
+    if not isinstance(cache, dict):
+        return None
+    saved = format_usd(Decimal(cache["saved_nusd"]) / 10**9)
+    refused = ", ".join(f"{r} {n}" for r, n in sorted(cache["refused_by_reason"].items()))
+    return (
+        f"cache: {cache['hits']} hit(s) saving ${saved}, {cache['misses']} miss(es), "
+        f"{cache['stored']} stored" + (f", not stored: {refused}" if refused else "")
+    )
 
 
 def agent_lines(result) -> list[str]:

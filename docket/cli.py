@@ -287,12 +287,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", help=f"{' | '.join(AGENT_MODES)} (DOCKET_AGENT_MODE)")
     p.add_argument("--provider", help="openai | anthropic (DOCKET_AGENT_PROVIDER)")
     p.add_argument("--base-url", help="instead of OPENAI_BASE_URL / ANTHROPIC_BASE_URL")
-    p.add_argument("--calls", help="calls for loop, hammer, backoff (DOCKET_AGENT_CALLS)")
+    p.add_argument("--calls", help="calls for loop, hammer, backoff, repeat (DOCKET_AGENT_CALLS)")
     p.add_argument("--concurrency", help="hammer's workers (DOCKET_AGENT_CONCURRENCY)")
     p.add_argument("--model", help="DOCKET_AGENT_MODEL")
     p.add_argument("--max-tokens", help="DOCKET_AGENT_MAX_TOKENS")
     p.add_argument("--timeout", help="seconds per call (DOCKET_AGENT_TIMEOUT)")
     p.add_argument("--seed", help="the jitter's seed (DOCKET_AGENT_SEED)")
+    p.add_argument(
+        "--temperature", help="0 to 2, sent in every call; unset: none (DOCKET_AGENT_TEMPERATURE)"
+    )
     p.add_argument("--backoff-base", help="seconds (DOCKET_AGENT_BACKOFF_BASE)")
     p.add_argument("--backoff-cap", help="seconds (DOCKET_AGENT_BACKOFF_CAP)")
     p.add_argument(

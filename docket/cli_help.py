@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-AGENT_MODES = ("once", "stream", "loop", "hammer", "backoff")  # docket.agent.config.MODES
+AGENT_MODES = ("once", "stream", "loop", "hammer", "backoff", "repeat")  # docket.agent.config.MODES
 GAMEDAY_PHASES = (  # gamedays/NN-NAME.yaml, in order
     "upstream-failure",
     "upstream-latency",
@@ -151,6 +151,7 @@ modes (--mode): {", ".join(AGENT_MODES)}
 examples:
   docket run -- docket agent --mode loop --calls 20
   docket agent --mode once --base-url http://127.0.0.1:8900/v1
+  docket run --policy cached.toml -- docket agent --mode repeat --temperature 0
 """,
     "game-day": f"""\
 {textwrap.fill("phases (--phase): " + ", ".join(GAMEDAY_PHASES), 78, subsequent_indent="  ")}

@@ -15,6 +15,7 @@ null, so a key whose default is "none" is simply left out.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -240,7 +241,13 @@ def load_policy(path: str | os.PathLike | None) -> Policy:
         # tomllib parses nested arrays and inline tables by recursion: thousands of
         # levels exhaust the stack before any key is read. No policy nests more than 3.
         raise PolicyError(f"policy {source}: malformed TOML: nested too deeply") from None
-    return policy_from_dict(data, source=source)
+    policy = policy_from_dict(data, source=source)
+    if policy.cache.dir is not None:  # a shared cache store's folder: relative to this file
+        folder = Path(path).parent / policy.cache.dir
+        policy = dataclasses.replace(
+            policy, cache=dataclasses.replace(policy.cache, dir=str(folder.absolute()))
+        )
+    return policy
 
 
 def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:

@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from docket.agent.backoff import BackoffPolicy
-from docket.agent.calls import SseDecoder, classify
+from docket.agent.calls import SseDecoder, classify, request_body
 from docket.agent.config import config_from
 from docket.cli import main as cli_main
 from docket.errors import InputError
@@ -346,6 +346,26 @@ def test_loop_goes_through_other_refusals_to_its_call_count():
     assert run.summary["refused"] == {"429": 3} and run.summary["stopped"] == "done"
 
 
+def test_repeat_sends_one_body_byte_for_byte_with_the_temperature_given():
+    def respond(n, body):
+        return openai_ok(n) if n < 4 else refusal(403, "docket_policy_denied")
+
+    with Double(respond) as double:
+        run = agent(openai_env(double, mode="repeat", calls="9"), "--temperature", "0")
+    assert run.code == 0, run.stderr
+    assert len(double.model_calls) == 5  # four answered, the denial, nothing after
+    bodies = [c.body for c in double.model_calls]
+    assert all(b == bodies[0] for b in bodies)  # the same question every time
+    assert bodies[0]["temperature"] == 0 and type(bodies[0]["temperature"]) is int
+    s = run.summary
+    assert (s["mode"], s["calls"], s["ok"], s["stopped"]) == (
+        "repeat",
+        5,
+        4,
+        "docket_policy_denied",
+    )
+
+
 def test_hammer_keeps_its_workers_in_flight_and_counts_refusals():
     with Double(
         lambda n, body: refusal(429, "rate_limit_exceeded") if n % 3 == 0 else openai_ok(n)
@@ -574,6 +594,10 @@ def settings_env(**changes: str | None) -> dict[str, str]:
         (settings_env(OPENAI_BASE_URL="ftp://127.0.0.1/v1"), [], ["OPENAI_BASE_URL=", "http(s)"]),
         (settings_env(DOCKET_BOUNDARY_URL="127.0.0.1:9"), [], ["DOCKET_BOUNDARY_URL="]),
         (settings_env(), ["--provider", "gemini"], ["--provider='gemini'"]),
+        (settings_env(), ["--temperature", "2.5"], ["--temperature='2.5'", "from 0 to 2"]),
+        (settings_env(DOCKET_AGENT_TEMPERATURE="-0"), [], ["DOCKET_AGENT_TEMPERATURE='-0'"]),
+        (settings_env(DOCKET_AGENT_TEMPERATURE="nan"), [], ["DOCKET_AGENT_TEMPERATURE='nan'"]),
+        (settings_env(), ["--temperature", "\u0661"], ["--temperature=", "from 0 to 2"]),
         (settings_env(), ["--bogus"], ["unrecognized arguments: --bogus"]),
     ],
 )
@@ -621,6 +645,20 @@ def test_config_flags_override_the_environment():
     assert config.endpoint == "http://127.0.0.1:9/openai/v1/chat/completions"
     with pytest.raises(InputError, match="--calls='0'"):
         config_from(env, {"DOCKET_AGENT_CALLS": "0"})
+
+
+def test_without_a_temperature_the_body_is_what_it_always_was():
+    # The modes that existed before --temperature send the same bytes as before it.
+    env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/openai/v1", "OPENAI_API_KEY": TOKEN}
+    body = request_body(config_from(env), 3, stream=True)
+    assert json.dumps(body) == (
+        '{"model": "gpt-4o-mini", "max_tokens": 16, "messages": [{"role": "user", "content":'
+        ' "Say hello. This is call 3."}], "stream": true, "stream_options":'
+        ' {"include_usage": true}}'
+    )
+    warm = request_body(config_from(env, {"DOCKET_AGENT_TEMPERATURE": "0.7"}), 3, stream=False)
+    assert warm["temperature"] == 0.7
+    assert config_from(env, {"DOCKET_AGENT_TEMPERATURE": "2"}).temperature == 2
 
 
 @pytest.mark.parametrize(

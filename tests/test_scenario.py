@@ -12,10 +12,10 @@ from docket.errors import InputError
 SHIPPED = sorted(p.name for p in data_folder("scenarios").iterdir() if p.name.endswith(".yaml"))
 
 
-def test_the_six_scenarios_are_shipped():
+def test_the_seven_scenarios_are_shipped():
     assert {
         "retry-storm.yaml", "partial-outage.yaml", "slow-provider.yaml",
-        "partition.yaml", "flapping-provider.yaml", "disk-full.yaml",
+        "partition.yaml", "flapping-provider.yaml", "disk-full.yaml", "cache-loop.yaml",
     } <= set(SHIPPED)  # fmt: skip
 
 

@@ -257,6 +257,7 @@ func (t *Tally) Add(e *Value) (msg string) {
 	case "cache.hit":
 		saved := count(e.Get("saved_nusd"), "cache.hit.saved_nusd")
 		count(e.Get("replays_seq"), "cache.hit.replays_seq")
+		textOrNull(e.Get("replays_run"), "cache.hit.replays_run") // a shared store's run
 		t.cache[0] = add(t.cache[0], 1)
 		t.cache[3] = add(t.cache[3], saved)
 	}

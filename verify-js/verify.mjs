@@ -709,6 +709,8 @@ class Tally {
         const saved = ev.get('saved_nusd');
         if (!isUint(saved)) return 'cache.hit: saved_nusd is not an integer in [0, 2^53-1]';
         if (!isUint(ev.get('replays_seq'))) return 'cache.hit: replays_seq is not an integer in [0, 2^53-1]';
+        const run = opt(ev, 'replays_run'); // a shared store's: the run whose ledger holds replays_seq
+        if (run !== null && typeof run !== 'string') return 'cache.hit: replays_run is not a string or null';
         this.cache.hits = sum(this.cache.hits, 1);
         this.cache.saved = sum(this.cache.saved, saved);
         return undefined;

@@ -24,6 +24,8 @@ def request_body(config: AgentConfig, n: int, *, stream: bool) -> dict:
         "max_tokens": config.max_tokens,
         "messages": [{"role": "user", "content": f"Say hello. This is call {n}."}],
     }
+    if config.temperature is not None:
+        body["temperature"] = config.temperature
     if stream:
         body["stream"] = True
         if config.provider == "openai":

@@ -7,21 +7,25 @@ It reads the environment a supervisor gives an agent (flags override it):
   OPENAI_BASE_URL, OPENAI_API_KEY        the boundary's OpenAI door and the per-run token
   ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY  the same, with DOCKET_AGENT_PROVIDER=anthropic
   DOCKET_BOUNDARY_URL                    the boundary's root, where backoff waits are reported
-  DOCKET_AGENT_MODE                      once | stream | loop | hammer | backoff (default once)
-  DOCKET_AGENT_CALLS                     calls for loop, hammer, backoff (default 10)
+  DOCKET_AGENT_MODE                      once | stream | loop | hammer | backoff | repeat
+                                         (default once)
+  DOCKET_AGENT_CALLS                     calls for loop, hammer, backoff, repeat (default 10)
   DOCKET_AGENT_CONCURRENCY               hammer's concurrent workers (default 4)
   DOCKET_AGENT_MODEL, DOCKET_AGENT_MAX_TOKENS, DOCKET_AGENT_TIMEOUT (seconds per call)
   DOCKET_AGENT_SEED                      the jitter's random seed (default: drawn, and printed)
   DOCKET_AGENT_BACKOFF_BASE, DOCKET_AGENT_BACKOFF_CAP, DOCKET_AGENT_MAX_ATTEMPTS,
   DOCKET_AGENT_MAX_RETRY_AFTER           the backoff policy (docket.agent.backoff.BackoffPolicy)
   DOCKET_AGENT_BASE_URL                  (or --base-url) instead of the provider's base URL
+  DOCKET_AGENT_TEMPERATURE               sent as the body's temperature (0 to 2); unset, the
+                                         body has none (the provider's default)
 
 It ends with one JSON line on stdout (calls, ok, refusals by status, waited
 seconds, errors by kind; stream adds ttfb_s, total_s and events). A refusal is
-an expected outcome of loop, hammer and backoff, so those exit 0 once they ran;
+an expected outcome of loop, hammer, backoff and repeat, so those exit 0 once they ran;
 they exit 1 only if no call got an HTTP answer at all. once and stream exit 1
 unless their call succeeded. loop and backoff stop at a docket_policy_denied
-refusal (a cap ends a runaway loop); hammer counts refusals and goes on.
+refusal (a cap ends a runaway loop), and so does repeat; hammer counts refusals
+and goes on.
 
 SIGTERM or SIGINT (a supervisor stopping the run: a cap kill, a full ledger,
 Ctrl-C) stops the agent: it makes no further call, abandons those in flight

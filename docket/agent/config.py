@@ -7,6 +7,7 @@ otherwise (exit 2). Nothing here touches the network or the clock.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from docket.errors import InputError
 from docket.fields import Fields
 from docket.values import ValueProblem, parse_whole
 
-MODES = ("once", "stream", "loop", "hammer", "backoff")
+MODES = ("once", "stream", "loop", "hammer", "backoff", "repeat")
 PROVIDERS = ("openai", "anthropic")
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-3-5-haiku-20241022"}
 ANTHROPIC_VERSION = "2023-06-01"
@@ -36,7 +37,11 @@ FLAGS = {
     "DOCKET_AGENT_MAX_ATTEMPTS": "--max-attempts",
     "DOCKET_AGENT_MAX_RETRY_AFTER": "--max-retry-after",
     "DOCKET_AGENT_BASE_URL": "--base-url",
+    "DOCKET_AGENT_TEMPERATURE": "--temperature",
 }
+# A sampling temperature as the agent sends it: 0 to 2 (OpenAI's range; Anthropic's is
+# 0 to 1, and a provider that refuses a value says so in its answer), two decimals at most.
+_TEMPERATURE = re.compile(r"[0-2](\.[0-9]{1,2})?\Z", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,9 @@ class AgentConfig:
     timeout: float
     seed: int
     policy: BackoffPolicy
+    # None: the body carries no temperature (the provider's default, 1), as it always
+    # did; a number is sent as given, e.g. 0 for the greedy calls a [cache] may serve.
+    temperature: int | float | None = None
 
     @property
     def endpoint(self) -> str:
@@ -114,6 +122,16 @@ def _check_url(settings: _Settings, name: str, url: str) -> str:
     return url
 
 
+def _temperature(s: _Settings) -> int | float | None:
+    text = s.get("DOCKET_AGENT_TEMPERATURE")
+    if text is None:
+        return None
+    if not _TEMPERATURE.match(text) or float(text) > 2:
+        raise s.bad("DOCKET_AGENT_TEMPERATURE", "must be a number from 0 to 2 (e.g. 0, 0.7)")
+    value = float(text)
+    return int(value) if value.is_integer() else value  # "0" is sent as 0, not 0.0
+
+
 def config_from(
     env: Mapping[str, str], overrides: Mapping[str, str | None] | None = None
 ) -> AgentConfig:
@@ -164,6 +182,7 @@ def config_from(
     except ValueError as exc:  # every field is checked above; this is the policy's own word
         raise InputError(f"agent: backoff policy: {exc}") from None
     return AgentConfig(
+        temperature=_temperature(s),
         provider=provider,
         base_url=base_url,
         api_key=api_key,

@@ -1,7 +1,7 @@
 """The trio part of the reference agent: it sends the calls a mode asks for, reads, sleeps.
 
 An Agent holds one httpx client (made by docket.agent.command.run_agent) and a Tally.
-Each mode (once, stream, loop, hammer, backoff) is a method; every attempt
+Each mode (once, stream, loop, hammer, backoff, repeat) is a method; every attempt
 becomes an Outcome decided by docket.agent.calls and recorded in the tally, and
 the backoff mode asks docket.agent.backoff's pure policy how long to wait, reports the
 wait to the boundary, then sleeps it. Cancellation (a stop signal) comes from
@@ -176,6 +176,14 @@ class Agent:
     async def loop(self) -> None:
         for n in range(self.config.calls):
             if (await self.call(n)).policy_denied:
+                self.tally.stopped = POLICY_DENIED
+                return
+
+    async def repeat(self) -> None:
+        """A loop stuck on one question: call 0's body, byte for byte, `calls` times.
+        With --temperature 0 these are the identical greedy calls a [cache] may serve."""
+        for _ in range(self.config.calls):
+            if (await self.call(0)).policy_denied:
                 self.tally.stopped = POLICY_DENIED
                 return
 

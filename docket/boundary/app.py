@@ -428,7 +428,7 @@ class Boundary:
         try:
             lookup = None
             if self.cache is not None:
-                found = self.cache.consult(
+                found = await self.cache.consult(
                     route.name,
                     route.target(rest, request.query),
                     endpoint=step.request.endpoint,
@@ -464,6 +464,7 @@ class Boundary:
                 stream=entry.stream,
                 request_sha256=entry.key.request_sha256,
                 replays_seq=entry.seq,
+                **({"replays_run": entry.run_id} if entry.run_id else {}),
                 age_ms=int(hit.age_s * 1000),
                 hits=hit.hits,
                 saved_nusd=entry.cost_nusd,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from docket.cache.config import CachePolicy
 from docket.cache.decide import Answer, Refuse, Store, request_refusal, storable
+from docket.cache.shared import SharedStore, StoreProblem
 from docket.cache.store import ENTRY_OVERHEAD, Entry, Hit, Key
 from docket.cache.store import Store as EntryStore
 
@@ -77,11 +78,19 @@ class ResponseCache:
             max_hits=policy.max_hits,
         )
         self.faults_noted = 0
+        # With a named scope: the store shared between runs (docket/cache/shared.py),
+        # set by the supervisor once it has checked the file; `store` then stays empty.
+        self.shared: SharedStore | None = None
+        self.run_id = ""
+        self.problems: list[str] = []  # a shared store refused mid-run: said on stderr
+
+    def share(self, shared: SharedStore, run_id: str) -> None:
+        self.shared, self.run_id = shared, run_id
 
     def note_fault(self) -> None:
         self.faults_noted += 1
 
-    def consult(
+    async def consult(
         self,
         provider: str,
         path: str,
@@ -96,10 +105,32 @@ class ResponseCache:
         key = Key(provider, path, hashlib.sha256(body).hexdigest())
         refusal = request_refusal(endpoint, model, choices, payload, self.policy)
         if refusal is None:
-            hit = self.store.lookup(key, now)
-            if hit is not None:
-                return hit
+            try:
+                hit = await self._lookup(key, now)
+            except StoreProblem as exc:
+                self._problem(str(exc))
+                refusal = "store_unreadable"  # forwarded; its answer is not stored either
+            else:
+                if hit is not None:
+                    return hit
         return Lookup(key, refusal, self.faults_noted, Capture(self.policy.max_bytes))
+
+    async def _lookup(self, key: Key, now: float) -> Hit | None:
+        if self.shared is None:
+            return self.store.lookup(key, now)
+        import time
+
+        import trio
+
+        # The shared file waits on other runs' lock: off the event loop.
+        return await trio.to_thread.run_sync(self.shared.lookup, key, time.time())
+
+    def _problem(self, text: str) -> None:
+        import sys
+
+        if not self.problems or self.problems[-1] != text:  # once, not once a call
+            print(f"docket: {text}", file=sys.stderr, flush=True)
+        self.problems.append(text)
 
     def decide(
         self, lookup: Lookup, *, complete: bool, usage_missing: bool
@@ -121,8 +152,14 @@ class ResponseCache:
             return decision, {"cache_refused": decision.reason}
         return decision, {"cache_stored": True}
 
-    def keep(self, lookup: Lookup, *, seq: int, cost_nusd: int, model: str, now: float) -> None:
+    async def keep(
+        self, lookup: Lookup, *, seq: int, cost_nusd: int, model: str, now: float
+    ) -> None:
+        import time
+
         capture = lookup.capture
+        if self.shared is not None:
+            now = time.time()  # a shared store's ages are wall clock: shared.py
         assert capture.status is not None and not capture.over
         entry = Entry(
             key=lookup.key,
@@ -134,5 +171,14 @@ class ResponseCache:
             stored_at=now,
             cost_nusd=cost_nusd,
             model=model,
+            run_id=self.run_id if self.shared is not None else "",
         )
-        self.store.put(entry, now)
+        if self.shared is None:
+            self.store.put(entry, now)
+            return
+        import trio
+
+        try:
+            await trio.to_thread.run_sync(self.shared.put, entry, time.time())
+        except StoreProblem as exc:  # the closing event said stored: say it was not
+            self._problem(f"{exc}; the answer of seq {seq} was not stored")

@@ -451,7 +451,7 @@ class ModelCall:
         )
         if isinstance(decision, Store) and self.closed_seq is not None and self.unrecorded is None:
             assert self.cache is not None and self.lookup is not None
-            self.cache.keep(
+            await self.cache.keep(
                 self.lookup,
                 seq=self.closed_seq,
                 cost_nusd=outcome.charged_nusd,

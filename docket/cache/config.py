@@ -6,6 +6,7 @@ errors read like every other table's: `policy FILE: cache.ttl: REASON`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -17,7 +18,9 @@ MAX_INT = 2**53 - 1
 MiB = 1 << 20
 # What a request may carry and still be served, when the policy says so per model.
 SAMPLING_KINDS = ("temperature", "n", "tools")
-SCOPES = ("run",)
+# scope "run", or the name of a store shared between runs (docket/cache/shared.py): also
+# its file's name under `dir`.
+_SCOPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class CachePolicy:
     max_hits: int = 100  # a brake per entry: served this often, then dropped
     models: tuple[str, ...] = ()  # empty: every model
     scope: str = "run"
+    dir: str | None = None  # a shared store's folder (resolved against the policy file's)
     # model -> which of SAMPLING_KINDS its requests may carry and still be served
     serve_anyway: Mapping[str, tuple[str, ...]] = field(
         default_factory=lambda: MappingProxyType({}), hash=False
@@ -43,6 +47,7 @@ class CachePolicy:
             "max_hits": self.max_hits,
             "models": list(self.models),
             "scope": self.scope,
+            **({"dir": self.dir} if self.dir is not None else {}),
             "serve_anyway": {m: list(k) for m, k in sorted(self.serve_anyway.items())},
         }
 
@@ -55,6 +60,7 @@ CACHE_KEYS = (
     "max_hits",
     "models",
     "scope",
+    "dir",
     "serve_anyway",
 )
 
@@ -65,10 +71,21 @@ def cache_policy(f: Fields) -> CachePolicy:
     f.known(CACHE_KEYS)
     d = CachePolicy()
     scope = f.string("scope", d.scope)
-    if scope not in SCOPES:
-        # A store shared between runs needs its own file format, locking and an audit
-        # trail naming the run an answer came from: not built yet.
-        f.fail("scope", f'only "run" is built yet (a named store {scope!r} is not)')
+    if not _SCOPE_NAME.match(scope):
+        f.fail(
+            "scope",
+            f'must be "run" or a store\'s name (letters, digits, - and _), got {show(scope)}',
+        )
+    folder = f.string("dir", None)
+    if scope == "run" and folder is not None:
+        f.fail("dir", 'names a shared store\'s folder: give it with a scope other than "run"')
+    if scope != "run" and not folder:
+        f.fail(
+            "dir",
+            f"must name the folder of the shared store {scope!r} (relative to the policy file)",
+        )
+    if folder is not None and "\x00" in folder:
+        f.fail("dir", "must not hold a NUL byte")
     models: tuple[str, ...] = ()
     if f.has("models"):
         listed = f.listing("models")
@@ -94,5 +111,6 @@ def cache_policy(f: Fields) -> CachePolicy:
         max_hits=f.integer("max_hits", d.max_hits, minimum=1, maximum=MAX_INT),
         models=models,
         scope=scope,
+        dir=folder,
         serve_anyway=MappingProxyType(allowed),
     )

@@ -23,7 +23,9 @@ CACHEABLE_ENDPOINTS = GENERATING | {"embeddings"}
 # Every reason an answer is not stored, in the order they are checked (the first wins).
 REQUEST_REASONS = ("endpoint", "model_not_listed", "temperature", "n", "tools")
 ANSWER_REASONS = ("not_2xx", "incomplete", "usage_missing", "fault_injected", "too_large")
-REASONS = REQUEST_REASONS + ANSWER_REASONS
+# A shared store (scope = NAME) that could not be read mid-run: forwarded, not stored.
+STORE_REASONS = ("store_unreadable",)
+REASONS = REQUEST_REASONS + ANSWER_REASONS + STORE_REASONS
 
 
 @dataclass(frozen=True, slots=True)

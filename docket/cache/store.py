@@ -42,6 +42,9 @@ class Entry:
     stored_at: float  # the clock reading (seconds, monotonic) when it was stored
     cost_nusd: int  # what the call was charged: a hit's saving
     model: str = ""
+    # The run whose ledger holds `seq`: set by a store shared between runs
+    # (docket/cache/shared.py), so its hits name it; "" in the run's own store.
+    run_id: str = ""
 
     @property
     def size(self) -> int:
@@ -72,6 +75,21 @@ class Store:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def entries(self) -> list[tuple[Entry, int]]:
+        """Every entry with its hits so far, least recently used first."""
+        return [(e, self._hits.get(k, 0)) for k, e in self._entries.items()]
+
+    def restore(self, entry: Entry, hits: int) -> None:
+        """Put back an entry read from a shared store's file, as the most recently used,
+        with its hits; the bounds are enforced by the next put (the file was written by
+        a store under the same bounds, or one smaller now: then the next put trims it)."""
+        if entry.key in self._entries:
+            self._drop(entry.key)
+        self._entries[entry.key] = entry
+        if hits:
+            self._hits[entry.key] = hits
+        self.bytes += entry.size
 
     def fits(self, size: int) -> bool:
         """Whether an entry of `size` bytes can be stored at all."""

@@ -321,6 +321,7 @@ class Tally:
     def _on_cache_hit(self, event: dict) -> None:
         saved = _count(event.get("saved_nusd"), "cache.hit.saved_nusd")
         _count(event.get("replays_seq"), "cache.hit.replays_seq")
+        _text_or_null(event.get("replays_run"), "cache.hit.replays_run")  # a shared store's
         self.cache_counts[0] += 1
         self.cache_counts[3] += saved
 

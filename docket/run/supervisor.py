@@ -66,6 +66,20 @@ if TYPE_CHECKING:
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+def shared_cache(policy):
+    """The policy's shared cache store (`[cache] scope = NAME`), its file read once and
+    checked (StoreProblem, exit 2, before anything starts); None without one."""
+    from docket.cache.shared import SharedStore, identity
+
+    cache = getattr(policy, "cache", None)
+    if cache is None or not cache.enabled or cache.scope == "run":
+        return None
+    providers = {p.name: (p.kind, p.base_url) for p in policy.providers.values()}
+    store = SharedStore(cache, identity(cache, providers))
+    store.check()
+    return store
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(4)
 
@@ -111,6 +125,7 @@ class Supervisor:
         self._check_keys()
         self.faults = self.hooks.write_faults
         self.run_id = new_run_id()
+        self.shared_cache = shared_cache(self.policy)  # checked now: a bad store is exit 2
         self.token = "dkt-" + secrets.token_urlsafe(24)
         # The supervisor's own events pass the same door as the boundary's: the run
         # token and the provider keys never reach the ledger, in any form.
@@ -241,6 +256,8 @@ class Supervisor:
                 env=self.env,
             )
             boundary.call_probe = self.hooks.call_probe
+            if boundary.cache is not None and self.shared_cache is not None:
+                boundary.cache.share(self.shared_cache, self.run_id)
             self.control.on_fault = boundary.note_fault  # the run handle calls it (docs/cache.md)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.control.watch_signals, signals, nursery)

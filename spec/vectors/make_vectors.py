@@ -400,11 +400,14 @@ def cached(entries: list[Entry], request: dict, close: dict) -> list[Entry]:
     ]
 
 
-def cache_hit(mono_ms: int, replays: Entry, replays_seq: int, hits: int, saved: object) -> Entry:
+def cache_hit(
+    mono_ms: int, replays: Entry, replays_seq: int, hits: int, saved: object, **more: object
+) -> Entry:
     return Entry(
         "cache.hit",
         mono_ms,
         {
+            **more,
             "provider": replays.fields["provider"],
             "model": replays.fields["model"],
             "endpoint": "chat.completions",
@@ -438,6 +441,18 @@ def cache_run(saved: object = None) -> list[Entry]:
         {"cache": "miss"},
         {"cache_refused": "not_2xx"},
     )
+    entries.append(end(5000))
+    return entries
+
+
+def shared_cache_run(replays_run: object) -> list[Entry]:
+    """A run served twice from a store shared between runs: the answer replayed is in
+    another run's ledger (`replays_run`), at a seq this ledger does not reach."""
+    elsewhere = call(100, "call-0001", "gpt-4o-mini", 200, 40)[1]  # in the other run's ledger
+    cost = elsewhere.fields["cost_nusd"]
+    entries = [start()]
+    for n, mono in enumerate((1500, 1600), 1):
+        entries.append(cache_hit(mono, elsewhere, 41, n, cost, replays_run=replays_run))
     entries.append(end(5000))
     return entries
 
@@ -1498,6 +1513,29 @@ def make(out: Path) -> None:
         "malformed_event",
         seq=3,
         offset=bad_hit.offsets[3],
+    )
+
+    shared = chain(shared_cache_run("20261118T110000Z-0a1b2c3d"))
+    shared_receipt = receipt_for(shared, COMPLETE)
+    v.ok(
+        "ok-cache-shared",
+        "two hits from a cache store shared between runs: each names the run that stored the "
+        "answer (replays_run) and a seq of that run's ledger (41, past this ledger's end)",
+        shared,
+        shared_receipt,
+    )
+    bad_run = chain(shared_cache_run(7))
+    v.fail(
+        "cache-hit-replays-run-not-string",
+        "as ok-cache-shared, with replays_run a number in the cache.hit at seq 1 (re-chained, "
+        "receipt re-pointed)",
+        bad_run.data,
+        edited(
+            edited(shared_receipt, "ledger.head", bad_run.head), "ledger.bytes", len(bad_run.data)
+        ),
+        "malformed_event",
+        seq=1,
+        offset=bad_run.offsets[1],
     )
 
     v.write_manifest()
