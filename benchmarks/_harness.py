@@ -257,6 +257,20 @@ async def _boundary_session(config: dict) -> dict:
     return counters(ledger)
 
 
+def make_report_folders(tool: str, folders: list[Path]) -> bool:
+    """Create the folders a report goes to, before minutes of measuring rather than
+    after; False, with one line on stderr naming the folder, when one cannot be."""
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(
+                f"{tool}: cannot write reports to {folder}: {exc.strerror or exc}", file=sys.stderr
+            )
+            return False
+    return True
+
+
 def how_run(session: str, module: str, args: list[str]) -> str:
     """The command line that ran a benchmark, as a report quotes it: the nox session
     when nox ran it (nox names the session in NOX_CURRENT_SESSION), else the module."""

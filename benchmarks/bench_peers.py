@@ -448,13 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             sizes = replace(sizes, **{key: value})
     command = h.how_run("peers", "benchmarks.bench_peers", argv or sys.argv[1:])
     folders = [Path(args.out), *([Path(args.report)] if args.report else [])]
-    try:  # before minutes of measuring, not after
-        for folder in folders:
-            folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        print(
-            f"bench_peers: cannot write reports to {folder}: {exc.strerror or exc}", file=sys.stderr
-        )
+    if not h.make_report_folders("bench_peers", folders):
         return 2
     from benchmarks.__main__ import machine
 

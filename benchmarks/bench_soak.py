@@ -272,13 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = h.how_run("soak", "benchmarks.bench_soak", argv or sys.argv[1:])
     folders = [Path(args.out), *([Path(args.report)] if args.report else [])]
-    try:  # before minutes of measuring, not after
-        for folder in folders:
-            folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        print(
-            f"bench_soak: cannot write reports to {folder}: {exc.strerror or exc}", file=sys.stderr
-        )
+    if not h.make_report_folders("bench_soak", folders):
         return 2
     from benchmarks.__main__ import machine
 
