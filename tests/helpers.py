@@ -133,20 +133,6 @@ async def serving(start: Callable, wrap: Callable = _started_and_cancel) -> Asyn
         raise failure
 
 
-# The nine game-day phases, in the order (gamedays/NN-NAME.yaml).
-GAMEDAY_PHASES = (
-    "upstream-failure",
-    "upstream-latency",
-    "circuit-breaker",
-    "partition",
-    "retry-storm",
-    "runaway-loop",
-    "ledger-pressure",
-    "evidence-loss",
-    "supervisor-killed",
-)
-
-
 # Set, so a run's stderr is only its last line: an unset provider key is a warning
 # line at start (tests/test_keys_start.py). These runs make no call upstream.
 KEYS_SET = {
