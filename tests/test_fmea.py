@@ -13,12 +13,12 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import GAMEDAY_PHASES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.gameday.fmea import FmeaError, FmeaRow, load_fmea
 from chaos.yamldoc import YamlError, load
+from docket.cli_help import GAMEDAY_PHASES
 from docket.errors import EXIT_USAGE, InputError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import GAMEDAY_PHASES
 
 from chaos.gameday.fmea import load_fmea
 from chaos.gameday.phase import (
@@ -17,6 +16,7 @@ from chaos.gameday.phase import (
     parse_duration,
 )
 from chaos.yamldoc import YamlError
+from docket.cli_help import GAMEDAY_PHASES
 from docket.errors import InputError
 
 GOOD = """\
