@@ -176,11 +176,14 @@ class LiteLLMProxy:
         try:
             self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            pass
+            print(
+                f"litellm: still running {timeout_s:g} s after SIGTERM: SIGKILL to its group",
+                file=sys.stderr,
+            )
         try:  # the leader may be gone while a child it started lingers in the group
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
-            pass
+            return  # the whole group is gone: nothing lingers, and the leader was reaped above
         self.process.wait(timeout=10)
 
     def __enter__(self) -> LiteLLMProxy:

@@ -212,6 +212,15 @@ class Fields:
             self.fail(key, f"must be a positive number, got {show(v)}")
         return float(v)
 
+    def number(self, key: str, default: float, *, minimum: float, maximum: float) -> float:
+        """A finite number, whole or not, from `minimum` to `maximum` (NaN is neither)."""
+        if key not in self.data:
+            return default
+        v = self.data[key]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not minimum <= v <= maximum:
+            self.fail(key, f"must be a number from {minimum:g} to {maximum:g}, got {show(v)}")
+        return float(v)
+
     def usd(self, key: str) -> Decimal | None:
         """US dollars, by docket.values' money rule; None when absent."""
         if key not in self.data:

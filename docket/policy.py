@@ -34,6 +34,8 @@ from docket.cache.config import CACHE_KEYS, CachePolicy, cache_policy
 from docket.errors import InputError
 from docket.fields import Fields, alternatives, show
 from docket.inputs import read_text
+from docket.reading.thresholds import KEYS as EXPLAIN_KEYS
+from docket.reading.thresholds import read_thresholds
 from docket.values import is_ip, nano_usd
 
 MiB = 1024 * 1024
@@ -279,6 +281,9 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     secrets = _secrets(c, c.section(data, "secrets"))
     snapshot = _snapshot(c, c.section(data, "snapshot"))
     cache = cache_policy(c.fields(c.section(data, "cache"), "cache", CACHE_KEYS))
+    # Checked here so that `docket run` refuses a mistyped [explain] as explain would;
+    # not kept: the thresholds tune what `docket explain` names, never what a run does.
+    read_thresholds(c.fields(c.section(data, "explain"), "explain", EXPLAIN_KEYS))
     return Policy(
         ledger=ledger,
         caps=caps,

@@ -161,7 +161,7 @@ def slow_write(path: str, calls: int, gap_s: float, end: bool = True) -> None:
                     await trio.sleep(gap_s)
                 await ledger.append(type, **fields)
             if not end:
-                await trio.sleep(3600)  # a run that is still going: the test stops it
+                await trio.sleep_forever()  # a run that is still going: the test stops it
 
     trio.run(main)
 

@@ -17,13 +17,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-# benchmarks/ is not an installed package: it runs from the tree (`python -m benchmarks`),
-# and `pytest` (unlike `python -m pytest`) does not put the tree's root on sys.path
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from benchmarks import _litellm, bench_peers, bench_soak
 
-from benchmarks import _litellm, bench_peers, bench_soak  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TINY_PEERS = ["--pairs", "20", "--calls", "64", "--peer-calls", "16", "--rounds", "1"]
 TINY_PEERS += ["--level-calls", "64"]

@@ -348,12 +348,14 @@ async def test_each_refusal_to_store_is_on_disk(stub_server, boundary_rig, behav
             stub_server("openai", reply_tokens=5, choose=steady(behaviour)) as up,
             boundary_rig({"openai": up}, policy=ON) as rig,
         ):
+            cuts = 0
             for _ in range(2):
                 try:
                     await post(rig, body)
                 except httpx.TransportError:  # a cut stream: the client sees the cut
-                    pass
+                    cuts += 1
             forwarded = len(up.log)
+    assert cuts == (2 if reason == "incomplete" else 0)  # no other call may break
     closes = [e for e in rig.events() if e["type"] in ("model.response", "model.error")]
     assert [e["cache_refused"] for e in closes] == [reason, reason]
     assert forwarded == 2 and rig.events("cache.hit") == []

@@ -322,7 +322,7 @@ def test_thresholds_from_the_policys_explain_table(tmp_path, capsys):
 @pytest.mark.parametrize(
     "table, problem",
     [
-        ("retry_min_recalls = -1", "explain.retry_min_recalls: must be a whole number"),
+        ("retry_min_recalls = -1", "explain.retry_min_recalls: must be between 0 and"),
         ("retry_min_recalls = 1.5", "explain.retry_min_recalls: must be a whole number"),
         ("retry_min_recall = 3", "explain.retry_min_recall: unknown key"),
         ("concentration_share = nan", "explain.concentration_share: must be a number"),

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from reading_ledgers import Script
 
+from benchmarks.bench_show import PEAK  # the child's own VmHWM, as the benchmark reads it
 from docket.cli import main
 
 TESTS = Path(__file__).parent
@@ -105,6 +106,16 @@ def _spawn_writer(path: Path, calls: int, gap_s: float, end: bool) -> subprocess
     return subprocess.Popen([sys.executable, "-c", code])
 
 
+def _wait_for_first_line(path: Path, timeout_s: float = 20.0) -> None:
+    """Until the writer's first line is on disk (show --follow needs the file to
+    exist); a writer that never writes fails the test here, naming what it waited for."""
+    deadline = time.monotonic() + timeout_s
+    while not (path.exists() and path.stat().st_size):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no line in {path} after {timeout_s:g} s")
+        time.sleep(0.02)  # polling the condition, with the deadline above
+
+
 def _spawn_show(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "docket", "show", *args],
@@ -144,9 +155,7 @@ def test_follow_prints_a_live_run_as_it_is_written_and_stops_at_its_end(tmp_path
     path = tmp_path / "ledger.jsonl"
     writer = _spawn_writer(path, calls=8, gap_s=0.3, end=True)
     try:
-        deadline = time.monotonic() + 20
-        while not (path.exists() and path.stat().st_size) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _wait_for_first_line(path)
         follower = _spawn_show(str(path), "--follow")
         out = _Lines(follower)
         seen = [out.next(10)]
@@ -168,9 +177,7 @@ def test_follow_stops_on_ctrl_c_when_the_run_has_not_ended(tmp_path):
     path = tmp_path / "ledger.jsonl"
     writer = _spawn_writer(path, calls=2, gap_s=0.01, end=False)
     try:
-        deadline = time.monotonic() + 20
-        while not (path.exists() and path.stat().st_size) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _wait_for_first_line(path)
         follower = _spawn_show(str(path), "--follow", "--type", "model.response")
         out = _Lines(follower)
         for _ in range(2):
@@ -188,9 +195,7 @@ def test_follow_stops_at_the_end_of_the_seq_range(tmp_path, capsys):
     path = tmp_path / "ledger.jsonl"
     writer = _spawn_writer(path, calls=2, gap_s=0.01, end=False)  # never ends on its own
     try:
-        deadline = time.monotonic() + 20
-        while not (path.exists() and path.stat().st_size) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _wait_for_first_line(path)
         follower = _spawn_show(str(path), "--follow", "--seq", "1..3")
         out, err = follower.communicate(timeout=20)
         assert follower.returncode == 0, err
@@ -230,18 +235,6 @@ def test_the_terminal_form_is_styled_and_still_escapes_fields(tmp_path):
     assert "\x1b[31m" in text or "\x1b[1;31m" in text  # the failure and the refusal in red
     assert "\x1b[2J" not in text and "\\x1b[2J" in text
     assert "model.error" in text and len(text.splitlines()) == 7
-
-
-# The child's own peak (VmHWM of its memory since exec): a forked child's ru_maxrss
-# would count the parent's pages it started as a copy of.
-PEAK = (
-    "import sys\n"
-    "from docket.cli import main\n"
-    "rc = main(sys.argv[1:])\n"
-    "hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0]\n"
-    "print(hwm.split()[1], file=sys.stderr)\n"
-    "sys.exit(rc)\n"
-)
 
 
 def _peak_rss_kib(argv: list[str]) -> int:

@@ -462,7 +462,11 @@ def test_a_process_changing_the_tree_during_a_restore_is_reported_not_overwritte
         ],
     )
     try:
-        time.sleep(0.1)
+        # Under way before the restore starts: its first write is on disk.
+        deadline = time.monotonic() + 10
+        while "concurrent" not in {(files / str(i)).read_text() for i in (299, 298)}:
+            assert writer.poll() is None and time.monotonic() < deadline, "writer never wrote"
+            time.sleep(0.01)  # polling the condition, with the deadline above
         before = fingerprint(outside)
         with Tree(str(tree)) as t:
             result = apply_plan(t, snap.store, plan)

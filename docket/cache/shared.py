@@ -37,6 +37,7 @@ from pathlib import Path
 
 from docket.cache.config import CachePolicy
 from docket.cache.store import Entry, Hit, Key, Store
+from docket.durable import replace_file
 from docket.errors import InputError
 
 FORMAT = "docket-cache-store-1"
@@ -167,17 +168,9 @@ class SharedStore:
             "entries": [_entry_doc(s) for s in stored],
         }
         data = json.dumps(doc, separators=(",", ":")).encode()
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            tmp.unlink(missing_ok=True)  # one a crash left (this pid's, under the lock)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            replace_file(self.path, data)  # under the lock: one writer at a time
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise self.problem(f"cannot be written: {exc.strerror}") from None
 
     def _store(self, stored: list[Stored]) -> Store:

@@ -48,19 +48,22 @@ def seq_range(first: int, last: int) -> str:
 
 
 class Pattern:
+    """One pattern's fold: explain calls each hook in ledger order; a pattern
+    overrides the hooks it needs, and the others see nothing."""
+
     name = ""
 
     def __init__(self, limits: Thresholds) -> None:
         self.limits = limits
 
     def on_request(self, call: Call) -> None:
-        pass
+        """A call's model.request was read."""
 
     def on_close(self, call: Call) -> None:
-        pass
+        """A call's closing event (model.response or model.error) was read."""
 
     def on_event(self, event: dict) -> None:
-        pass
+        """Any other event (not a call's request or close), in ledger order."""
 
     def findings(self) -> list[Finding]:
         return []

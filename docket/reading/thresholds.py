@@ -12,6 +12,7 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 
 from docket.errors import InputError
+from docket.fields import Fields, show
 from docket.inputs import read_text
 
 
@@ -54,30 +55,39 @@ DEFAULTS = Thresholds()
 _TYPES = {f.name: type(getattr(DEFAULTS, f.name)) for f in fields(Thresholds)}
 
 
+MAX_THRESHOLD = 10**12
+KEYS = tuple(_TYPES)
+
+
+def read_thresholds(f: Fields) -> Thresholds:
+    """The defaults with an [explain] table's overrides, read like every other table
+    (docket/fields.py): the policy checks it at load, `docket explain` reads it here."""
+    f.known(KEYS)
+    changes: dict[str, object] = {}
+    for name, kind in _TYPES.items():
+        if not f.has(name):
+            continue
+        if kind is tuple:
+            paths = f.listing(name)
+            if not all(type(p) is str and p for p in paths):
+                f.fail(name, f"must be a list of paths, got {show(paths)}")
+            changes[name] = tuple(paths)
+        elif kind is int:
+            changes[name] = f.integer(name, 0, maximum=MAX_THRESHOLD)
+        else:
+            changes[name] = f.number(name, 0.0, minimum=0, maximum=MAX_THRESHOLD)
+    return replace(DEFAULTS, **changes)  # type: ignore[arg-type]  # keys checked above
+
+
 def thresholds_from_table(table: object, source: str) -> Thresholds:
-    """The defaults with the [explain] table's overrides; a bad key or value is an InputError."""
+    """The [explain] table of the policy at `source`; a bad key or value is an InputError."""
     if table is None:
         return DEFAULTS
     if not isinstance(table, dict):
         raise InputError(f"policy {source}: explain must be a table")
-    changes: dict[str, object] = {}
-    for key, value in table.items():
-        kind = _TYPES.get(key)
-        if kind is tuple:
-            if not isinstance(value, list) or not all(type(v) is str and v for v in value):
-                raise InputError(f"policy {source}: explain.{key}: must be a list of paths")
-            changes[key] = tuple(value)
-            continue
-        if kind is None:
-            raise InputError(
-                f"policy {source}: explain.{key}: unknown key (known: {', '.join(_TYPES)})"
-            )
-        ok = type(value) is int or (kind is float and type(value) is float)
-        if not ok or not 0 <= value <= 10**12 or value != value:
-            want = "a whole number" if kind is int else "a number"
-            raise InputError(f"policy {source}: explain.{key}: must be {want} from 0 to 10^12")
-        changes[key] = kind(value)
-    return replace(DEFAULTS, **changes)  # type: ignore[arg-type]  # keys checked above
+    return read_thresholds(
+        Fields(table, lambda key, reason: InputError(f"policy {source}: explain.{key}: {reason}"))
+    )
 
 
 def load_thresholds(policy_path: str | None) -> Thresholds:

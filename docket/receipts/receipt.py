@@ -11,11 +11,11 @@ import errno
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
+from docket.durable import replace_file
 from docket.receipts.tally import COUNTERS, MAX_INT, PRICE_PATTERN, UNBACKED, Tally, check_evidence
 
 FORMAT = "docket-receipt-1"
@@ -323,25 +323,7 @@ def encode_receipt(receipt: dict) -> bytes:
 
 def write_receipt(path: str | os.PathLike, receipt: dict) -> None:
     """Write atomically and durably: a temp file, fsync, rename over `path`, fsync the folder."""
-    target = Path(path)
-    folder = target.parent
-    data = encode_receipt(receipt)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o600)  # owner only, like the ledger it seals
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    replace_file(path, encode_receipt(receipt))  # owner only, like the ledger it seals
 
 
 # Blocks set aside at the start of a run for its receipt (a receipt is 2-3 KB;

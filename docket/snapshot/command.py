@@ -14,10 +14,9 @@ Exit 0: done (or nothing to do); 1: a conflict or a failed step; 2: bad input.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from docket.durable import replace_file
 from docket.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
 from docket.snapshot.confine import Refused, Tree
 from docket.snapshot.manifest import ManifestError, check_path
@@ -218,14 +217,5 @@ def _print(r: RootRestore, apply: bool) -> None:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".restore.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, sort_keys=True, indent=2, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    replace_file(path, text.encode("utf-8"))

@@ -32,7 +32,7 @@ class Applied:
 
 
 class StepFailed(Exception):
-    pass
+    """One step of a plan could not be applied; its message is the reason recorded."""
 
 
 def apply_plan(tree: Tree, store: Store, plan: Plan) -> Applied:

@@ -134,7 +134,7 @@ def rollback(snap: RootSnapshot) -> dict:
 
 
 class RestoreInputError(Exception):
-    pass
+    """A run folder `docket restore` cannot plan from: one line, exit 2."""
 
 
 @dataclass

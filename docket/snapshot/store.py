@@ -25,7 +25,7 @@ CHUNK = 1 << 20
 
 
 class StoreError(Exception):
-    pass
+    """The snapshot store cannot hold or give back an object; the message says why."""
 
 
 class Store:
