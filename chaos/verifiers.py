@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -108,6 +109,10 @@ class Verifier:
     argv: list[str] | None = None
     absent: str | None = None  # why it is not here: a skip, with this reason
     broken: str | None = None  # here but cannot run: a failure, with this reason
+    # A command that takes many jobs at once (a JSON array of argument lists on stdin, a
+    # JSON line {exit, stdout, stderr} out per job), for a verifier whose start is the
+    # cost (Node); None: each job is its own process.
+    each: list[str] | None = None
 
     @property
     def runnable(self) -> bool:
@@ -129,6 +134,37 @@ class Verifier:
             done.stdout.decode("utf-8", "replace"),
             done.stderr.decode("utf-8", "replace"),
         )
+
+    def run_many(self, jobs: list[tuple[Path, Path | None]], workers: int = 2) -> list[Answer]:
+        """`run` over many (receipt, ledger) pairs, the answers in order: in one process
+        where the verifier has an `each` command, else over `workers` threads."""
+        if self.each is None or not self.runnable:
+            with ThreadPoolExecutor(workers) as pool:
+                return list(pool.map(lambda job: self.run(*job), jobs))
+        argv_of = [
+            [str(receipt)] + (["--ledger", str(ledger)] if ledger else [])
+            for receipt, ledger in jobs
+        ]
+        timeout_s = RUN_TIMEOUT_S + len(jobs)  # one start, then each case's own work
+        try:
+            done = subprocess.run(
+                self.each, input=json.dumps(argv_of).encode(), capture_output=True,
+                timeout=timeout_s, check=False, env=_child_env(),
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return [
+                Answer(None, said=f"no answer to {len(jobs)} jobs within {timeout_s:g}s")
+            ] * len(jobs)
+        lines = done.stdout.decode("utf-8", "replace").splitlines()
+        if done.returncode != 0 or len(lines) != len(jobs):
+            why = done.stderr.decode("utf-8", "replace").strip()[-300:]
+            said = f"{' '.join(self.each)} exited {done.returncode} after {len(lines)} of {len(jobs)} jobs: {why}"
+            return [Answer(None, said=said)] * len(jobs)
+        answers = []
+        for line in lines:
+            got = json.loads(line)
+            answers.append(read_answer(got["exit"], got["stdout"], got["stderr"]))
+        return answers
 
 
 def _child_env() -> dict[str, str]:
@@ -177,6 +213,7 @@ def find_js(root: Path = ROOT) -> Verifier:
         v.broken = "verify-js/ is in the tree but verify-js/verify.mjs is not"
         return v
     v.argv = [node, str(script)]
+    v.each = [node, str(ROOT / "chaos" / "verify_js_each.mjs"), str(script)]
     return _smoke(v)
 
 

@@ -22,8 +22,12 @@ agent holds), REAL_KEY (the provider key the boundary sends upstream).
 from __future__ import annotations
 
 import copy
+import fcntl
+import json
+import os
 import shutil
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -33,6 +37,7 @@ import httpx
 import pytest
 import trio
 from helpers import read_events, serving
+from hypothesis import settings
 
 from chaos.stub.server import Stub, StubConfig
 from docket.boundary.app import Boundary
@@ -41,6 +46,15 @@ from docket.http.server import Listening, serve
 from docket.ledger import strict_json
 from docket.ledger.writer import Ledger, open_ledger
 from docket.policy import policy_from_dict
+
+# Hypothesis profiles: the suite runs `ci` (sized for its five minutes); `nox -s slow`
+# runs every property again under `thorough` (--hypothesis-profile thorough), ten times
+# the examples. No test names its own count: a property whose every example does I/O
+# takes helpers.io_examples(), a quarter of the profile's. DOCKET_HYPOTHESIS picks one
+# for a plain pytest run. Deadlines are off: a 2-core machine under load is no clock.
+settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+settings.register_profile("thorough", max_examples=1000, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("DOCKET_HYPOTHESIS", "ci"))
 
 TOKEN = "dkt-test-run-token-0123456789abcdef"
 REAL_KEY = "sk-real-upstream-key-fedcba9876543210"
@@ -198,3 +212,49 @@ def json_parser(request, monkeypatch):
     if request.param == "stdlib":
         monkeypatch.setattr(strict_json, "parsers", strict_json.STDLIB)
     return request.param
+
+
+@pytest.fixture(scope="session")
+def go_verifier(tmp_path_factory):
+    """verify-go/ built once for the whole session (chaos.verifiers.find_go: absent,
+    broken or runnable, with the reason), shared by test_verify_go.py and the
+    differential, so the suite pays for one `go build`."""
+    from chaos.verifiers import find_go
+
+    return find_go(build_dir=tmp_path_factory.mktemp("verify-go-build"))
+
+
+@dataclass(frozen=True)
+class GameDayRun:
+    """The nine phases, run once: the report folder (report/evidence holds each run's
+    receipt and ledger) and the kept evidence (--keep), with what the command said."""
+
+    report: Path
+    keep: Path
+    returncode: int
+    output: str
+
+
+@pytest.fixture(scope="session")
+def gameday_run(tmp_path_factory) -> GameDayRun:
+    """`docket game-day --keep` over the nine shipped phases, once for the whole suite
+    (~30 s): the tests that read real game-day ledgers (explain, the verifiers'
+    differential, the evidence) share it rather than each running its own. Under
+    pytest-xdist the workers share it too: the first to get the lock runs it, in the
+    base folder all workers share, and the others read what it left."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # popen-gwN's parent: the one base folder of this session
+    root = base / "gameday-run"
+    with open(base / "gameday-run.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released on close, whoever holds it
+        said = root / "said.json"
+        if not said.exists():
+            root.mkdir(exist_ok=True)
+            argv = [sys.executable, "-m", "docket", "game-day", "--report", str(root / "report"),
+                    "--keep", str(root / "keep")]  # fmt: skip
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
+            said.write_text(json.dumps({"returncode": done.returncode,
+                                        "output": done.stdout + done.stderr}))  # fmt: skip
+        told = json.loads(said.read_text())
+    return GameDayRun(root / "report", root / "keep", told["returncode"], told["output"])

@@ -164,7 +164,7 @@ VERDICTS = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(verdicts=VERDICTS)
 def test_the_answer_is_the_first_rule_not_passed_in_precedence_order(verdicts):
     facts = facts_for(verdicts)
@@ -173,7 +173,7 @@ def test_the_answer_is_the_first_rule_not_passed_in_precedence_order(verdicts):
     assert all(getattr(facts, s) is getattr(before, s) for s in CallFacts.__slots__)  # unchanged
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(verdicts=VERDICTS)
 def test_admitted_only_when_every_rule_let_the_call_through(verdicts):
     step = admit(facts_for(verdicts))
@@ -183,7 +183,7 @@ def test_admitted_only_when_every_rule_let_the_call_through(verdicts):
         assert step.reservation is RESERVATION and step.attempt is ATTEMPT and step.body == b"{}"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(verdicts=VERDICTS)
 def test_lost_evidence_refuses_ahead_of_everything(verdicts):
     facts = facts_for(verdicts)
@@ -307,7 +307,7 @@ def test_unknown_is_not_none():
     assert admit(facts) == Ask("limiter", RULES.index("limiter"))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(verdicts=VERDICTS, data=st.data())
 def test_resuming_where_the_last_ask_was_gives_the_same_answer(verdicts, data):
     # The shell resumes at Ask.at: from any place up to the first rule not passed,

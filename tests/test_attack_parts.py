@@ -30,7 +30,7 @@ def test_figures_count_good_and_keep_each_failure():
 # ---------------------------------------------------------------- secrets
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     before=st.binary(max_size=40),
     after=st.binary(max_size=40),
@@ -51,7 +51,7 @@ def test_the_search_finds_a_planted_secret_in_every_encoding(before, after, form
     assert secrets.find_secret(data, raw), (form, data)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(junk=st.binary(max_size=400))
 def test_the_search_finds_nothing_where_no_secret_is(junk):
     assert secrets.find_secret(junk.replace(b"sk-", b""), SECRET.encode()) == []

@@ -24,7 +24,7 @@ hints = st.none() | st.floats(min_value=0.0, max_value=1e6)
 seeds = st.integers(min_value=0, max_value=2**64)
 
 
-@settings(max_examples=300)
+@settings()
 @given(policies, attempts, hints, seeds)
 def test_delay_is_bounded_below_by_the_hint_and_above_by_cap_or_hint(policy, attempt, hint, seed):
     wait = policy.delay(attempt, hint, Random(seed))
@@ -34,7 +34,7 @@ def test_delay_is_bounded_below_by_the_hint_and_above_by_cap_or_hint(policy, att
     assert wait <= max(policy.cap, hint or 0.0)
 
 
-@settings(max_examples=300)
+@settings()
 @given(policies, attempts, seeds)
 def test_without_a_hint_the_wait_stays_inside_a_doubling_envelope(policy, attempt, seed):
     wait = policy.delay(attempt, None, Random(seed))
@@ -44,7 +44,7 @@ def test_without_a_hint_the_wait_stays_inside_a_doubling_envelope(policy, attemp
     assert policy.envelope(0) == min(policy.cap, policy.base)
 
 
-@settings(max_examples=100)
+@settings()
 @given(policies, st.lists(hints, min_size=1, max_size=20), seeds)
 def test_a_seeded_rng_gives_the_same_waits(policy, hint_list, seed):
     first, second = Random(seed), Random(seed)
@@ -70,7 +70,7 @@ def test_a_hint_longer_than_the_jitter_is_the_wait_exactly():
     assert [policy.delay(a, 0.3, rng) for a in range(6)] == [0.3] * 6
 
 
-@settings(max_examples=200)
+@settings()
 @given(policies, attempts, hints, seeds)
 def test_decide_gives_up_exactly_at_the_limits(policy, attempt, hint, seed):
     rng = Random(seed)
@@ -161,20 +161,20 @@ def test_no_usable_hint_is_none(header):
     assert parse_retry_after(header) is None
 
 
-@settings(max_examples=200)
+@settings()
 @given(st.floats(min_value=0, max_value=1e9, allow_nan=False))
 def test_formatted_seconds_round_trip(seconds):
     text = f"{seconds:.6f}"
     assert parse_retry_after(text) == float(text)
 
 
-@settings(max_examples=200)
+@settings()
 @given(st.integers(min_value=0, max_value=2**33))
 def test_http_dates_are_ignored(epoch):
     assert parse_retry_after(formatdate(epoch, usegmt=True)) is None
 
 
-@settings(max_examples=300)
+@settings()
 @given(st.text(max_size=40))
 def test_any_header_is_none_or_a_finite_non_negative_wait(text):
     value = parse_retry_after(text)

@@ -1067,7 +1067,7 @@ def counters_only_boundary():
     return types.SimpleNamespace(caps=CapsGuard(CapsPolicy(), PRICES), ledger=ledger)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(provider=st.text(max_size=20), outcome=st.text(max_size=20))
 def test_metrics_label_values_survive_any_text(provider, outcome):
     metrics = Metrics()
@@ -1089,7 +1089,7 @@ _json = st.recursive(
 _report_values = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     report=_json
     | st.fixed_dictionaries(

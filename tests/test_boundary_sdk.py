@@ -4,14 +4,16 @@ trio (they use anyio); retries are off so that an SDK retry cannot hide behaviou
 
 from __future__ import annotations
 
-import anthropic
-import openai
 import pytest
 import trio
 from conftest import REAL_KEY, TOKEN
+from helpers import LazyModule
 
 from chaos.stub.common import make_reply
 from chaos.stub.server import fingerprint
+
+anthropic = LazyModule("anthropic")
+openai = LazyModule("openai")
 
 DEADLINE = 20
 QUESTION = [{"role": "user", "content": "sixteen bytes!!!"}]  # 4 input tokens at the stub

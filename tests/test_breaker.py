@@ -276,7 +276,7 @@ def first_trip(outcomes, threshold, rate, min_calls):
     return None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     outcomes=st.lists(st.sampled_from([SUCCESS, FAILURE, IGNORED]), max_size=80),
     threshold=st.integers(1, 8),
@@ -412,4 +412,4 @@ class BreakerMachine(RuleBasedStateMachine):
 
 
 TestBreakerMachine = BreakerMachine.TestCase
-TestBreakerMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestBreakerMachine.settings = settings(stateful_step_count=40, deadline=None)

@@ -252,7 +252,7 @@ class BulkheadMachine(RuleBasedStateMachine):
 
 
 TestBulkheadMachine = BulkheadMachine.TestCase
-TestBulkheadMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestBulkheadMachine.settings = settings(stateful_step_count=40, deadline=None)
 
 
 # ---------------------------------------------------------------- on trio

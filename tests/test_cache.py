@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 import trio
 from conftest import TOKEN
+from helpers import LazyModule
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +28,8 @@ from docket.cache.decide import Answer, Refuse, Store, request_refusal, storable
 from docket.cache.store import ENTRY_OVERHEAD, Entry, Key
 from docket.cache.store import Store as EntryStore
 from docket.policy import PolicyError, policy_from_dict
+
+openai = LazyModule("openai")
 
 DEADLINE = 20
 CHAT = "/openai/v1/chat/completions"
@@ -57,7 +59,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(ops, st.integers(1, 8), st.integers(300, 8000), st.integers(1, 4))
 def test_store_bounds_hold_and_hits_are_exact_and_fresh(script, entries, max_bytes, max_hits):
     store = EntryStore(max_entries=entries, max_bytes=max_bytes, ttl=3.0, max_hits=max_hits)

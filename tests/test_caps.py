@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 
 import pytest
+from helpers import io_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -371,7 +372,7 @@ def test_a_nonsense_reading_is_a_bug(bad):
         guard(max_wall_seconds=10).check_wall(bad)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(
     steps=st.lists(
         st.tuples(
@@ -546,5 +547,7 @@ class ConcurrentCalls(RuleBasedStateMachine):
                 assert e.observed >= self.policy.warn_at * e.limit
 
 
-ConcurrentCalls.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+ConcurrentCalls.TestCase.settings = settings(
+    max_examples=io_examples(), stateful_step_count=40, deadline=None
+)
 TestConcurrentCalls = ConcurrentCalls.TestCase

@@ -435,9 +435,7 @@ def chain_with_edits(monos: list[int], moves: list[tuple[str, int, int]], edits)
 
 
 # The json_parser fixture holds for the whole test, the same for every example.
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     monos=st.lists(st.integers(0, 50), min_size=1, max_size=5).map(sorted),
     moves=st.lists(

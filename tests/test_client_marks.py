@@ -91,13 +91,13 @@ _printable_id = st.text(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(st.integers(min_value=0, max_value=999))
 def test_every_small_attempt_round_trips(n):
     assert client_marks([(b"x-stainless-retry-count", str(n).encode())]).attempt == n
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -138,7 +138,7 @@ def test_whatever_the_headers_the_fields_are_bounded_and_clean(headers):
     assert recorded == named
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(_printable_id)
 def test_printable_ids_are_kept_unless_credential_like(value):
     marks = client_marks([(b"x-client-request-id", value.encode())], redactor.scrub)

@@ -79,7 +79,7 @@ class Volume:
 ops = st.lists(st.sampled_from(["call", "call", "event", "control"]), max_size=40)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(
     ops=ops,
     fills_at=st.integers(0, 40),

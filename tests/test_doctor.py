@@ -162,9 +162,7 @@ def ledgers(draw):
     return lines, data, draw(st.integers(1, len(data)))
 
 
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=ledgers())
 def test_any_cut_is_torn_at_the_start_of_the_cut_line(tmp_path, case):
     lines, data, cut = case
@@ -192,9 +190,7 @@ def reference_lines(data: bytes) -> list[reader.Line]:
     return lines
 
 
-@settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     data=st.lists(st.sampled_from([b"\n", b"a", b'{"v":', b"\xc3\xa9", b"\n\n", b"xyz" * 5])).map(
         b"".join
@@ -206,9 +202,7 @@ def test_iter_lines_matches_a_plain_split_at_any_chunk_size(tmp_path, data, chun
     assert list(reader.iter_lines(path, chunk=chunk)) == reference_lines(data)
 
 
-@settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     data=st.lists(st.sampled_from([b"\n", b"a", b"bcdef", b"\n\n", b"xyz" * 3])).map(b"".join),
     chunk=st.integers(1, 17),

@@ -52,7 +52,7 @@ def perturb(host: str, data) -> str:
 # ---------------------------------------------------------------- properties
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(allow=st.lists(entries, max_size=6), data=st.data())
 def test_the_rule_agrees_with_a_plain_model_of_it(allow, data):
     rule = EgressRule.from_lists([spelled(e) for e in allow], {})
@@ -77,7 +77,7 @@ def test_the_rule_agrees_with_a_plain_model_of_it(allow, data):
         assert decision.host == host  # recorded in canonical form
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(listed=hostnames, label=labels)
 def test_no_subdomain_prefix_or_suffix_rides_on_a_listed_host(listed, label):
     rule = EgressRule.from_lists([listed], {})
@@ -93,7 +93,7 @@ def test_no_subdomain_prefix_or_suffix_rides_on_a_listed_host(listed, label):
         assert isinstance(decision, Denied), (trick, decision)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     listed=st.lists(st.ip_addresses(v=4), min_size=1, max_size=4),
     asked=st.ip_addresses(v=4),
@@ -115,7 +115,7 @@ def test_an_ipv4_literal_matches_only_itself_in_any_spelling(listed, asked, port
         assert isinstance(refused, Denied) and refused.rule == RULE_HOST, (other, refused)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(listed=st.ip_addresses(v=6), port=ports)
 def test_an_ipv6_literal_matches_in_any_textual_form(listed, port):
     rule = EgressRule.from_lists([f"[{listed}]:{port}"], {})
@@ -126,7 +126,7 @@ def test_an_ipv6_literal_matches_in_any_textual_form(listed, port):
     assert isinstance(rule.check(listed.compressed, port % 65535 + 1), Denied)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(host=st.text(max_size=80), port=st.integers(-10, 70000) | st.booleans())
 def test_check_is_total_and_allows_only_what_is_listed(host, port):
     rule = EgressRule.from_lists(["example.com", "127.0.0.1:8080", "xn--bcher-kva.de"], {})
@@ -139,7 +139,7 @@ def test_check_is_total_and_allows_only_what_is_listed(host, port):
         assert decision.rule == RULE_PORT
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(host=st.text(alphabet="aZ09-.ßüÜ。．ｅ[]:", max_size=30))
 def test_canonical_form_is_a_fixed_point(host):
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import trio
-from helpers import read_chain
+from helpers import io_examples, read_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,7 +60,7 @@ def test_a_pause_freezes_the_readings_then_jumps_to_real_time():
     assert (clock.mono(), clock.wall()) == (102.0, 1_800_000_002.0)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from(["step", "pause", "tick"]), st.integers(-120_000, 120_000)),

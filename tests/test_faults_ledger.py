@@ -7,7 +7,7 @@ import os
 
 import pytest
 import trio
-from helpers import read_chain
+from helpers import io_examples, read_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,7 +55,7 @@ def test_a_timed_ledger_fault_needs_the_elapsed_time():
     assert faults.before_write(2, "model.request") is None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(seed=st.integers(0, 2**53 - 1), percent=st.integers(1, 99))
 def test_chance_decisions_are_the_schedule_s_and_repeat(seed, percent):
     text = f"ledger:enospc@{percent}%"

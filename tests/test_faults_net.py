@@ -12,7 +12,7 @@ from functools import partial
 
 import pytest
 import trio
-from helpers import tcp_echo
+from helpers import io_examples, tcp_echo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -98,7 +98,7 @@ def test_a_timed_fault_needs_a_clock_for_the_roll():
     assert roll(name, 0, "downstream") == 0.0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(
     seed=st.integers(0, 2**64 - 1),
     percent=st.integers(0, 100),

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import trio
+from helpers import io_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -366,7 +367,7 @@ KINDS = (
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(
     seed=st.integers(0, 2**64 - 1),
     chosen=st.lists(st.sampled_from(KINDS), min_size=1, max_size=6, unique=True),

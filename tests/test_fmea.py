@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import io_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -343,7 +344,7 @@ def test_an_fmea_error_is_an_input_error_of_one_line():
 SOD = st.tuples(*(st.integers(1, 5),) * 3)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(st.lists(SOD, min_size=1, max_size=12), st.data())
 def test_any_ranked_table_round_trips_and_any_misranked_one_is_refused_where_it_breaks(sods, data):
     ids = [f"F{n:02d}" for n in range(1, len(sods) + 1)]

@@ -3,6 +3,7 @@ behaviour and on lists that do not, plus properties of the grouping into logical
 
 from __future__ import annotations
 
+from helpers import io_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -210,7 +211,7 @@ def test_client_attempt_groups_exactly():
     assert found.verdict == FINDING and "x-stainless-retry-count" in found.evidence[-1]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.booleans(), st.booleans()), max_size=30))
 def test_grouping_keeps_every_attempt_once_in_order(steps):
     led = Ledger()

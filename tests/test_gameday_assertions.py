@@ -165,7 +165,7 @@ def _operand(op: str, value: object) -> object:
     return value
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     st.dictionaries(st.sampled_from("abc"), JSON, max_size=3),
     QUERIES,
@@ -180,7 +180,7 @@ def test_evaluate_never_raises_and_null_never_passes(evidence, query, op, value)
         assert op == "equals" and assertion.expected is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(st.integers(-1000, 1000) | st.floats(-1e6, 1e6, allow_nan=False), st.integers(-1000, 1000))
 def test_number_comparisons_agree_with_arithmetic(observed, bound):
     evidence = {"x": observed}

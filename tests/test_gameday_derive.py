@@ -41,7 +41,7 @@ def test_percentile_is_nearest_rank():
     assert percentile([], 50) is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(st.lists(st.integers(0, 10_000), min_size=1, max_size=50), st.floats(0.1, 100))
 def test_percentile_is_an_observed_value_with_enough_below_it(values, p):
     got = percentile(values, p)
@@ -80,7 +80,7 @@ def test_max_in_window():
     assert max_in_window([0, 1, 2], 1) == 1
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(st.lists(st.integers(0, 5000), max_size=40), st.integers(1, 2000))
 def test_max_in_window_matches_brute_force(stamps, window):
     brute = max((sum(t <= s < t + window for s in stamps) for t in stamps), default=0)
@@ -179,7 +179,7 @@ def test_stub_match_pairs_bodies_as_multisets():
     assert stub_match([req(0, "a", "x")], {"a": [{"method": "POST"}]}) == {"a": None}
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(st.lists(st.sampled_from("abc"), max_size=20), st.randoms(use_true_random=False))
 def test_stub_match_of_a_shuffled_copy_is_exact(bodies, rng):
     events = [req(i, "p", b) for i, b in enumerate(bodies)]

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from helpers import io_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -413,7 +414,7 @@ _tables = st.dictionaries(
 )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(_tables, _tables)
 def test_merged_policy_phase_wins_and_no_upstream_comes_from_the_team(team, phase):
     merged = merged_policy(team, phase)

@@ -201,7 +201,7 @@ def test_malformed_faults_name_the_exact_column_and_what_was_wrong(text, column,
     assert isinstance(err, InputError) and err.exit_code == EXIT_USAGE
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.text(alphabet='upstreamnetlegrclkoi:()@,=%&. 0123456789smKiBMGb-+"_/', max_size=40))
 def test_arbitrary_text_either_parses_canonically_or_fails_with_one_line(text):
     try:
@@ -290,7 +290,7 @@ def faults(draw) -> Fault:
     return Fault(target, kind, tuple(args), draw(triggers(family)))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(faults())
 def test_every_fault_prints_to_text_that_parses_back_to_the_same_fault(fault):
     text = fault.text

@@ -2,8 +2,10 @@
 traceback, and nothing half-written (the run, chaos and report folders a refused
 command was given are not created).
 
-Each row is a real `python -m docket` process with a timeout, run in its own
-folder. `before` says how main (45701c5) answered each row: EXIT_70 (an internal
+Each row is a process with a timeout and a memory bound, run in its own folder:
+`docket`'s main forked from the test (tests/helpers.py docket_forked), and for the rows
+in INTERPRETER a real `python -m docket`, so the interpreter's own start (the module
+entry, imports, its exit code) stays covered too. `before` says how main (45701c5) answered each row: EXIT_70 (an internal
 error, a hang, or memory without bound), WRONG (accepted, or refused without
 naming the problem), or nothing (already right: kept so it stays right). Every
 EXIT_70 and WRONG row fails on that commit (checked by running this file there).
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from helpers import docket_forked
 
 EXIT_70 = "exit 70"
 WRONG = "wrong answer"
@@ -64,7 +67,7 @@ class Case:
     env: tuple[tuple[str, str], ...] = ()
 
 
-def run_case(case: Case, folder: Path) -> None:
+def run_case(case: Case, folder: Path, *, interpreter: bool = False) -> None:
     for name, data in case.files.items():
         target = folder / name
         if isinstance(data, bytes):
@@ -72,15 +75,19 @@ def run_case(case: Case, folder: Path) -> None:
         else:
             target.write_text(data, encoding="utf-8")
     argv = [a.replace("{dir}", str(folder)) for a in case.argv]
-    result = subprocess.run(
-        [sys.executable, "-m", "docket", *argv],
-        cwd=folder,
-        env={**os.environ, **dict(case.env)},
-        capture_output=True,
-        timeout=TIMEOUT,
-        preexec_fn=_bounded_memory,  # noqa: PLW1509 - a fresh child, one thread
-        check=False,
-    )
+    env = {**os.environ, **dict(case.env)}
+    if interpreter:
+        result = subprocess.run(
+            [sys.executable, "-m", "docket", *argv],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            timeout=TIMEOUT,
+            preexec_fn=_bounded_memory,  # noqa: PLW1509 - a fresh child, one thread
+            check=False,
+        )
+    else:
+        result = docket_forked(argv, cwd=folder, env=env, timeout=TIMEOUT, memory=MEMORY)
     err = result.stderr.decode("utf-8", "replace")
     assert "Traceback" not in err, err[-2000:]
     assert result.returncode == 2, (result.returncode, err[-2000:])
@@ -91,10 +98,12 @@ def run_case(case: Case, folder: Path) -> None:
         assert not (folder / name).exists(), f"{name} was created by a refused command"
 
 
+# The alias bomb grew past 2.4 GB: bound each probe, so a regression fails, not the host.
+MEMORY = 1 << 30
+
+
 def _bounded_memory() -> None:
-    # The alias bomb grew past 2.4 GB: bound each probe, so a regression fails, not the host.
-    limit = 1 << 30
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
 
 
 RUN = ("run", "--policy", "p.toml", "--ledger-dir", "{dir}/out", "--", "true")
@@ -312,9 +321,25 @@ def _receipt_naming(ledger_file: str) -> dict:
     return data
 
 
+# A dozen rows, one per verb family, also as `python -m docket`: what the interpreter's
+# start adds (the -m entry, every import a verb makes) is probed by a real one.
+INTERPRETER = {
+    "policy missing", "policy arrays 3000 deep", "scenario alias bomb", "phase alias bomb",
+    "a 5000-digit call number", "receipt naming a ledger with a NUL", "stub port 99999",
+    "init over a FIFO", "agent timeout nan", "run --grace -1", "restore a binary ledger",
+    "explain a binary ledger", "diff a binary receipt",
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_hostile_input_is_one_line_and_exit_2(case: Case, tmp_path: Path):
     run_case(_prepare(case, tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(INTERPRETER))
+def test_hostile_input_through_the_interpreter(name: str, tmp_path: Path):
+    case = next(c for c in CASES if c.id == name)
+    run_case(_prepare(case, tmp_path), tmp_path, interpreter=True)
 
 
 def test_every_verb_is_probed():

@@ -29,7 +29,7 @@ HOSTILE = "0123456789５٣.:-+@[]()\"'&*%, \t\n\r\x00\x1bmshKiBMGTaz=#{}!|?"
 texts = st.text(alphabet=st.sampled_from(HOSTILE) | st.characters(), max_size=80)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(texts)
 def test_parse_duration_is_none_or_a_bounded_number(text):
     # as a file's string (a unit needed), and as a flag's text (a bare number is seconds)
@@ -43,7 +43,7 @@ def test_parse_duration_is_none_or_a_bounded_number(text):
             assert text.isascii(), text
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(st.one_of(st.floats(allow_nan=True), st.integers(), st.booleans()))
 def test_parse_duration_of_a_number(value):
     seconds = duration_seconds(value)
@@ -58,7 +58,7 @@ url_texts = st.builds(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(deadline=None)
 @given(st.one_of(url_texts, texts))
 def test_a_url_the_policy_accepts_every_later_reader_accepts(text):
     problem = url_problem(text)
@@ -69,7 +69,7 @@ def test_a_url_the_policy_accepts_every_later_reader_accepts(text):
         provider_entry("p", text)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(deadline=None)
 @given(texts)
 def test_any_fault_text_parses_or_is_one_fault_syntax_error(text):
     try:
@@ -83,7 +83,7 @@ def test_any_fault_text_parses_or_is_one_fault_syntax_error(text):
 yaml_texts = st.text(alphabet=st.sampled_from("ab: -[]{}&*\n\"'!0.9５,"), max_size=60)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(deadline=None)
 @given(yaml_texts)
 def test_any_yaml_text_loads_or_is_one_yaml_error(text):
     try:
@@ -95,7 +95,7 @@ def test_any_yaml_text_loads_or_is_one_yaml_error(text):
 toml_texts = st.text(alphabet=st.sampled_from('ab=[]{}"\n .:5５-caps_ledgerhost'), max_size=60)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(toml_texts)
 def test_any_policy_text_loads_or_is_one_policy_error(text):
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False, encoding="utf-8") as f:

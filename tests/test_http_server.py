@@ -8,6 +8,7 @@ from functools import partial
 
 import h11
 import trio
+from helpers import io_examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -413,7 +414,7 @@ async def test_cancelling_the_server_stops_handlers_and_connections():
 
 
 @settings(
-    max_examples=40,
+    max_examples=io_examples(),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

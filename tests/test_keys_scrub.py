@@ -45,7 +45,7 @@ def chunks_of(data: bytes, cuts: list[int]) -> list[bytes]:
     return pieces
 
 
-@settings(max_examples=500, deadline=None)
+@settings(deadline=None)
 @given(
     keys=keys_st,
     filler=st.lists(st.one_of(st.binary(max_size=6), st.sampled_from(list(b"ks-0b"))), max_size=12),

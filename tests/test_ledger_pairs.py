@@ -206,7 +206,7 @@ def test_the_slot_covers_any_closing_line_of_its_bound():
 OPS = ["open", "open", "close", "close", "release", "event", "control", "write"]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(
     ceiling=st.integers(min_value=2048, max_value=30000),
     max_events=st.one_of(st.none(), st.integers(min_value=1, max_value=30)),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers import append_from_tasks, read_chain
+from helpers import append_from_tasks, io_examples, read_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -412,7 +412,7 @@ async def test_the_byte_ceiling_keeps_room_for_the_record_of_why_a_run_stopped(t
     assert read_chain(path)[-1]["type"] == "session.end"
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(
     ceiling=st.integers(min_value=1024, max_value=16384),
     sizes=st.lists(st.integers(min_value=0, max_value=1500), min_size=1, max_size=40),
@@ -507,7 +507,7 @@ def test_the_fast_line_size_bound_matches_the_chain():
 EVENT_KINDS = ["model.request", "model.response", "session.end", "process.exit", "cache.hit"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     ceiling=st.integers(min_value=512, max_value=20000),
     max_events=st.one_of(st.none(), st.integers(min_value=1, max_value=30)),

@@ -108,7 +108,7 @@ rates = st.one_of(
 steps = st.lists(st.floats(0, 2.0, allow_nan=False), min_size=1, max_size=60)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     per_second=st.one_of(st.none(), rates),
     per_minute=st.one_of(st.none(), st.integers(1, 40)),
@@ -237,10 +237,10 @@ class LimiterMachine(RuleBasedStateMachine):
 
 
 TestLimiterMachine = LimiterMachine.TestCase
-TestLimiterMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestLimiterMachine.settings = settings(stateful_step_count=40, deadline=None)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(per_second=rates, times=st.lists(st.floats(0, 30, allow_nan=False), max_size=120))
 def test_no_interval_admits_more_than_burst_plus_rate(per_second, times):
     limiter = RateLimiter(per_second=per_second)
@@ -294,7 +294,7 @@ class FractionBucket:
         return ok, tokens, ready
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     per_second=rates,
     start=st.one_of(st.floats(2.0**-12, 1.0), st.floats(1.0, 1e12)),
@@ -322,7 +322,7 @@ def test_integer_bucket_answers_exactly_as_the_fraction_bucket(per_second, start
             assert Fraction(clamped + math.nextafter(ra, -math.inf)) < ready
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     now=st.floats(-1e9, 1e12, allow_nan=False),
     ahead=st.one_of(

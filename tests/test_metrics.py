@@ -15,7 +15,7 @@ from docket.policy import CapsPolicy
 from docket.pricing import default_price_table
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     bounds=st.lists(st.floats(0, 100), min_size=1, max_size=8, unique=True),
     values=st.lists(st.floats(0, 200), max_size=50),

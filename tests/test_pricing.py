@@ -155,7 +155,7 @@ prices_3dp = st.decimals(min_value=0, max_value=999, places=3).map(lambda d: for
 counts = st.integers(min_value=0, max_value=10**9)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(prices_3dp, prices_3dp, prices_3dp, counts, counts, st.data())
 def test_costs_are_exact_integers(p_in, p_cached, p_out, prompt, output, data):
     cached = data.draw(st.integers(min_value=0, max_value=prompt))

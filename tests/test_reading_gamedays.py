@@ -1,15 +1,13 @@
 """explain over the nine game-day phases' real ledgers: the runaway loop and the retry
 storms are named where the ledgers show them, and nothing is named where they show neither.
 
-The game day runs once for the module (~25 s, in a child process); each phase's
-evidence is kept (--keep) and read back from disk.
+The game day runs once for the whole suite (tests/conftest.py gameday_run, in a child
+process); each phase's evidence is kept (--keep) and read back from disk.
 """
 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -43,26 +41,11 @@ NEITHER = [
 
 
 @pytest.fixture(scope="module")
-def evidence(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("gameday")
-    keep = root / "keep"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "docket",
-            "game-day",
-            "--report",
-            str(root / "report"),
-            "--keep",
-            str(keep),
-        ],
-        capture_output=True,
-        timeout=240,
-    )
-    if not keep.is_dir():
-        pytest.fail(f"the game day kept no evidence: {done.stderr.decode()[-2000:]}")
-    return keep
+def evidence(gameday_run) -> Path:
+    """The session's one game day (tests/conftest.py gameday_run), its kept evidence."""
+    if not gameday_run.keep.is_dir():
+        pytest.fail(f"the game day kept no evidence: {gameday_run.output[-2000:]}")
+    return gameday_run.keep
 
 
 def ledger_of(evidence: Path, name: str) -> Path:

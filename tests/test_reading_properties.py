@@ -82,7 +82,7 @@ def explain(evs: list[dict], limits=DEFAULTS) -> tuple[Explainer, list]:
     return x, x.findings()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(runs)
 def test_findings_are_costliest_first_and_never_cost_more_than_the_run(ops):
     x, findings = explain(events(ops))
@@ -94,7 +94,7 @@ def test_findings_are_costliest_first_and_never_cost_more_than_the_run(ops):
         assert "seq" in f.evidence or f.pattern == "concentration"
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(runs, st.integers(1, 40))
 def test_a_higher_threshold_never_names_more(ops, more):
     evs = events(ops)

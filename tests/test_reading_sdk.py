@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 
-import openai
 import pytest
 import trio
 from conftest import TOKEN
-from openai.types.chat import ChatCompletionUserMessageParam
+from helpers import LazyModule
 
 from chaos.stub.server import Behaviour, steady
 from docket.reading.explain import explain_ledger
 from docket.reading.thresholds import DEFAULTS
 
+openai = LazyModule("openai")
+
 DEADLINE = 30
-QUESTION: list[ChatCompletionUserMessageParam] = [{"role": "user", "content": "sixteen bytes!!!"}]
+QUESTION: list[dict] = [{"role": "user", "content": "sixteen bytes!!!"}]
 NO_BREAKER = {"resilience": {"breaker_threshold": 1000}}  # every attempt reaches the stub
 
 

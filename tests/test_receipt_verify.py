@@ -33,7 +33,6 @@ from docket.receipts.tally import Tally
 from docket.receipts.verify import NOT_A_LEDGER, VerifyInputError, verify
 
 EXAMPLES = settings(
-    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

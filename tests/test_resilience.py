@@ -43,7 +43,7 @@ def chat(content: str = "What is 2+2?", **extra) -> dict:
 # ---------------------------------------------------------------- pure: the deadline
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.binary(max_size=16) | st.from_regex(rb"\A *[0-9]{1,30} *\Z"))
 def test_a_deadline_header_is_a_whole_number_of_ms_or_refused(raw):
     try:
@@ -65,7 +65,7 @@ def test_a_deadline_sent_twice_is_refused_and_none_is_no_budget():
         dl.caller_budget([(b"x-docket-deadline-ms", b"-5")], 0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     now=st.floats(0, 1e6),
     ms=st.integers(0, 10**7),

@@ -177,7 +177,7 @@ def test_bad_ordinals_indexes_and_repeated_faults_are_refused():
         FaultSchedule.parse(1, ["net:down@5%", "net:down(  )@5%"])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     seed=st.integers(0, 2**64 - 1),
     first=st.integers(1, 500),

@@ -4,14 +4,16 @@ answers the Responses API and embeddings the boundary routes."""
 
 from __future__ import annotations
 
-import anthropic
-import openai
 import trio
 from conftest import REAL_KEY, TOKEN
+from helpers import LazyModule
 
 from chaos.stub.common import make_reply
 from chaos.stub.server import fingerprint
 from docket.receipts.tally import Tally
+
+anthropic = LazyModule("anthropic")
+openai = LazyModule("openai")
 
 DEADLINE = 20
 

@@ -376,7 +376,7 @@ def _encoded(secret: str, how: str, pick: list[bool]) -> str:
     return secret
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     secret=st.text(_SECRET_CHARS, min_size=8, max_size=60),
     before=st.text(max_size=30),
@@ -399,7 +399,7 @@ def test_the_redactor_leaves_no_form_of_a_secret(secret, before, after, how, pic
         assert head not in redactor.scrub(partial)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(text=st.text(alphabet=st.characters(codec="utf-8"), max_size=200))
 def test_the_redactor_leaves_text_without_a_secret_as_it_is(text):
     secret = "sk-" + "Q7" * 12  # no run of it is in a text drawn without "Q7Q7"
@@ -426,7 +426,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     value=_json, indent=st.sampled_from([None, 1]), ascii_=st.booleans(), cut=st.integers(1, 400)
 )
@@ -477,7 +477,7 @@ def test_a_secret_parameter_after_a_semicolon_is_redacted():
     assert sanitize_url(url) == "/v1/chat?a=1;api_key=[redacted]&b=2"
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(
     data=st.binary(max_size=300)
     | st.text(alphabet='{}[]:,"\\u0123456789abcdeftrnl-+. \n\tdata:[DONE]', max_size=300).map(
@@ -501,7 +501,7 @@ def test_recording_any_bytes_never_raises_and_keeps_only_checked_text(data, cut)
         )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(value=_json, key=st.sampled_from(["a", "passphrase", "api_key", "tokens", "x"]))
 def test_the_quick_path_decides_as_the_token_loop_does(value, key):
     """redact_json's C-speed path (nothing to take) never disagrees with the loop."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import trio
-from helpers import serving
+from helpers import io_examples, serving
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -303,7 +303,7 @@ def plans(draw):
 
 
 @settings(
-    max_examples=int(os.environ.get("DOCKET_PLANTED_EXAMPLES", "25")),
+    max_examples=io_examples(),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -13,6 +13,7 @@ import textwrap
 
 import trio
 from conftest import REAL_KEY, TOKEN
+from helpers import io_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -365,7 +366,7 @@ def _json_values(planted: bool):
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(
     body=st.dictionaries(_safe_keys | _secret_keys, _json_values(planted=True), max_size=5),
     credential=st.sampled_from(BODY_SECRETS) | st.text(min_size=1, max_size=12),
@@ -381,14 +382,14 @@ def test_recorded_json_bodies_hold_no_secret(body, credential):
     assert fields["request_body_redacted"] is True
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(body=st.dictionaries(_safe_keys, _json_values(planted=False), max_size=5))
 def test_recorded_bodies_without_secrets_are_the_bytes_as_sent(body):
     data = json.dumps(body, ensure_ascii=False).encode()
     assert forward.recorded_body("response", data, BODY_SECRETS) == {"response_body": data.decode()}
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(data=st.binary(max_size=200), at=st.integers(0, 200), secret=st.sampled_from(BODY_SECRETS))
 def test_recorded_binary_bodies_hold_no_secret(data, at, secret):
     data = data[:at] + secret.encode() + data[at:]

@@ -71,7 +71,7 @@ def as_dicts(tree: dict[str, Entry]) -> dict:
     return {p: e.as_dict() for p, e in sorted(tree.items())}
 
 
-@settings(max_examples=120, deadline=None)
+@settings(deadline=None)
 @given(trees(), trees())
 def test_a_plan_brings_the_runs_end_state_back_to_the_snapshot(before, after):
     changes = diff(Manifest(before), Manifest(after))
@@ -80,7 +80,7 @@ def test_a_plan_brings_the_runs_end_state_back_to_the_snapshot(before, after):
     assert as_dicts(simulate(after, plan)) == as_dicts(before)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(deadline=None)
 @given(trees(), trees(), trees())
 def test_a_path_changed_after_the_run_is_left_alone_and_so_is_every_unchanged_path(
     before, after, now
@@ -97,7 +97,7 @@ def test_a_path_changed_after_the_run_is_left_alone_and_so_is_every_unchanged_pa
         )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(trees(), trees())
 def test_the_diff_names_every_path_whose_entry_differs_and_no_other(before, after):
     changes = diff(Manifest(before), Manifest(after))
@@ -108,7 +108,7 @@ def test_the_diff_names_every_path_whose_entry_differs_and_no_other(before, afte
     assert not set(changes.created) & set(changes.deleted)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(trees())
 def test_a_manifest_survives_its_json_and_its_digest_is_stable(tree):
     m = Manifest(tree)

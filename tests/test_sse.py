@@ -63,7 +63,7 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
 # --- the parser ----------------------------------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.lists(sse_blocks(), max_size=8), st.lists(st.integers(0, 10_000), max_size=12))
 def test_any_split_yields_the_same_events_and_blocks(blocks, cuts):
     stream = b"".join(b for b, _ in blocks)
@@ -142,7 +142,7 @@ _tricky = st.sampled_from(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(
     st.lists(st.one_of(_tricky, _text), max_size=6),
     st.lists(st.integers(0, 10_000), max_size=10),
@@ -251,7 +251,7 @@ def _anthropic_stream(output_steps: list[int]) -> list[bytes]:
     return blocks
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(
     st.lists(st.integers(1, 5000), min_size=1, max_size=5).map(sorted),
     st.lists(st.integers(0, 100_000), max_size=10),

@@ -11,10 +11,9 @@ import signal
 import subprocess
 import sys
 
-import anthropic as anthropic_sdk
-import openai as openai_sdk
 import pytest
 import trio
+from helpers import LazyModule
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,9 @@ from chaos.stub import openai as openai_shape
 from chaos.stub.common import StubRequestError, make_reply
 from chaos.stub.server import Arrival, Behaviour, RequestLog, Stub, StubConfig, fingerprint
 from docket.http.client import UpstreamPool
+
+anthropic_sdk = LazyModule("anthropic")
+openai_sdk = LazyModule("openai")
 
 DEADLINE = 15
 KEY = "sk-test-key-0001"
@@ -474,7 +476,7 @@ async def test_anthropic_sdk_against_the_stub():
 texts = st.text(max_size=200)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(contents=st.lists(texts, min_size=1, max_size=5), max_tokens=st.none() | st.integers(1, 40))
 def test_openai_usage_is_a_function_of_the_request(contents, max_tokens):
     payload = {"model": "m", "messages": [{"role": "user", "content": c} for c in contents]}
@@ -490,7 +492,7 @@ def test_openai_usage_is_a_function_of_the_request(contents, max_tokens):
     assert whole["usage"]["completion_tokens"] == reply.output_tokens
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(
     system=texts, contents=st.lists(texts, min_size=1, max_size=5), max_tokens=st.integers(1, 40)
 )

@@ -276,7 +276,7 @@ def test_child_gets_boundary_urls_and_token_never_a_provider_key(tmp_path, child
     assert_verifies(folder, capsys)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     base=st.dictionaries(
         st.sampled_from(

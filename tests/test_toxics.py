@@ -8,6 +8,7 @@ import time
 
 import toxiproxy
 import trio
+from helpers import io_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toxiproxy_rig import port_of, rig
@@ -270,7 +271,7 @@ def run_pipe(toxic, chunks: list[bytes]) -> tuple[list[bytes], FakeLink]:
     return out, link
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=50), max_size=8), st.integers(0, 300))
 def test_limit_data_passes_exactly_the_limit(chunks, limit):
     out, link = run_pipe(LimitData({"bytes": limit}), chunks)
@@ -279,7 +280,7 @@ def test_limit_data_passes_exactly_the_limit(chunks, limit):
     assert bool(link.closed) == (bool(chunks) and len(total) >= limit)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(st.binary(min_size=1, max_size=400), st.integers(1, 40), st.integers(0, 39))
 def test_slicer_pieces_rejoin_and_stay_within_variation(data, average, variation):
     variation = min(variation, average - 1)
@@ -291,7 +292,7 @@ def test_slicer_pieces_rejoin_and_stay_within_variation(data, average, variation
     assert all(len(piece) >= average - variation for piece in out[:-1])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(
     st.sampled_from(["latency", "timeout", "bandwidth", "limit_data"]),
     st.sampled_from(["upstream", "downstream"]),

@@ -74,7 +74,7 @@ def test_a_number_is_seconds_or_refused(value):
 JUNK = "0123456789５٣.:-+ \t\nmshdMSH%KiBG/\x00e_"
 
 
-@settings(max_examples=400)
+@settings()
 @given(st.one_of(st.text(alphabet=JUNK, max_size=30), st.text(max_size=30)))
 def test_any_text_is_a_bounded_duration_or_a_value_problem(text):
     try:
@@ -144,7 +144,7 @@ def test_written_sizes_read_exactly(n, unit):
     assert parse_size(f" {n} {unit} ") == n * SIZE_UNITS[unit]
 
 
-@settings(max_examples=300)
+@settings()
 @given(st.one_of(st.text(alphabet=JUNK, max_size=30), st.integers(), st.floats(), st.none()))
 def test_any_value_is_a_bounded_size_or_a_value_problem(value):
     try:
@@ -282,7 +282,7 @@ DURATION_TEXTS = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(DURATION_TEXTS)
 def test_every_file_reader_reads_a_duration_text_alike(text):
     """Policy, scenario and phase agree on every text: the same seconds, or all refuse."""

@@ -32,7 +32,6 @@ import re
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,32 +96,49 @@ class Case:
 # ------------------------------------------------------------------ real pairs
 
 
-def _gameday_pairs(folder: Path) -> list[Baseline]:
-    report = folder / "gameday"
-    argv = [*DOCKET, "game-day", "--report", str(report), "--seed", str(SEED % 1000)]
-    for phase in GAMEDAY_PHASES:
-        argv += ["--phase", phase]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-    if done.returncode not in (0, 1):  # a failed phase still leaves real pairs; 2+ is not a day
-        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-        pytest.fail(f"the game day exited {done.returncode}: {' | '.join(tail)}")
+def _gameday_evidence(folder: Path, shared) -> Path:
+    """The folder of a game day's evidence (PHASE/RUN/...) holding GAMEDAY_PHASES' pairs:
+    the suite's shared day (tests/conftest.py gameday_run, its --keep folder) at the
+    phases' own seeds, else a day of our own at SEED (DOCKET_DIFFERENTIAL_SEED set)."""
+    if "DOCKET_DIFFERENTIAL_SEED" not in os.environ:
+        returncode, output, evidence = shared.returncode, shared.output, shared.keep
+    else:
+        report = folder / "gameday"
+        argv = [*DOCKET, "game-day", "--report", str(report), "--seed", str(SEED % 1000)]
+        for phase in GAMEDAY_PHASES:
+            argv += ["--phase", phase]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        returncode, output, evidence = (
+            done.returncode,
+            done.stdout + done.stderr,
+            report / "evidence",
+        )
+    if returncode not in (0, 1):  # a failed phase still leaves real pairs; 2+ is not a day
+        tail = output.strip().splitlines()[-5:]
+        pytest.fail(f"the game day exited {returncode}: {' | '.join(tail)}")
+    return evidence
+
+
+def _gameday_pairs(evidence: Path) -> list[Baseline]:
     pairs = []
-    for receipt_path in sorted((report / "evidence").rglob("receipt.json")):
+    for receipt_path in sorted(evidence.rglob("receipt.json")):
+        if receipt_path.relative_to(evidence).parts[0] not in GAMEDAY_PHASES:
+            continue
         receipt = json.loads(receipt_path.read_text(encoding="utf-8"))
         ledger = receipt_path.parent / receipt["ledger"]["file"]
-        name = "gameday:" + "/".join(receipt_path.relative_to(report / "evidence").parts[:2])
+        name = "gameday:" + "/".join(receipt_path.relative_to(evidence).parts[:2])
         pairs.append(Baseline(name, ledger.read_bytes(), receipt, receipt["ledger"]["file"]))
     if len(pairs) < len(GAMEDAY_PHASES):
-        pytest.fail(f"the game day left {len(pairs)} receipts under {report / 'evidence'}")
+        pytest.fail(f"the game day left {len(pairs)} receipts under {evidence}")
     return pairs
 
 
 @pytest.fixture(scope="session")
-def baselines(tmp_path_factory) -> list[Baseline]:
+def baselines(tmp_path_factory, gameday_run) -> list[Baseline]:
     folder = tmp_path_factory.mktemp("differential-runs")
     ledger, receipt, _ = mutations.baseline(folder / "supervised")
     pairs = [Baseline("supervised", ledger, receipt, receipt["ledger"]["file"])]
-    pairs += _gameday_pairs(folder)
+    pairs += _gameday_pairs(_gameday_evidence(folder, gameday_run))
     return pairs
 
 
@@ -368,11 +384,11 @@ def judged(baselines, tmp_path_factory) -> Judged:
 
 
 def judge_all(verifier: Verifier, judged: Judged, cases: list[Case] | None = None):
-    """{case: Answer} from `verifier`, over a thread pool (each case is its own process)."""
+    """{case: Answer} from `verifier`: in one process where it takes many cases at once
+    (Node), else over a thread pool (each case its own process)."""
     todo = judged.cases if cases is None else cases
-    with ThreadPoolExecutor(WORKERS) as pool:
-        answers = pool.map(lambda c: verifier.run(*judged.paths[c.n]), todo)
-        return dict(zip((c.n for c in todo), answers, strict=True))
+    answers = verifier.run_many([judged.paths[c.n] for c in todo], WORKERS)
+    return dict(zip((c.n for c in todo), answers, strict=True))
 
 
 def disagreements(judged: Judged, others: dict[str, dict[int, Answer]]) -> list[Candidate]:
@@ -413,9 +429,8 @@ def _report(candidates: list[Candidate], folder: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def others(tmp_path_factory) -> dict[str, Verifier]:
-    build = tmp_path_factory.mktemp("verify-go-build")  # the Go binary, built once a session
-    return {"js": find_js(), "go": find_go(build_dir=build)}
+def others(go_verifier) -> dict[str, Verifier]:
+    return {"js": find_js(), "go": go_verifier}  # the Go binary: built once a session
 
 
 def runnable(others: dict[str, Verifier], name: str) -> Verifier:
@@ -483,8 +498,7 @@ def test_each_verifier_agrees_with_docket_verify_on_every_case(name, others, jud
 def test_each_verifier_gives_every_vector_its_verdict(name, others):
     v = runnable(others, name)
     vectors = manifest()
-    with ThreadPoolExecutor(WORKERS) as pool:
-        answers = list(pool.map(lambda vec: v.run(*vector_paths(vec)), vectors))
+    answers = v.run_many([vector_paths(vec) for vec in vectors], WORKERS)
     wrong = [f"{vec['name']}: want {expected(vec)}, got {a.key()} ({a.said[:120]})"
              for vec, a in zip(vectors, answers, strict=True)
              if a.key() != expected(vec)]  # fmt: skip

@@ -1,15 +1,15 @@
 """The Go verifier (verify-go/, spec/docket-receipt-1.md read independently) over every
 committed vector and a few command-line cases.
 
-The binary is built into a temporary folder with `go build -o`, so the test
-checks what the source builds today, never a stale binary. Without `go` on the
+The binary is built once a session into a temporary folder with `go build -o`
+(tests/conftest.py go_verifier), so the test checks what the source builds today,
+never a stale binary. Without `go` on the
 machine the tests are skipped, saying so.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,22 +24,12 @@ BY_NAME = {v["name"]: v for v in MANIFEST}
 
 
 @pytest.fixture(scope="module")
-def binary(tmp_path_factory) -> Path:
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip(
-            "go is not installed (apt-get install golang-go): the Go verifier cannot be built"
-        )
-    out = tmp_path_factory.mktemp("verify-go") / "docket-verify"
-    built = subprocess.run(
-        [go, "build", "-o", str(out), "."],
-        cwd=VERIFY_GO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert built.returncode == 0, f"go build failed:\n{built.stderr}"
-    return out
+def binary(go_verifier) -> Path:
+    """The session's one build of verify-go/ (tests/conftest.py go_verifier)."""
+    if go_verifier.absent:
+        pytest.skip(f"the Go verifier cannot be built: {go_verifier.absent}")
+    assert go_verifier.broken is None, go_verifier.broken
+    return Path(go_verifier.argv[0])
 
 
 def run(binary: Path, *args: str) -> subprocess.CompletedProcess:

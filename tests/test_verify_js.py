@@ -36,6 +36,34 @@ def node(*args: str | Path, script: Path = VERIFIER) -> subprocess.CompletedProc
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT)
 
 
+def node_each(jobs: list[list[str | Path]]) -> list[subprocess.CompletedProcess]:
+    """Many command lines of verify.mjs in one Node process (chaos/verify_js_each.mjs):
+    each answer is what `node verify.mjs ARGS` writes and returns. The suite runs the
+    ~180 vector rows this way (one Node start, not 180); the command-line tests below
+    start a real `node verify.mjs` each."""
+    driver = ROOT / "chaos" / "verify_js_each.mjs"
+    payload = json.dumps([[str(a) for a in args] for args in jobs])
+    done = subprocess.run(
+        [NODE, str(driver), str(VERIFIER)], input=payload, capture_output=True, text=True,
+        timeout=60 + len(jobs), cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(answers) == len(jobs), done.stdout[-500:]
+    return [
+        subprocess.CompletedProcess(args, a["exit"], a["stdout"], a["stderr"])
+        for args, a in zip(jobs, answers, strict=True)
+    ]
+
+
+@pytest.fixture(scope="module")
+def vector_answers() -> dict[tuple[str, bool], subprocess.CompletedProcess]:
+    """{(vector name, as JSON?): what verify.mjs answered}, every vector both ways."""
+    keys = [(name, as_json) for name in sorted(BY_NAME) for as_json in (True, False)]
+    jobs = [vector_args(BY_NAME[n]) + (["--json"] if j else []) for n, j in keys]
+    return dict(zip(keys, node_each(jobs), strict=True))
+
+
 def vector_args(vector: dict) -> list[Path | str]:
     args: list[Path | str] = [VECTORS / vector["receipt"]]
     if vector["ledger"]:
@@ -49,10 +77,22 @@ def judged(done: subprocess.CompletedProcess) -> dict:
     return json.loads(done.stdout)
 
 
+def test_one_node_per_case_answers_as_the_batch_does(vector_answers):
+    """The batch is the command: a real `node verify.mjs` on a few vectors of each verdict
+    writes and returns what the batch recorded for them."""
+    picked = {v["verdict"]: v["name"] for v in MANIFEST}  # the last vector of each verdict
+    for name in picked.values():
+        for as_json in (True, False):
+            alone = node(*vector_args(BY_NAME[name]), *(["--json"] if as_json else []))
+            batch = vector_answers[name, as_json]
+            got = (alone.returncode, alone.stdout, alone.stderr)
+            assert got == (batch.returncode, batch.stdout, batch.stderr), name
+
+
 @pytest.mark.parametrize("name", sorted(BY_NAME))
-def test_vector_verdict_as_json(name):
+def test_vector_verdict_as_json(name, vector_answers):
     vector = BY_NAME[name]
-    done = node(*vector_args(vector), "--json")
+    done = vector_answers[name, True]
     out = judged(done)
     keys = ["verdict", "exit", "code", "seq", "offset", "field"]
     if vector["verdict"] == "ok":
@@ -65,10 +105,10 @@ def test_vector_verdict_as_json(name):
 
 
 @pytest.mark.parametrize("name", sorted(BY_NAME))
-def test_vector_line_as_docket_verify_prints_it(name):
+def test_vector_line_as_docket_verify_prints_it(name, vector_answers):
     """Section 10's lines: ok and FAIL on stdout, an input error as one line on stderr."""
     vector = BY_NAME[name]
-    done = node(*vector_args(vector))
+    done = vector_answers[name, False]
     assert done.returncode == vector["exit"], (done.stdout, done.stderr)
     if vector["verdict"] == "ok":
         assert done.stdout.startswith(f"ok: {vector['events']} events, head {vector['head']}, ")

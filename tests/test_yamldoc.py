@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import io_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -77,10 +78,12 @@ def test_files_missing_empty_binary_or_huge_are_refused(tmp_path):
         assert str(path) in str(info.value)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=io_examples(), deadline=None)
 @given(
     st.recursive(
-        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        # integers the reader takes: a number of more than 32 characters is refused
+        # (chaos/yamldoc.py), which a 33-character -10**31 found once in a thousand runs
+        st.none() | st.booleans() | st.integers(-(10**31) + 1, 10**31 - 1) | st.text(max_size=8),
         lambda inner: (
             st.lists(inner, max_size=3)
             | st.dictionaries(st.text(min_size=1, max_size=6), inner, max_size=3)

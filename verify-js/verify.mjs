@@ -1235,7 +1235,7 @@ function oneLine(s) {
   return String(s).replace(/[\r\n]+/g, ' ');
 }
 
-export { parseStrict, JsonError, JNum, canon, firstDiff, verify };
+export { parseStrict, JsonError, JNum, canon, firstDiff, verify, main };
 
 // Run as a command, not when imported (the tests import the strict JSON reader). Real paths,
 // so that a symlink to this file (node ~/bin/verify.mjs) still runs it rather than exit 0 silently.
