@@ -28,16 +28,20 @@ COVERAGE_FLOORS = {"docket/ledger": 92.0, "docket/guards": 98.0, "docket/receipt
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The suite, including short versions of the long loops. Under ten minutes on 2 cores
-    (3,288 tests: 493 s with coverage in the last CI dry run). With no arguments it also
-    measures branch coverage and holds COVERAGE_FLOORS. One process: in two (pytest-xdist,
-    264 s) a 0.2 s keep-alive test (tests/test_http_watch.py) was reset once in three runs."""
+    """The suite, including short versions of the long loops, in two workers
+    (pytest-xdist, work stealing: the two cores of the machine it was sized for).
+    Under five minutes on an idle 2-core machine (docs/testing.md has the figures).
+    With no arguments it also measures branch coverage and holds COVERAGE_FLOORS.
+    `nox -s tests -- tests/test_x.py` runs a part, in one process unless given `-n 2`."""
     session.install("-e", ".[test]", "pytest-cov>=5")
     if session.posargs:  # a part of the suite: the floors are for the whole
         session.run("pytest", "-q", "-m", "not slow", *session.posargs)
         return
     rooms = [f"--cov={folder.replace('/', '.')}" for folder in COVERAGE_FLOORS]
-    session.run("pytest", "-q", "-m", "not slow", *rooms, "--cov-branch", "--cov-report=")
+    session.run(
+        "pytest", "-q", "-m", "not slow", "-n", "2", "--dist", "worksteal",
+        *rooms, "--cov-branch", "--cov-report=",
+    )  # fmt: skip
     for folder, floor in COVERAGE_FLOORS.items():
         session.log(f"branch coverage of {folder} (floor {floor:g}%):")
         session.run(
@@ -49,9 +53,15 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def slow(session: nox.Session) -> None:
     """The long loops in full (tests/test_slow_loops.py: the supervisor killed at 200
-    points; the nine phases under two CPU hogs, DOCKET_LOAD_RUNS times, default 3)."""
+    points; the nine phases under two CPU hogs, DOCKET_LOAD_RUNS times, default 3), then
+    every hypothesis property again under the `thorough` profile (ten times the suite's
+    examples: tests/conftest.py)."""
     session.install("-e", ".[test]")
     session.run("pytest", "-q", "-m", "slow", *session.posargs)
+    session.run(
+        "pytest", "-q", "-n", "2", "-m", "hypothesis and not slow",
+        "--hypothesis-profile", "thorough", *session.posargs,
+    )  # fmt: skip
 
 
 @nox.session
