@@ -94,9 +94,7 @@ def write_policy(path, url: str = "http://127.0.0.1:9/v1") -> None:
     )
 
 
-def test_a_shared_store_answers_only_runs_holding_the_key_that_bought_it(
-    tmp_path, monkeypatch
-):
+def test_a_shared_store_answers_only_runs_holding_the_key_that_bought_it(tmp_path, monkeypatch):
     """Stored with key A, read by a policy whose provider key is B: refused, one line
     naming the keys among what differs. The file never holds the key, nor its plain
     digest. Failed before: key B's run was served key A's answers."""

@@ -18,6 +18,7 @@ import os
 import time
 
 import pytest
+import trio
 from conftest import KEY_ENV, REAL_KEY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -193,3 +194,30 @@ def test_any_value_in_any_field_is_an_entry_that_passes_or_a_named_refusal(field
     e = stored.entry
     assert e.status == 200 and 0 <= e.seq < 2**53 and 0 <= e.cost_nusd <= 10**12
     assert hashlib.sha256(e.body).hexdigest() == entry_doc(stored)["body_sha256"]
+
+
+async def test_a_hit_carries_the_digest_its_origin_recorded(stub_server, boundary_rig):
+    """The run's own store: the closing event that stored the answer records the digest
+    of the bytes the agent got, each hit the digest of the bytes it served; the two are
+    equal and hit_problem proves the hit from the ledger on disk. Failed before: no
+    digest on either event."""
+    from docket.cache.origin import hit_problem
+
+    chat = json.dumps(
+        {"model": "gpt-4o-mini", "temperature": 0, "messages": [{"role": "user", "content": "q"}]}
+    )
+    with trio.fail_after(20):
+        async with (
+            stub_server("openai", reply_tokens=5) as up,
+            boundary_rig({"openai": up}, policy={"cache": {"enabled": True}}) as rig,
+            rig.client() as http,
+        ):
+            answers = [await http.post("/openai/v1/chat/completions", content=chat) for _ in "ab"]
+    (stored,) = [e for e in rig.events("model.response") if e.get("cache_stored")]
+    (hit,) = rig.events("cache.hit")
+    assert answers[1].headers["x-docket-cache"] == "hit"
+    digest = hashlib.sha256(answers[0].content).hexdigest()
+    assert stored["cache_body_sha256"] == hit["body_sha256"] == digest
+    assert hashlib.sha256(answers[1].content).hexdigest() == digest
+    assert hit_problem(hit, rig.events()) is None
+    assert "saved_nusd" in (hit_problem({**hit, "saved_nusd": 10**15}, rig.events()) or "")

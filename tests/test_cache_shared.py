@@ -250,6 +250,9 @@ async def test_a_store_spoiled_mid_run_is_a_miss_said_on_the_record(
     assert not of_type(events, "cache.hit")
     closes = of_type(events, "model.response")
     assert [e.get("cache_refused") for e in closes] == ["store_unreadable"] * 2
+    (refused,) = of_type(events, "cache.refused")  # once, not once a call
+    assert refused["problem"] == f"cache store {path}: is not JSON (truncated or corrupt)"
+    assert refused["seq"] < closes[0]["seq"]
     receipt = json.loads((tmp_path / "r" / "receipt.json").read_text())
     assert receipt["ops"]["cache"]["refused_by_reason"] == {"store_unreadable": 2}
     assert verify(tmp_path / "r" / "receipt.json").ok

@@ -128,9 +128,7 @@ class ResponseCache:
     ) -> Hit | Lookup:
         """`kind` and `headers`: the provider's kind and the request's headers, of which
         those that shape the answer are part of the key (decide.shaping_headers)."""
-        key = Key(
-            provider, path, hashlib.sha256(body).hexdigest(), shaping_headers(kind, headers)
-        )
+        key = Key(provider, path, hashlib.sha256(body).hexdigest(), shaping_headers(kind, headers))
         refusal = request_refusal(endpoint, model, choices, payload, self.policy)
         if refusal is None and self.refused is not None:
             refusal = "store_unreadable"  # refused at the start: the run goes on without it
@@ -153,9 +151,7 @@ class ResponseCache:
         import trio
 
         # The shared file waits on other runs' lock: off the event loop.
-        return await trio.to_thread.run_sync(
-            self.shared.lookup, key, time.time(), self.deadline
-        )
+        return await trio.to_thread.run_sync(self.shared.lookup, key, time.time(), self.deadline)
 
     def _problem(self, text: str) -> None:
         import sys

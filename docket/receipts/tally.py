@@ -344,7 +344,10 @@ class Tally:
         stored = event.get("cache_stored")
         refused = event.get("cache_refused")
         where = f"{event['type']}.cache_body_sha256"
-        if _digest_or_null(event.get("cache_body_sha256"), where) is not None and stored is not True:
+        if (
+            _digest_or_null(event.get("cache_body_sha256"), where) is not None
+            and stored is not True
+        ):
             raise TallyError(f"{where} must be absent unless cache_stored is true")
         if stored is not None:
             if stored is not True or refused is not None:

@@ -6,8 +6,8 @@ symbolic link, another owner, a lock held past the wait's bound...) never stops 
 run: the problem is one line on stderr and a `cache.refused` event, and the run goes
 on without the store (every call forwarded, none stored: `store_unreadable`). A lock
 held by another run is waited for, at most the store's lock_wait and never past the
-run's wall-clock limit (half of it, at the start), and the wait is said first (a line and a `cache.waiting`
-event): a run never hangs silently before its agent starts.
+run's wall-clock limit (a quarter of it, at the start), and the wait is said first (a
+line and a `cache.waiting` event): a run never hangs silently before its agent starts.
 """
 
 from __future__ import annotations
@@ -62,16 +62,16 @@ async def open_shared_cache(
 ) -> bool:
     """Read the store once and hand it to the boundary's cache (`cache.share`), or say
     why not and go on without it (`cache.refuse_store`). True when it is shared."""
-    # A lock held by another run is waited for at most half the run's wall clock: the
-    # agent keeps the rest, and a run never ends waiting (the store's lock_wait bounds
+    # A lock held by another run is waited for at most a quarter of the run's wall clock:
+    # the agent keeps the rest, and a run never ends waiting (the store's lock_wait bounds
     # it too). Each call's lookup waits no later than the run's deadline.
     deadline = None if wall_limit is None else time.monotonic() + wall_limit
-    start_by = None if wall_limit is None else time.monotonic() + wall_limit / 2
+    start_by = None if wall_limit is None else time.monotonic() + wall_limit / 4
     try:
         try:
             await trio.to_thread.run_sync(store.check)  # no wait: StoreBusy if held
         except StoreBusy:
-            bound = store.lock_wait if wall_limit is None else min(store.lock_wait, wall_limit / 2)
+            bound = store.lock_wait if wall_limit is None else min(store.lock_wait, wall_limit / 4)
             _said(
                 f"waiting for the cache store {store.path}: another process holds its lock"
                 f" {store.lock_path.name} (at most {bound:g} s, then the run goes on without it)"
