@@ -51,7 +51,7 @@ from pathlib import Path
 from docket.cache.config import CachePolicy
 from docket.cache.entries import Stored, entry_doc, entry_from_doc
 from docket.cache.store import Entry, Hit, Key, Store
-from docket.durable import replace_file
+from docket.durable import replace_file_at
 from docket.errors import InputError
 
 FORMAT = "docket-cache-store-2"
@@ -304,7 +304,7 @@ class SharedStore:
                 raise self.problem(f"entry {i} is refused: {exc}") from None
         return out
 
-    def _write(self, stored: list[Stored]) -> None:
+    def _write(self, folder: int, stored: list[Stored]) -> None:
         doc = {
             "format": FORMAT,
             "scope": self.policy.scope,
@@ -314,9 +314,9 @@ class SharedStore:
         doc["seal"] = seal(doc, self.seal_key)
         data = _sealed_text(doc)
         try:
-            # Under the lock, in a folder only this user can write: one writer at a time,
-            # and the fresh file's name and the rename are not another user's to redirect.
-            replace_file(self.path, data)
+            # Under the lock, relative to the folder checked when it was opened: one
+            # writer at a time, and no step another user can redirect.
+            replace_file_at(folder, self.path.name, data)
         except OSError as exc:
             raise self.problem(f"cannot be written: {exc.strerror}") from None
 
@@ -350,7 +350,7 @@ class SharedStore:
             hit = store.lookup(key, now)
             after = list(store.entries())
             if after != before:  # a hit counted, an entry expired or used up
-                self._write([Stored(e, n) for e, n in after])
+                self._write(fds[0], [Stored(e, n) for e, n in after])
             return hit
         finally:
             self._unlock(fds)
@@ -361,7 +361,7 @@ class SharedStore:
             store = self._store(self._read(fds[0]))
             kept = store.put(entry, now)
             if kept:
-                self._write([Stored(e, n) for e, n in store.entries()])
+                self._write(fds[0], [Stored(e, n) for e, n in store.entries()])
             return kept
         finally:
             self._unlock(fds)
