@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.attack import Figures, diskfull, http, inputs, mutations, secrets
+from chaos.attack import Figures, cache, diskfull, http, inputs, mutations, secrets
 
 
 def assert_all_good(figures: Figures, at_least: int) -> None:
@@ -48,3 +48,11 @@ def test_a_disk_filled_mid_run_ends_in_a_receipt_that_discloses_the_loss(tmp_pat
     if reason:
         pytest.skip(reason)
     assert_all_good(diskfull.run(tmp_path, quick=True), at_least=2)
+
+
+def test_a_spoiled_shared_cache_store_is_never_served(tmp_path):
+    figures = cache.run(tmp_path, quick=True)
+    if figures.skipped:
+        pytest.skip(figures.skipped)
+    assert_all_good(figures, at_least=30)
+    assert figures.extra["through_docket_run"] == 2

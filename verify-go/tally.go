@@ -122,6 +122,17 @@ func text(v *Value, where string) *Value {
 	return v
 }
 
+// digestOrNull: a SHA-256 in 64 lowercase hex digits, or absent/null (the cache's digests).
+func digestOrNull(v *Value, where string) *Value {
+	if v.IsNull() {
+		return null
+	}
+	if v.Kind != String || !isHex64(v.Str) {
+		bad("%s must be 64 lowercase hex digits or absent", where)
+	}
+	return v
+}
+
 func textOrNull(v *Value, where string) *Value {
 	if v.IsNull() {
 		return null
@@ -258,6 +269,7 @@ func (t *Tally) Add(e *Value) (msg string) {
 		saved := count(e.Get("saved_nusd"), "cache.hit.saved_nusd")
 		count(e.Get("replays_seq"), "cache.hit.replays_seq")
 		textOrNull(e.Get("replays_run"), "cache.hit.replays_run") // a shared store's run
+		digestOrNull(e.Get("body_sha256"), "cache.hit.body_sha256")
 		t.cache[0] = add(t.cache[0], 1)
 		t.cache[3] = add(t.cache[3], saved)
 	}
@@ -392,6 +404,10 @@ func (t *Tally) onCharge(e *Value, kind string, response bool) {
 	model := modelOf(e, kind)
 	cost := count(e.Get("cost_nusd"), kind+".cost_nusd")
 	stored, refused := e.Get("cache_stored"), e.Get("cache_refused")
+	if !digestOrNull(e.Get("cache_body_sha256"), kind+".cache_body_sha256").IsNull() &&
+		(stored.IsNull() || stored.Kind != Bool || !stored.B) {
+		bad("%s.cache_body_sha256 must be absent unless cache_stored is true", kind)
+	}
 	if !stored.IsNull() {
 		if stored.Kind != Bool || !stored.B || !refused.IsNull() {
 			bad("%s.cache_stored must be true, alone, or absent", kind)

@@ -647,6 +647,8 @@ class Tally {
         const refused = opt(ev, 'cache_refused');
         if (stored !== null && (stored !== true || refused !== null)) return `${type}: cache_stored is not true alone or null`;
         if (refused !== null && typeof refused !== 'string') return `${type}: cache_refused is not a string`;
+        const storedDigest = opt(ev, 'cache_body_sha256');
+        if (storedDigest !== null && (!T.hex64(storedDigest) || stored !== true)) return `${type}: cache_body_sha256 is not 64 lowercase hex digits beside cache_stored true, or null`;
         let priced = null;
         if (type === 'model.response') {
           priced = ev.get('priced');
@@ -711,6 +713,8 @@ class Tally {
         if (!isUint(ev.get('replays_seq'))) return 'cache.hit: replays_seq is not an integer in [0, 2^53-1]';
         const run = opt(ev, 'replays_run'); // a shared store's: the run whose ledger holds replays_seq
         if (run !== null && typeof run !== 'string') return 'cache.hit: replays_run is not a string or null';
+        const served = opt(ev, 'body_sha256'); // the answer's bytes, as the closing event that stored it says
+        if (served !== null && !T.hex64(served)) return 'cache.hit: body_sha256 is not 64 lowercase hex digits or null';
         this.cache.hits = sum(this.cache.hits, 1);
         this.cache.saved = sum(this.cache.saved, saved);
         return undefined;

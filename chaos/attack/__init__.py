@@ -11,6 +11,7 @@ the table; tests/test_attack.py runs each in its quick form. Families:
              byte under the run folder searched in four encodings
   inputs     bad CLI, policy, fault, scenario and phase inputs
   diskfull   the ledger on a small tmpfs the agent fills (root only)
+  cache      a shared cache store poisoned, symlinked, another's, or locked (root only)
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

@@ -31,6 +31,10 @@ FAMILIES = {
     "secrets": ("chaos.attack.secrets", "secrets planted and found nowhere on disk"),
     "inputs": ("chaos.attack.inputs", "exit 2, one stderr line, no traceback"),
     "diskfull": ("chaos.attack.diskfull", "receipts that disclose the loss"),
+    "cache": (
+        "chaos.attack.cache",
+        "a spoiled shared cache store never served, refused with its reason, run goes on",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
@@ -45,6 +49,10 @@ NOTES = {
     ),
     "inputs": lambda x: f"{x.get('exit_codes')}",
     "diskfull": lambda x: f"exit codes {x.get('exit_codes')}",
+    "cache": lambda x: (
+        f"{x.get('probes')} probes ({', '.join(x.get('classes', []))}),"
+        f" {x.get('through_docket_run')} through docket run"
+    ),
 }
 
 

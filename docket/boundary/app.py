@@ -437,7 +437,10 @@ class Boundary:
                     payload=step.request.payload,
                     body=step.body,
                     now=self.clock.mono(),
+                    kind=route.kind,
+                    headers=request.headers,
                 )
+                await self.record_cache_problems()
                 if isinstance(found, Hit):
                     await self._serve_hit(route, respond, step, found, state)
                     return
@@ -446,6 +449,14 @@ class Boundary:
             await self._forward(route, rest, request, respond, step, passage, state, lookup)
         finally:
             hold.leave()
+
+    async def record_cache_problems(self) -> None:
+        """Each shared-store problem met since the last call, as a cache.refused event
+        (said on stderr already): the run goes on without the store for that call."""
+        if self.cache is None:
+            return
+        for text in self.cache.take_problems():
+            await self.record("cache.refused", problem=text)
 
     async def _serve_hit(
         self, route: Route, respond, admitted: Admitted, hit: Hit, state: _CallState
@@ -463,6 +474,7 @@ class Boundary:
                 endpoint=facts.endpoint,
                 stream=entry.stream,
                 request_sha256=entry.key.request_sha256,
+                body_sha256=entry.body_sha256,  # what is served, as its origin recorded it
                 replays_seq=entry.seq,
                 **({"replays_run": entry.run_id} if entry.run_id else {}),
                 age_ms=int(hit.age_s * 1000),

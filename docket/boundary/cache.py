@@ -17,11 +17,19 @@ is not knowable here, so every call in flight at the time is suspect.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from docket.cache.config import CachePolicy
-from docket.cache.decide import Answer, Refuse, Store, request_refusal, storable
+from docket.cache.decide import (
+    Answer,
+    Refuse,
+    Store,
+    request_refusal,
+    shaping_headers,
+    storable,
+)
+from docket.cache.entries import replayable_headers
 from docket.cache.shared import SharedStore, StoreProblem
 from docket.cache.store import ENTRY_OVERHEAD, Entry, Hit, Key
 from docket.cache.store import Store as EntryStore
@@ -82,10 +90,24 @@ class ResponseCache:
         # set by the supervisor once it has checked the file; `store` then stays empty.
         self.shared: SharedStore | None = None
         self.run_id = ""
-        self.problems: list[str] = []  # a shared store refused mid-run: said on stderr
+        self.deadline: float | None = None  # the run's, on time.monotonic: no lock wait past it
+        # A shared store refused at the run's start: the run goes on without it, every
+        # call forwarded and not stored ("store_unreadable").
+        self.refused: str | None = None
+        self.problems: list[str] = []  # a shared store refused: said on stderr
+        self.unrecorded: list[str] = []  # ... and not yet a cache.refused event (take_problems)
 
-    def share(self, shared: SharedStore, run_id: str) -> None:
-        self.shared, self.run_id = shared, run_id
+    def share(self, shared: SharedStore, run_id: str, deadline: float | None = None) -> None:
+        self.shared, self.run_id, self.deadline = shared, run_id, deadline
+
+    def refuse_store(self, text: str) -> None:
+        """The shared store was refused at the start (said there): go on without it."""
+        self.refused = text
+
+    def take_problems(self) -> list[str]:
+        """The store problems met since the last call: each becomes a cache.refused event."""
+        taken, self.unrecorded = self.unrecorded, []
+        return taken
 
     def note_fault(self) -> None:
         self.faults_noted += 1
@@ -101,9 +123,15 @@ class ResponseCache:
         payload: dict | None,
         body: bytes,
         now: float,
+        kind: str = "",
+        headers: Iterable[tuple[bytes, bytes]] = (),
     ) -> Hit | Lookup:
-        key = Key(provider, path, hashlib.sha256(body).hexdigest())
+        """`kind` and `headers`: the provider's kind and the request's headers, of which
+        those that shape the answer are part of the key (decide.shaping_headers)."""
+        key = Key(provider, path, hashlib.sha256(body).hexdigest(), shaping_headers(kind, headers))
         refusal = request_refusal(endpoint, model, choices, payload, self.policy)
+        if refusal is None and self.refused is not None:
+            refusal = "store_unreadable"  # refused at the start: the run goes on without it
         if refusal is None:
             try:
                 hit = await self._lookup(key, now)
@@ -123,13 +151,14 @@ class ResponseCache:
         import trio
 
         # The shared file waits on other runs' lock: off the event loop.
-        return await trio.to_thread.run_sync(self.shared.lookup, key, time.time())
+        return await trio.to_thread.run_sync(self.shared.lookup, key, time.time(), self.deadline)
 
     def _problem(self, text: str) -> None:
         import sys
 
         if not self.problems or self.problems[-1] != text:  # once, not once a call
             print(f"docket: {text}", file=sys.stderr, flush=True)
+            self.unrecorded.append(text)
         self.problems.append(text)
 
     def decide(
@@ -150,7 +179,10 @@ class ResponseCache:
             self.on_outcome(lookup.key.provider, outcome)
         if isinstance(decision, Refuse):
             return decision, {"cache_refused": decision.reason}
-        return decision, {"cache_stored": True}
+        # The digest of what is stored, on the record: a hit served from it, in this run
+        # or another, carries the same digest (a verifier holding both ledgers compares).
+        body_sha256 = hashlib.sha256(b"".join(capture.chunks)).hexdigest()
+        return decision, {"cache_stored": True, "cache_body_sha256": body_sha256}
 
     async def keep(
         self, lookup: Lookup, *, seq: int, cost_nusd: int, model: str, now: float
@@ -164,7 +196,7 @@ class ResponseCache:
         entry = Entry(
             key=lookup.key,
             status=capture.status,
-            headers=capture.headers,
+            headers=replayable_headers(capture.headers),
             body=b"".join(capture.chunks),
             stream=capture.streamed,
             seq=seq,
@@ -179,6 +211,6 @@ class ResponseCache:
         import trio
 
         try:
-            await trio.to_thread.run_sync(self.shared.put, entry, time.time())
+            await trio.to_thread.run_sync(self.shared.put, entry, time.time(), self.deadline)
         except StoreProblem as exc:  # the closing event said stored: say it was not
             self._problem(f"{exc}; the answer of seq {seq} was not stored")

@@ -458,6 +458,7 @@ class ModelCall:
                 model=r.model or "",
                 now=self.b.clock.mono(),
             )
+            await self.b.record_cache_problems()  # a put the store refused: on the record
         await self._after_close(outcome, None)
         self.b.metrics.call_finished(r.provider, "ok", timing["duration_ms"] / 1000)
 

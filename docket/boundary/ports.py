@@ -74,6 +74,8 @@ class CallHost(Recorder, Protocol):
         self, slot: ClosingSlot, type: str, *, optional: Iterable[str] = ..., **fields: object
     ) -> int | None: ...
 
+    async def record_cache_problems(self) -> None: ...
+
 
 class RoomCheck(Protocol):
     def check_room(

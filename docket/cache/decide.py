@@ -12,7 +12,8 @@ is the cache answering a request it should never have (docs/resilience.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from docket.cache.config import CachePolicy
@@ -26,6 +27,32 @@ ANSWER_REASONS = ("not_2xx", "incomplete", "usage_missing", "fault_injected", "t
 # A shared store (scope = NAME) that could not be read mid-run: forwarded, not stored.
 STORE_REASONS = ("store_unreadable",)
 REASONS = REQUEST_REASONS + ANSWER_REASONS + STORE_REASONS
+
+# Per provider kind, the request headers the provider reads to choose or shape its
+# answer (docs/cache.md says why for each): the same body under another of these is
+# another question, so they are part of the key. Every other header the agent sends
+# (user-agent, x-stainless-*, idempotency-key, traceparent...) does not change the
+# answer. A header whose name holds "tenant" is part of the key for every kind: the
+# gateways that speak these APIs route tenants by one (x-tenant-id).
+SHAPING_HEADERS: Mapping[str, frozenset[bytes]] = {
+    "openai": frozenset({b"openai-organization", b"openai-project", b"openai-beta"}),
+    "anthropic": frozenset({b"anthropic-version", b"anthropic-beta"}),
+}
+
+
+def shaping_headers(kind: str, headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """The key's digest of the request headers that shape the answer: "" when the
+    request carries none of them; else the SHA-256 of each such header, its name
+    lowercased, in the order sent (a repeated header's order can matter)."""
+    named = SHAPING_HEADERS.get(kind, frozenset())
+    picked = []
+    for name, value in headers:
+        low = bytes(name).lower()
+        if low in named or b"tenant" in low:
+            picked.append(low + b":" + bytes(value).strip())
+    if not picked:
+        return ""
+    return hashlib.sha256(b"\n".join(picked)).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +109,11 @@ def _offers_tools(body: Mapping[str, object]) -> bool:
 
 
 def storable(request_reason: str | None, answer: Answer, max_bytes: int) -> Store | Refuse:
-    """Store only a whole, unfaulted 2xx with its usage, to a request that may be served."""
+    """Store only a whole, unfaulted 200 with its usage, to a request that may be
+    served (another 2xx is no model's answer: 204 has no body to replay)."""
     if request_reason is not None:
         return Refuse(request_reason)
-    if answer.status is None or not 200 <= answer.status < 300:
+    if answer.status != 200:
         return Refuse("not_2xx")
     if not answer.complete:
         return Refuse("incomplete")

@@ -11,6 +11,7 @@ recently used.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -22,11 +23,14 @@ ENTRY_OVERHEAD = 256
 @dataclass(frozen=True, slots=True)
 class Key:
     """What a hit must match exactly: the route (provider), the path (with its
-    query) and the SHA-256 of the request's bytes, as model.request records it."""
+    query), the SHA-256 of the request's bytes, as model.request records it, and
+    the digest of the request headers that shape the answer (decide.shaping_headers:
+    "" when the request carried none)."""
 
     provider: str
     path: str
     request_sha256: str
+    headers_sha256: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +49,12 @@ class Entry:
     # The run whose ledger holds `seq`: set by a store shared between runs
     # (docket/cache/shared.py), so its hits name it; "" in the run's own store.
     run_id: str = ""
+
+    @property
+    def body_sha256(self) -> str:
+        """The digest of the answer's bytes as relayed: on the closing event that
+        stored it (cache_body_sha256) and on every cache.hit that serves it."""
+        return hashlib.sha256(self.body).hexdigest()
 
     @property
     def size(self) -> int:

@@ -56,6 +56,8 @@ EVENT_TYPES = CONTROL_TYPES | frozenset(
         "evidence.gap",
         "evidence.low_disk",
         "cache.hit",
+        "cache.refused",  # a shared cache store refused (docs/cache.md): the run goes on without it
+        "cache.waiting",  # a shared cache store's lock held by another run: waited for, bounded
         "provider.call",  # a relayed call that is not a model call (a models list): no spend
         # --snapshot (docket.snapshot): the tree before the run, what the run changed,
         # what a rollback restored. Not control events: a long change list must not

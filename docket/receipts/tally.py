@@ -81,6 +81,20 @@ def _text(value: object, where: str) -> str:
     return value
 
 
+# The members of a closing event that are the response cache's (section 7.8).
+_CACHE_CLOSE = frozenset({"cache_stored", "cache_refused", "cache_body_sha256"})
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def _digest_or_null(value: object, where: str) -> str | None:
+    """A SHA-256 in 64 lowercase hex digits, or absent/null."""
+    if value is None:
+        return None
+    if type(value) is not str or not _HEX64.match(value):
+        raise TallyError(f"{where} must be 64 lowercase hex digits or absent")
+    return value
+
+
 def _text_or_null(value: object, where: str) -> str | None:
     return None if value is None else _text(value, where)
 
@@ -320,6 +334,7 @@ class Tally:
 
     def _on_cache_hit(self, event: dict) -> None:
         saved = _count(event.get("saved_nusd"), "cache.hit.saved_nusd")
+        _digest_or_null(event.get("body_sha256"), "cache.hit.body_sha256")
         _count(event.get("replays_seq"), "cache.hit.replays_seq")
         _text_or_null(event.get("replays_run"), "cache.hit.replays_run")  # a shared store's
         self.cache_counts[0] += 1
@@ -328,6 +343,12 @@ class Tally:
     def _on_cache_close(self, event: dict) -> None:
         stored = event.get("cache_stored")
         refused = event.get("cache_refused")
+        where = f"{event['type']}.cache_body_sha256"
+        if (
+            _digest_or_null(event.get("cache_body_sha256"), where) is not None
+            and stored is not True
+        ):
+            raise TallyError(f"{where} must be absent unless cache_stored is true")
         if stored is not None:
             if stored is not True or refused is not None:
                 raise TallyError(f"{event['type']}.cache_stored must be true, alone, or absent")
@@ -360,7 +381,7 @@ class Tally:
                 self.unit_prices[model] = checked
         if call_id is not None:
             self.open.pop(call_id, None)
-        if "cache_stored" in event or "cache_refused" in event:
+        if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
         counters = self.models.get(model) or self._counters(model)
         counters[_RESPONSES] += 1
@@ -376,7 +397,7 @@ class Tally:
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
         if call_id is not None:
             self.open.pop(call_id, None)
-        if "cache_stored" in event or "cache_refused" in event:
+        if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
         counters = self.models.get(model) or self._counters(model)
         counters[_ERRORS] += 1

@@ -52,6 +52,7 @@ from docket.boundary.stop import StopRequest
 from docket.clock import Clock, rfc3339
 from docket.errors import EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
 from docket.guards.redact import Redactor, redact_argv
+from docket.run.cache_store import open_shared_cache, shared_cache
 from docket.run.child import (
     describe_exit,
 )
@@ -64,20 +65,6 @@ if TYPE_CHECKING:
     from docket.ledger.writer import Ledger
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-def shared_cache(policy):
-    """The policy's shared cache store (`[cache] scope = NAME`), its file read once and
-    checked (StoreProblem, exit 2, before anything starts); None without one."""
-    from docket.cache.shared import SharedStore, identity
-
-    cache = getattr(policy, "cache", None)
-    if cache is None or not cache.enabled or cache.scope == "run":
-        return None
-    providers = {p.name: (p.kind, p.base_url) for p in policy.providers.values()}
-    store = SharedStore(cache, identity(cache, providers))
-    store.check()
-    return store
 
 
 def new_run_id() -> str:
@@ -125,7 +112,9 @@ class Supervisor:
         self._check_keys()
         self.faults = self.hooks.write_faults
         self.run_id = new_run_id()
-        self.shared_cache = shared_cache(self.policy)  # checked now: a bad store is exit 2
+        # Read once the ledger is open (cache_store.open_shared_cache): a bad store is
+        # said and recorded, and the run goes on without it.
+        self.shared_cache = shared_cache(self.policy, self.env)
         self.token = "dkt-" + secrets.token_urlsafe(24)
         # The supervisor's own events pass the same door as the boundary's: the run
         # token and the provider keys never reach the ledger, in any form.
@@ -257,7 +246,9 @@ class Supervisor:
             )
             boundary.call_probe = self.hooks.call_probe
             if boundary.cache is not None and self.shared_cache is not None:
-                boundary.cache.share(self.shared_cache, self.run_id)
+                await open_shared_cache(
+                    self.shared_cache, boundary.cache, self.run_id, self.wall_limit(), self._record
+                )
             self.control.on_fault = boundary.note_fault  # the run handle calls it (docs/cache.md)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.control.watch_signals, signals, nursery)

@@ -421,21 +421,36 @@ def cache_hit(
     )
 
 
-def cache_run(saved: object = None) -> list[Entry]:
+# The SHA-256 of a stored answer's bytes (issue 23): on the closing event that stored it
+# (cache_body_sha256) and on each cache.hit that serves it (body_sha256).
+ANSWER_SHA256 = line_hash(b"the stored answer")
+
+
+def cache_run(
+    saved: object = None, served: object = None, refused_digest: object = None
+) -> list[Entry]:
     """A run with the response cache on: a greedy call stored and replayed twice, a
-    sampled call not stored (temperature), and a failed call not stored (not_2xx)."""
+    sampled call not stored (temperature), and a failed call not stored (not_2xx).
+    With `served`: the answer's digests on the record, the first hit's body_sha256 being
+    `served`; with `refused_digest`: a cache_body_sha256 on the call not stored."""
     entries = [start()]
+    digest = {} if served is None else {"cache_body_sha256": ANSWER_SHA256}
     stored = cached(
-        call(100, "call-0001", "gpt-4o-mini", 200, 40), {"cache": "miss"}, {"cache_stored": True}
+        call(100, "call-0001", "gpt-4o-mini", 200, 40),
+        {"cache": "miss"},
+        {"cache_stored": True, **digest},
     )
     entries += stored
     response = stored[1]
     cost = response.fields["cost_nusd"]
-    entries.append(cache_hit(1500, response, 2, 1, cost if saved is None else saved))
-    entries.append(cache_hit(1600, response, 2, 2, cost))
-    entries += cached(
-        call(2000, "call-0002", "gpt-4o-mini", 210, 30), {}, {"cache_refused": "temperature"}
-    )
+    first = {} if served is None else {"body_sha256": served}
+    later = {} if served is None else {"body_sha256": ANSWER_SHA256}
+    entries.append(cache_hit(1500, response, 2, 1, cost if saved is None else saved, **first))
+    entries.append(cache_hit(1600, response, 2, 2, cost, **later))
+    not_stored = {"cache_refused": "temperature"}
+    if refused_digest is not None:
+        not_stored["cache_body_sha256"] = refused_digest
+    entries += cached(call(2000, "call-0002", "gpt-4o-mini", 210, 30), {}, not_stored)
     entries += cached(
         failed_call(3000, "call-0003", "gpt-4o-mini", 500, 0),
         {"cache": "miss"},
@@ -1514,6 +1529,40 @@ def make(out: Path) -> None:
         seq=3,
         offset=bad_hit.offsets[3],
     )
+
+    digests_led = chain(cache_run(served=ANSWER_SHA256))
+    digests_receipt = receipt_for(digests_led, COMPLETE)
+    v.ok(
+        "ok-cache-digests",
+        "as ok-cache, with the stored answer's SHA-256 on the closing event that stored it "
+        "(cache_body_sha256) and on both cache.hit events (body_sha256)",
+        digests_led,
+        digests_receipt,
+    )
+    for name, description, led, seq in (
+        (
+            "cache-hit-digest-not-hex",
+            "as ok-cache-digests, with body_sha256 in upper case in the cache.hit at seq 3",
+            chain(cache_run(served=ANSWER_SHA256.upper())),
+            3,
+        ),
+        (
+            "cache-digest-not-stored",
+            "as ok-cache-digests, with a cache_body_sha256 on the model.response at seq 6,"
+            " whose answer was not stored (cache_refused)",
+            chain(cache_run(served=ANSWER_SHA256, refused_digest=ANSWER_SHA256)),
+            6,
+        ),
+    ):
+        v.fail(
+            name,
+            description + " (re-chained, receipt re-pointed)",
+            led.data,
+            edited(edited(digests_receipt, "ledger.head", led.head), "ledger.bytes", len(led.data)),
+            "malformed_event",
+            seq=seq,
+            offset=led.offsets[seq],
+        )
 
     shared = chain(shared_cache_run("20261118T110000Z-0a1b2c3d"))
     shared_receipt = receipt_for(shared, COMPLETE)
