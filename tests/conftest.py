@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -235,26 +236,64 @@ class GameDayRun:
     output: str
 
 
+def _gameday_folder(base: Path) -> Path:
+    """Where the session's one game day lives: the base folder every xdist worker shares
+    (popen-gwN's parent), or the session's own without xdist."""
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _run_gameday_once(base: Path) -> None:
+    """Run the nine phases into base/gameday-run unless someone did, under base's lock:
+    whoever takes the lock first runs it, and everyone after reads what it left."""
+    root = base / "gameday-run"
+    with open(base / "gameday-run.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released on close
+        said = root / "said.json"
+        if said.exists():
+            return
+        root.mkdir(exist_ok=True)
+        argv = [sys.executable, "-m", "docket", "game-day", "--report", str(root / "report"),
+                "--keep", str(root / "keep")]  # fmt: skip
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
+            told = {"returncode": done.returncode, "output": done.stdout + done.stderr}
+        except subprocess.TimeoutExpired as exc:
+            told = {"returncode": -1, "output": f"the game day did not end within {exc.timeout} s"}
+        said.write_text(json.dumps(told))
+
+
+_early_gameday: list[threading.Thread] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Start the session's game day as soon as the tests are known, if any test reads it:
+    its nine phases mostly wait (agents' timeouts, breaker cooldowns, budgets), so they run
+    beside the other tests instead of holding a worker when the first reader asks. One
+    worker (gw0, or the only process) starts it; the fixture waits on the same lock."""
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    if not any("gameday_run" in getattr(item, "fixturenames", ()) for item in items):
+        return
+    base = _gameday_folder(config._tmp_path_factory.getbasetemp())  # pytest's own tmp factory
+    thread = threading.Thread(target=_run_gameday_once, args=(base,), name="gameday-run")
+    thread.start()
+    _early_gameday.append(thread)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    for thread in _early_gameday:  # nothing outlives the session that started it
+        thread.join()
+
+
 @pytest.fixture(scope="session")
 def gameday_run(tmp_path_factory) -> GameDayRun:
     """`docket game-day --keep` over the nine shipped phases, once for the whole suite
-    (~30 s): the tests that read real game-day ledgers (explain, the verifiers'
-    differential, the evidence) share it rather than each running its own. Under
-    pytest-xdist the workers share it too: the first to get the lock runs it, in the
-    base folder all workers share, and the others read what it left."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # popen-gwN's parent: the one base folder of this session
+    (~30 s; started early, beside other tests: pytest_collection_modifyitems): the tests
+    that read real game-day ledgers (explain, the verifiers' differential) share it rather
+    than each running its own."""
+    base = _gameday_folder(tmp_path_factory.getbasetemp())
+    _run_gameday_once(base)  # waits for the early run, or runs it if none was started
     root = base / "gameday-run"
-    with open(base / "gameday-run.lock", "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released on close, whoever holds it
-        said = root / "said.json"
-        if not said.exists():
-            root.mkdir(exist_ok=True)
-            argv = [sys.executable, "-m", "docket", "game-day", "--report", str(root / "report"),
-                    "--keep", str(root / "keep")]  # fmt: skip
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
-            said.write_text(json.dumps({"returncode": done.returncode,
-                                        "output": done.stdout + done.stderr}))  # fmt: skip
-        told = json.loads(said.read_text())
+    told = json.loads((root / "said.json").read_text())
     return GameDayRun(root / "report", root / "keep", told["returncode"], told["output"])
