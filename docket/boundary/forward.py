@@ -557,6 +557,8 @@ class ModelCall:
         _probe(self.b, "close.write")
         if self._scrub.count:
             fields["key_scrubbed"] = self._scrub.count  # keys taken out of the agent's copy
+            # ...and in which forms (raw, percent, json, base64, hex): guards/forms.py
+            fields["key_scrubbed_forms"] = dict(sorted(self._scrub.kinds.items()))
         self.closed = True  # from here on the event is written once, or not at all
         assert self.slot is not None  # set once the model.request is written, before run()
         try:

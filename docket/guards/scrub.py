@@ -1,32 +1,43 @@
 """Keep the provider keys out of the bytes relayed to the agent.
 
 The boundary sends the real key upstream; an upstream that echoes it (an error
-body quoting the Authorization header it got, a debugging gateway) would hand it
-to the agent. The ledger's copy is redacted elsewhere (docket.guards.redact);
-this is the agent's copy, streamed or not.
+body quoting the Authorization header it got, a debugging gateway, a model told
+to spell it out) would hand it to the agent. The ledger's copy is redacted by
+docket.guards.redact.Redactor; this is the agent's copy, streamed or not. Both
+match the same forms (docket.guards.forms: raw in any case, percent-encoded, JSON
+\\u escapes of any of its characters, base64 in both alphabets at each alignment,
+hex), so an encoding that is caught on disk is caught on the wire too.
 
-`Scrubber` is pure: feed it the relayed bytes in the pieces they arrive in and
-it returns what may go out now, every key replaced by the marker. A key may be
-split across pieces, so it holds back the shortest tail that could still grow
-into a key: the bytes from the earliest position where what has arrived is a
-proper prefix of some key (fewer than the longest key's length, usually none:
-holding back a fixed len(key)-1 bytes would delay every streamed event's last
-bytes until the next one came). For every way of cutting a stream into pieces,
-the output is the same as scrubbing it whole (tests/test_keys_scrub.py):
-leftmost match first, the shortest key where two match at the same place.
+`scrub_piece` is the pure core: the bytes held from before plus a new piece in,
+what may go out now, the new held tail and what was found. A key may be split
+across pieces (SSE events, chunk boundaries, reads), so it holds back the
+shortest tail that could still grow into a form of a key: the bytes from the
+earliest position where what has arrived is a proper prefix of some form, which
+is never more than the longest form's length minus one and usually nothing
+(holding back a fixed window would delay every streamed event's last bytes until
+the next one came). For every way of cutting a stream into pieces the output is
+the same as scrubbing it whole (tests/test_keys_scrub.py).
 
-What it cannot catch: a key the upstream transforms (encodes, splits with
-other bytes, changes case) is not the key any more and passes.
+`Scrubber` keeps one stream's held tail and its counts between pieces.
+
+What it cannot catch: a key the upstream transforms otherwise (split with other
+bytes between its characters, such as two SSE events' framing around two halves;
+encrypted; spelled out in words) is not a form of the key and passes.
 """
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
+from typing import NamedTuple
+
+from docket.guards.forms import MIN_SCRUBBED_SECRET, SecretForms
 from docket.guards.redact import MARKER
 
 SCRUB_MARKER = MARKER.encode()
 # A shorter "key" is not scrubbed: replacing every "sk" in an answer would destroy
-# the answer and protect nothing real (the same floor as the ledger's, app.py).
-MIN_SCRUBBED_KEY = 8
+# the answer and protect nothing real (the same floor as the ledger's).
+MIN_SCRUBBED_KEY = MIN_SCRUBBED_SECRET
 
 
 def relay_keys(keys) -> tuple[bytes, ...]:
@@ -34,77 +45,116 @@ def relay_keys(keys) -> tuple[bytes, ...]:
     return tuple(sorted({k.encode() for k in keys if len(k) >= MIN_SCRUBBED_KEY}, key=len))
 
 
+class Scanned(NamedTuple):
+    out: bytes  # what may go out now, every form of a key replaced by the marker
+    held: bytes  # what may still grow into a key: fed again before the next piece
+    found: tuple[str, ...]  # the form of each key replaced (raw, percent, json, ...)
+
+
+def scrub_piece(forms: SecretForms, held: bytes, data: bytes, *, final: bool) -> Scanned:
+    """Scrub `held + data`; with `final`, nothing can follow and nothing is held.
+
+    Leftmost match first, as `forms.bytes_.search` would find them; but the regex is
+    tried only where a match can begin (one of `forms.starts`, found by bytes.find in
+    C): the alternation of every form, tried at every byte, cost ~80 ms per MB."""
+    buf = held + data
+    pattern = forms.bytes_
+    if pattern is None:
+        return Scanned(buf, b"", ())
+    out: list[bytes] = []
+    found: list[str] = []
+    at = 0
+    hold = len(buf) if final else _hold_from(forms, buf)
+    for start in _candidates(forms.starts, buf.lower()):
+        if start < at:
+            continue
+        if start >= hold and not final:
+            break
+        match = pattern.match(buf, start)
+        if match is None:
+            continue
+        out.append(buf[at:start])
+        out.append(SCRUB_MARKER)
+        found.append(forms.kind(match))
+        at = match.end()
+        if at > hold:  # a whole key ran into what was held: what follows it is looked at anew
+            hold = len(buf) if final else max(at, _hold_from(forms, buf, at))
+    hold = max(hold, at)
+    out.append(buf[at:hold])
+    return Scanned(b"".join(out), buf[hold:], tuple(found))
+
+
+def _candidates(starts: tuple[bytes, ...], lowered: bytes) -> list[int]:
+    """Every position where one of `starts` occurs, in order (a match begins at one)."""
+    found: set[int] = set()
+    for start in starts:
+        at = lowered.find(start)
+        while at != -1:
+            found.add(at)
+            at = lowered.find(start, at + 1)
+    return sorted(found)
+
+
+def _hold_from(forms: SecretForms, buf: bytes, at: int = 0) -> int:
+    """The earliest position (at or after `at`) from which `buf` is a proper prefix of
+    some form (len(buf) when there is none): those bytes may yet become a key. Only
+    the last longest-1 bytes can be one, and only the trailing run of bytes that
+    occur in some form (an SSE event's closing newlines end it: nothing is held)."""
+    window = buf[max(at, len(buf) - forms.longest + 1) :]
+    run = len(window) - len(window.rstrip(forms.alphabet))
+    if run == 0 or forms.prefix_bytes is None:
+        return len(buf)
+    match = forms.prefix_bytes.search(buf, len(buf) - run)
+    return len(buf) if match is None else match.start()
+
+
+@functools.lru_cache(maxsize=16)  # a Scrubber per call, the same few keys for the run
+def _forms_of(keys: tuple[bytes, ...]) -> SecretForms:
+    return SecretForms(k.decode("utf-8", "replace") for k in keys)
+
+
 class Scrubber:
     """One relayed stream's scrubber: `feed` each piece, `flush` at the end.
 
-    `count` is how many keys it has replaced so far.
+    `count` is how many keys it has replaced so far; `kinds` counts them by form.
     """
 
     def __init__(self, keys: tuple[bytes, ...]) -> None:
-        self.keys = tuple(sorted(set(keys), key=len))  # shortest first: it wins a tie
+        self.keys = tuple(sorted(set(keys), key=len))
+        self.forms = _forms_of(self.keys)
         self.count = 0
+        self.kinds: Counter[str] = Counter()
         self._held = b""
 
     def feed(self, data: bytes) -> bytes:
-        if not self.keys:
+        if self.forms.empty:
             return data
-        return self._scan(self._held + data, final=False)
+        return self._take(scrub_piece(self.forms, self._held, data, final=False))
 
     def flush(self) -> bytes:
         """The end of the stream: what was held back, scrubbed (nothing can follow)."""
-        if not self.keys:
+        if self.forms.empty:
             return b""
-        return self._scan(self._held, final=True)
+        return self._take(scrub_piece(self.forms, self._held, b"", final=True))
 
     def whole(self, data: bytes) -> bytes:
         """A complete piece (a non-streamed answer, a header value) in one step,
         apart from the stream being fed (its held tail is left alone); counted."""
-        if not self.keys:
+        if self.forms.empty:
             return data
-        one = Scrubber(self.keys)
-        out = one.feed(data) + one.flush()
-        self.count += one.count
-        return out
+        scanned = scrub_piece(self.forms, b"", data, final=True)
+        self._count(scanned.found)
+        return scanned.out
 
     def headers(self, pairs) -> list[tuple[bytes, bytes]]:
         """Header pairs with every value scrubbed (an upstream may echo a key there too)."""
         return [(name, self.whole(value)) for name, value in pairs]
 
-    def _scan(self, buf: bytes, *, final: bool) -> bytes:
-        out: list[bytes] = []
-        while True:
-            match = self._first_match(buf)
-            hold = len(buf) if final else self._hold_from(buf)
-            if match is not None and match[0] <= hold:
-                at, key = match
-                out.append(buf[:at])
-                out.append(SCRUB_MARKER)
-                self.count += 1
-                buf = buf[at + len(key) :]
-                continue
-            out.append(buf[:hold])
-            self._held = buf[hold:]
-            return b"".join(out)
+    def _take(self, scanned: Scanned) -> bytes:
+        self._held = scanned.held
+        self._count(scanned.found)
+        return scanned.out
 
-    def _first_match(self, buf: bytes) -> tuple[int, bytes] | None:
-        best: tuple[int, bytes] | None = None
-        for key in self.keys:  # shortest first, so a tie keeps the shorter key
-            at = buf.find(key)
-            if at >= 0 and (best is None or at < best[0]):
-                best = (at, key)
-        return best
-
-    def _hold_from(self, buf: bytes) -> int:
-        """The earliest position from which `buf` is a proper prefix of some key
-        (len(buf) when there is none): those bytes may yet become a key. Candidates
-        are found by bytes.find (in C), so a chunk with no key's first byte in its
-        last len(key) bytes costs one find per key."""
-        best = len(buf)
-        for key in self.keys:
-            at = buf.find(key[:1], max(len(buf) - len(key) + 1, 0))
-            while at != -1 and at < best:
-                if key.startswith(buf[at:]):  # shorter than the key: it starts after
-                    best = at  # len(buf) - len(key), so only a proper prefix fits
-                    break
-                at = buf.find(key[:1], at + 1)
-        return best
+    def _count(self, found: tuple[str, ...]) -> None:
+        self.count += len(found)
+        self.kinds.update(found)
