@@ -47,7 +47,7 @@ from docket.guards.deadline import BadDeadline, caller_budget
 from docket.guards.redact import Redactor, sanitize_url
 from docket.guards.scrub import relay_keys
 from docket.http.client import UpstreamPool
-from docket.http.server import serve
+from docket.http.server import ServerStats, serve
 from docket.http.server_connection import ServerConfig
 from docket.http.server_errors import BodyTooLarge, ClientGone, RequestError
 from docket.ledger.limits import EvidenceLost, LedgerFull
@@ -146,6 +146,7 @@ class Boundary:
         self.token = token
         self.clock = clock
         self._stop = stop
+        self.server_stats: ServerStats | None = None  # the HTTP server's, once serving
         self._stop_request = StopRequest
         self.prices = prices or default_price_table()
         self.caps = CapsGuard(policy.caps, self.prices)
@@ -199,15 +200,47 @@ class Boundary:
                         port=self.policy.boundary.port,
                         # Malformed HTTP the server refuses itself is answered in the
                         # provider's shape too: an agent's SDK parses only that.
-                        config=ServerConfig(error_shape=self.error_shape),
+                        config=ServerConfig(
+                            error_shape=self.error_shape,
+                            max_connections=self.policy.boundary.max_connections,
+                            head_timeout=self.policy.boundary.request_head_timeout,
+                        ),
                     )
                 )
+                self.server_stats = listening.stats
                 self.url = listening.url
+                nursery.start_soon(self._report_pressure, listening.stats)
                 task_status.started(listening.url)
         finally:
+            if self.server_stats is not None:
+                with trio.CancelScope(shield=True):
+                    # An episode still under way at the end is on record too.
+                    await self._record_pressure(self.server_stats.pressure.due(0.0, all=True))
             with trio.CancelScope(shield=True):
                 for route in self.routes.values():
                     await route.pool.aclose()
+
+    async def _report_pressure(self, stats: ServerStats) -> None:
+        """One connection.pressure event per episode of connection pressure (over the
+        cap, heads past their deadline, accept() out of descriptors), with its count:
+        never one per connection, which would let any local process fill the ledger."""
+        while True:
+            end = stats.pressure.next_end()
+            if end is None:
+                stats.pressure_noted = trio.Event()  # set by the next episode's first note
+                await stats.pressure_noted.wait()
+                continue
+            await trio.sleep_until(end)
+            await self._record_pressure(stats.pressure.due(trio.current_time()))
+
+    async def _record_pressure(self, episodes) -> None:
+        for episode in episodes:
+            fields = episode.as_fields()
+            if episode.kind in ("over_cap", "idle_closed"):
+                fields["max_connections"] = self.policy.boundary.max_connections
+            elif episode.kind == "head_timeout":
+                fields["request_head_timeout"] = self.policy.boundary.request_head_timeout
+            await self.record("connection.pressure", **fields)
 
     def error_shape(self, status: int, code: str, message: str, target: bytes | None):
         """The body of an answer the HTTP server makes itself (malformed HTTP, an invalid
@@ -702,6 +735,8 @@ class Boundary:
         """What makes the boundary unready: each breaker that is not closed (the
         provider is the problem), then the ledger (the evidence path is)."""
         problems = self.guards.ready_problems()
+        if self.server_stats is not None and self.server_stats.accept_failing is not None:
+            problems.append(f"accepting connections: {self.server_stats.accept_failing}")
         stats = self.ledger.stats
         if not stats.ledger_complete:
             problems.append(
