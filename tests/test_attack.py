@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.attack import Figures, diskfull, http, inputs, mutations, secrets
+from chaos.attack import Figures, diskfull, exhaustion, http, inputs, mutations, secrets
 
 
 def assert_all_good(figures: Figures, at_least: int) -> None:
@@ -48,3 +48,10 @@ def test_a_disk_filled_mid_run_ends_in_a_receipt_that_discloses_the_loss(tmp_pat
     if reason:
         pytest.skip(reason)
     assert_all_good(diskfull.run(tmp_path, quick=True), at_least=2)
+
+
+def test_connection_exhaustion_leaves_real_calls_answered_and_each_episode_recorded(tmp_path):
+    figures = exhaustion.run(tmp_path, quick=True)
+    assert_all_good(figures, at_least=10)
+    # one event per episode, never one per connection
+    assert figures.extra["pressure_events"] < figures.extra["connections_opened"] // 10

@@ -31,6 +31,10 @@ FAMILIES = {
     "secrets": ("chaos.attack.secrets", "secrets planted and found nowhere on disk"),
     "inputs": ("chaos.attack.inputs", "exit 2, one stderr line, no traceback"),
     "diskfull": ("chaos.attack.diskfull", "receipts that disclose the loss"),
+    "exhaustion": (
+        "chaos.attack.exhaustion",
+        "a real call answered and recorded, each episode an event, no traceback",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
@@ -45,6 +49,10 @@ NOTES = {
     ),
     "inputs": lambda x: f"{x.get('exit_codes')}",
     "diskfull": lambda x: f"exit codes {x.get('exit_codes')}",
+    "exhaustion": lambda x: (
+        f"{x.get('connections_opened')} connections, {x.get('pressure_events')} pressure "
+        f"events counting {x.get('pressure_counted')}"
+    ),
 }
 
 

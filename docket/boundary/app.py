@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import re
+import resource
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -58,6 +59,10 @@ MAX_REQUEST_BYTES = 32 << 20
 _ROUTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 UNKNOWN_ROUTE = "(none)"  # the provider label of a refusal for an unknown route
 MAX_REPORTED = 2**53 - 1  # the largest integer an agent's report may carry (exact in JSON)
+# Descriptors kept out of max_connections for the ledger, its lock, the process's
+# own files and the pools' spare connections (Boundary.max_connections).
+FD_HEADROOM = 32
+
 log = logging.getLogger("docket.boundary")
 
 
@@ -188,6 +193,17 @@ class Boundary:
         """`text` with every secret the boundary holds, in any form, replaced by the marker."""
         return self.redactor.scrub(text)
 
+    @functools.cached_property
+    def max_connections(self) -> int:
+        """The policy's max_connections, lowered to fit the open-file limit: each agent
+        connection may hold an upstream one too, and the ledger, its lock and the
+        process's own files need some (FD_HEADROOM). docket run raises the soft limit
+        to the hard one first, so this bites only where the hard limit is low."""
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            return self.policy.boundary.max_connections
+        return min(self.policy.boundary.max_connections, max(8, (soft - FD_HEADROOM) // 2))
+
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the base URL (http://127.0.0.1:PORT)."""
         try:
@@ -202,7 +218,7 @@ class Boundary:
                         # provider's shape too: an agent's SDK parses only that.
                         config=ServerConfig(
                             error_shape=self.error_shape,
-                            max_connections=self.policy.boundary.max_connections,
+                            max_connections=self.max_connections,
                             head_timeout=self.policy.boundary.request_head_timeout,
                         ),
                     )
@@ -237,7 +253,7 @@ class Boundary:
         for episode in episodes:
             fields = episode.as_fields()
             if episode.kind in ("over_cap", "idle_closed"):
-                fields["max_connections"] = self.policy.boundary.max_connections
+                fields["max_connections"] = self.max_connections
             elif episode.kind == "head_timeout":
                 fields["request_head_timeout"] = self.policy.boundary.request_head_timeout
             await self.record("connection.pressure", **fields)

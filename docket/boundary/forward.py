@@ -272,6 +272,7 @@ class ModelCall:
             first = self._relay_batch(batches.ready(), tracker)
             held += first.held
             head = self._scrub.headers(relay_headers(resp.headers))
+            self._scrub.events()  # a key split across the stream's text deltas too
             _probe(self.b, "relay.start")
             capture = None if self.lookup is None else self.lookup.capture
             start = self._scrub.feed(first.now)

@@ -28,7 +28,10 @@ encrypted; spelled out in words) is not a form of the key and passes.
 from __future__ import annotations
 
 import functools
+import json
+import re
 from collections import Counter
+from collections.abc import Callable
 from typing import NamedTuple
 
 from docket.guards.forms import MIN_SCRUBBED_SECRET, SecretForms
@@ -125,17 +128,27 @@ class Scrubber:
         self.count = 0
         self.kinds: Counter[str] = Counter()
         self._held = b""
+        self._events: EventTexts | None = None
+
+    def events(self) -> None:
+        """The stream is an event stream: a key split across events' text deltas is
+        caught too (EventTexts, before the byte scan)."""
+        if not self.forms.empty:
+            self._events = EventTexts(self.forms, self._count)
 
     def feed(self, data: bytes) -> bytes:
         if self.forms.empty:
             return data
+        if self._events is not None:  # first: the byte scan would cut a key's first half
+            data = self._events.feed(data)
         return self._take(scrub_piece(self.forms, self._held, data, final=False))
 
     def flush(self) -> bytes:
         """The end of the stream: what was held back, scrubbed (nothing can follow)."""
         if self.forms.empty:
             return b""
-        return self._take(scrub_piece(self.forms, self._held, b"", final=True))
+        rest = b"" if self._events is None else self._events.flush()
+        return self._take(scrub_piece(self.forms, self._held, rest, final=True))
 
     def whole(self, data: bytes) -> bytes:
         """A complete piece (a non-streamed answer, a header value) in one step,
@@ -158,3 +171,135 @@ class Scrubber:
     def _count(self, found: tuple[str, ...]) -> None:
         self.count += len(found)
         self.kinds.update(found)
+
+
+# ---------------------------------------------------------------- a key split across events
+
+# An event longer than this is relayed as it is without being looked into (a partial
+# event is held until its end: this bounds what is held).
+MAX_EVENT_BYTES = 1 << 20
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+class EventTexts:
+    """The text an agent joins out of a stream's events, scrubbed as one text.
+
+    An upstream can hand the agent a key in pieces: "sk-proj-12" in one delta,
+    "34..." in the next, with the events' framing between them. No byte-level scan
+    sees that key; the agent, joining the deltas, does. So each complete event of an
+    OpenAI or Anthropic stream has its text delta taken out (choices[].delta.content,
+    content_block_delta's delta.text, the Responses API's output_text delta) and fed
+    to one text scan (`scrub_piece` on the joined text, with its carry-over tail).
+    While that scan holds a tail that may grow into a key, the events that carried it
+    are held too; when the tail resolves they go out as they came, unless a key was
+    found across them: then each held event's text is replaced by the scan's output
+    for it (the marker lands in the event that completed the key). An answer without
+    a key is relayed byte for byte, only held back by events that end like a key's start.
+    """
+
+    def __init__(self, forms: SecretForms, found: Callable[[tuple[str, ...]], None]) -> None:
+        self.forms = forms
+        self._found = found
+        self._partial = b""  # an event not yet complete
+        self._queue: list[tuple[bytes, dict | None, str | None, bytes]] = []  # held events
+        self._held = b""  # the text scan's carry-over
+        self._hit = False  # a key was found across the held events
+
+    def feed(self, data: bytes) -> bytes:
+        self._partial += data
+        out: list[bytes] = []
+        while True:
+            end = _EVENT_END.search(self._partial)
+            if end is None:
+                if len(self._partial) > MAX_EVENT_BYTES:
+                    out.append(self._release() + self._partial)
+                    self._partial = b""
+                return b"".join(out)
+            raw, self._partial = self._partial[: end.end()], self._partial[end.end() :]
+            out.append(self._event(raw))
+
+    def flush(self) -> bytes:
+        """The end of the stream: every held event out, the text's tail scanned as final."""
+        tail, self._partial = self._partial, b""
+        return self._release(final=True) + tail
+
+    def _event(self, raw: bytes) -> bytes:
+        obj, path = _text_delta(raw)
+        if obj is None or path is None:
+            if not self._queue:
+                return raw
+            self._queue.append((raw, None, None, b""))
+            return b""
+        text = _get(obj, path).encode("utf-8", "surrogatepass")
+        scanned = scrub_piece(self.forms, self._held, text, final=False)
+        self._held = scanned.held
+        if scanned.found:
+            self._hit = True
+            self._found(scanned.found)
+        if not self._queue and not scanned.held and not scanned.found:
+            return raw  # nothing held, nothing found: as it came
+        self._queue.append((raw, obj, path, scanned.out))
+        return b"" if self._held else self._release()
+
+    def _release(self, *, final: bool = False) -> bytes:
+        """Every held event, rewritten only if a key was found across them."""
+        queue, self._queue = self._queue, []
+        hit, self._hit = self._hit, False
+        tail = b""
+        if final and self._held:
+            scanned = scrub_piece(self.forms, self._held, b"", final=True)
+            tail, self._held = scanned.out, b""
+            if scanned.found:
+                hit = True
+                self._found(scanned.found)
+        if not hit:
+            return b"".join(raw for raw, *_ in queue)
+        out = []
+        texts = [piece for _, obj, _, piece in queue if obj is not None]
+        if texts and tail:  # what the scan held to the end goes with the last text event
+            last = max(i for i, (_, obj, _, _) in enumerate(queue) if obj is not None)
+            raw, obj, path, piece = queue[last]
+            queue[last] = (raw, obj, path, piece + tail)
+        for raw, obj, path, piece in queue:
+            if obj is None or path is None:
+                out.append(raw)
+                continue
+            _set(obj, path, piece.decode("utf-8", "replace"))
+            out.append(b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n")
+        return b"".join(out)
+
+
+def _text_delta(raw: bytes) -> tuple[dict | None, tuple | None]:
+    """An event's JSON and the path to its text delta, when it has one (one data line)."""
+    lines = [line for line in raw.splitlines() if line.startswith(b"data:")]
+    if len(lines) != 1 or not lines[0][5:].strip().startswith(b"{"):
+        return None, None
+    try:
+        obj = json.loads(lines[0][5:])
+    except ValueError:
+        return None, None
+    if not isinstance(obj, dict):
+        return None, None
+    choices = obj.get("choices")
+    if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict):
+        delta = choices[0].get("delta")
+        if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+            return obj, ("choices", 0, "delta", "content")
+    delta = obj.get("delta")
+    if isinstance(delta, dict) and isinstance(delta.get("text"), str):
+        return obj, ("delta", "text")  # Anthropic's content_block_delta
+    if obj.get("type") == "response.output_text.delta" and isinstance(delta, str):
+        return obj, ("delta",)
+    return None, None
+
+
+def _get(obj, path: tuple):
+    for step in path:
+        obj = obj[step]
+    return obj
+
+
+def _set(obj, path: tuple, value: str) -> None:
+    for step in path[:-1]:
+        obj = obj[step]
+    obj[path[-1]] = value

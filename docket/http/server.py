@@ -89,8 +89,8 @@ class ServerStats:
     # the application's readiness says so; cleared by the next accepted connection.
     accept_failing: str | None = None
     pressure: Pressure = field(default_factory=Pressure)
-    # Connections waiting for a request with no byte of it yet, oldest first, each with
-    # the cancel scope that closes it.
+    # Connections waiting for a request head (none of it yet, or part), oldest first,
+    # each with the cancel scope that closes it.
     idle: dict[object, trio.CancelScope] = field(default_factory=dict)
     pressure_noted: trio.Event = field(default_factory=trio.Event)  # set at each new episode
 
@@ -150,16 +150,15 @@ async def _exchange_loop(conn: _Connection, handler: Handler, stats: ServerStats
         try:
             idle = trio.CancelScope()
             with idle:
-                # Waiting for a request with no byte of it yet: the connection may be
-                # closed to admit a new one when the cap is reached (_accept_loop).
-                if not conn.h11.trailing_data[0]:
-                    stats.idle[conn] = idle
-                    conn.on_bytes = lambda: stats.idle.pop(conn, None)
+                # Waiting for a request head (none of it yet, or part): the connection
+                # may be closed to admit a new one at the cap (_accept_loop). A real
+                # client sends its head at once; one that holds a connection without a
+                # whole head (idle, or trickling it) is what gives way.
+                stats.idle[conn] = idle
                 try:
                     event = await conn.next_event(config.keepalive_timeout, config.head_timeout)
                 finally:
                     stats.idle.pop(conn, None)
-                    conn.on_bytes = None
             if idle.cancelled_caught:
                 return  # closed to make room (counted where it was chosen)
             while not isinstance(event, h11.Request | h11.ConnectionClosed):
@@ -351,10 +350,11 @@ async def _accept_loop(
 ) -> None:
     """Accept until cancelled (trio.serve_listeners logged a traceback per failed
     accept). Out of descriptors, accept() fails at once: that is counted as pressure,
-    said on `stats.accept_failing` while it lasts, and retried after a backoff that
-    doubles up to half a second (a connection closing frees a descriptor). Past
-    `config.max_connections` the oldest idle connection (no byte of a request yet) is
-    closed to make room, or, with none idle, the new one is closed at once; counted."""
+    said on `stats.accept_failing` while it lasts, and retried: at once after closing
+    the oldest idle connection (its descriptor is the one accept() lacked), else after
+    a backoff that doubles up to half a second (a connection closing frees one). Past
+    `config.max_connections` the oldest connection still without a whole request head
+    (idle, or trickling one) is closed to make room, or, with none idle, the new one is closed at once; counted."""
     backoff = ACCEPT_BACKOFF[0]
     while True:
         try:
@@ -365,6 +365,13 @@ async def _accept_loop(
             name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
             stats.accept_failing = f"{name}: {exc.strerror}"
             stats.note(ACCEPT_FAILED, name)
+            if stats.idle:
+                # A connection that has sent nothing gives its descriptor to the one
+                # waiting: idle connections cannot starve a real call of descriptors.
+                stats.idle.pop(next(iter(stats.idle))).cancel()
+                stats.note(IDLE_CLOSED, name)
+                await trio.sleep(0)  # let it close before accept() is tried again
+                continue
             await trio.sleep(backoff)
             backoff = min(backoff * 2, ACCEPT_BACKOFF[1])
             continue
@@ -375,8 +382,8 @@ async def _accept_loop(
                 stats.note(OVER_CAP)
                 await trio.aclose_forcefully(stream)
                 continue
-            # The oldest connection that has sent nothing makes room: a client holding
-            # idle connections cannot lock a real call out.
+            # The oldest connection without a whole request head makes room: a client
+            # holding idle or trickling connections cannot lock a real call out.
             oldest = next(iter(stats.idle))
             stats.idle.pop(oldest).cancel()
             stats.note(IDLE_CLOSED)

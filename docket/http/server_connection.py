@@ -147,7 +147,6 @@ class _Connection:
         self.nursery = nursery  # the connection's own, for its reader
         self.reader: _Reader | None = None
         self.watch: trio.CancelScope | None = None  # cancelled when the client goes away
-        self.on_bytes: Callable[[], object] | None = None  # told of the next read, once
 
     def start_reader(self) -> _Reader:
         """The reader, started, or woken if it paused after reading ahead: what it
@@ -205,9 +204,6 @@ class _Connection:
                 deadline = trio.current_time() + head_timeout  # the head's first bytes came
 
     def received(self, data: bytes | bytearray) -> None:
-        if self.on_bytes is not None:
-            self.on_bytes()  # no longer idle (server.py's cap may close only idle ones)
-            self.on_bytes = None
         if not data:
             self.peer_closed = True
         else:

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 # Kinds of pressure the server notes.
 OVER_CAP = "over_cap"  # a connection past max_connections, none idle: closed at once
-IDLE_CLOSED = "idle_closed"  # at max_connections, an idle one closed to admit a new one
+# At max_connections (or out of descriptors), the oldest connection without a whole
+# request head (idle, or trickling one) closed to admit a new one.
+IDLE_CLOSED = "idle_closed"
 HEAD_TIMEOUT = "head_timeout"  # a request head not complete within its deadline: 408
 ACCEPT_FAILED = "accept_failed"  # accept() failed for want of descriptors or memory
 
