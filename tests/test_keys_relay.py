@@ -68,6 +68,8 @@ class SeenHeld(Scrubber):
         out = super().feed(data)
         if self._held:
             SeenHeld.held.append(self._held)
+        if self._events is not None and self._events._partial:  # an event not yet whole
+            SeenHeld.held.append(self._events._partial)
         return out
 
 
@@ -103,7 +105,7 @@ async def test_a_key_echoed_by_the_upstream_is_scrubbed_from_what_the_agent_gets
     assert key not in r2.content
     assert b"KEY" + SCRUB_MARKER in r2.content and r2.content.endswith(b"data: [DONE]\n\n")
     # The key really was cut across the boundary's reads: a prefix of it was held back.
-    assert any(key.startswith(held) for held in SeenHeld.held), SeenHeld.held
+    assert any(key[:5] in held and key not in held for held in SeenHeld.held), SeenHeld.held
     assert r3.status_code == 200 and key not in r3.content
     assert b"KEY" + SCRUB_MARKER in r3.content
     # The scrub is on record: the call's closing event counts the keys taken out.
@@ -191,3 +193,44 @@ async def test_a_key_echoed_escaped_base64_or_hex_reaches_neither_agent_nor_ledg
     assert error["key_scrubbed_forms"] == {"base64": 2, "hex": 2, "json": 1}
     (response,) = rig.events("model.response")
     assert response["key_scrubbed"] == 5
+
+
+async def echo_split_across_deltas(request, respond):
+    """The key's two halves in two deltas: no byte run holds it, the joined text does."""
+    await request.read_body()
+    key = key_sent(request).decode()
+    half = len(key) // 2
+    await respond.start(200, [(b"content-type", b"text/event-stream")])
+    for text in ("here: ", key[:half], key[half:], " done"):
+        payload = {"choices": [{"index": 0, "delta": {"content": text}}]}
+        await respond.send(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        await trio.sleep(0.01)  # separate reads at the boundary
+    await respond.send(b"data: [DONE]\n\n")
+    await respond.end()
+
+
+async def test_a_key_split_across_stream_deltas_never_joins_up_for_the_agent(
+    upstream_server, boundary_rig
+):
+    key = REAL_KEY
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(echo_split_across_deltas, "openai") as split,
+            boundary_rig({"openai": split}) as rig,
+            rig.client() as http,
+        ):
+            r = await http.post(
+                CHAT, json=chat(max_tokens=20, stream=True, stream_options={"include_usage": True})
+            )
+    assert r.status_code == 200 and r.content.endswith(b"data: [DONE]\n\n")
+    texts = [
+        json.loads(line[6:])["choices"][0]["delta"]["content"]
+        for line in r.content.split(b"\n")
+        if line.startswith(b"data: {")
+    ]
+    joined = "".join(texts)
+    assert joined == "here: [redacted] done", texts
+    assert key[len(key) // 2 :] not in joined  # not even the second half
+    (response,) = rig.events("model.response")
+    assert response["key_scrubbed"] == 1
+    assert key.encode() not in rig.raw() and key[len(key) // 2 :].encode() not in rig.raw()

@@ -6,10 +6,11 @@ whole stream at once, and no more is held back than could still grow into a key.
 from __future__ import annotations
 
 import base64
+import json
 import re
 from urllib.parse import unquote_to_bytes
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from docket.guards.forms import SecretForms
@@ -68,6 +69,8 @@ def leaked(key: str, out: bytes) -> bool:
     return any(core in out.lower() for core in cores)
 
 
+# No deadline: a new set of keys compiles its patterns first (~0.1 s for three keys).
+@settings(deadline=None)
 @given(
     keys=st.lists(keys_st, min_size=1, max_size=3, unique=True),
     filler=st.lists(filler_st, max_size=10),
@@ -108,6 +111,7 @@ def test_without_keys_bytes_pass_unchanged(data, cuts):
     assert b"".join(scrubber.feed(p) for p in chunks_of(data, cuts)) + scrubber.flush() == data
 
 
+@settings(deadline=None)
 @given(key=keys_st, kind=st.sampled_from(KINDS), mask=st.lists(st.booleans(), min_size=40, max_size=40))
 def test_the_recorder_and_the_relay_catch_the_same_forms(key, kind, mask):
     form = encode(key, kind, mask, b"\x07\x08")
@@ -153,3 +157,61 @@ def test_reported_forms_each_reach_the_agent_as_the_marker():
 
 def test_relay_keys_skips_short_and_empty_keys():
     assert relay_keys(["", "short", "sk-0123456789"]) == (b"sk-0123456789",)
+
+
+# ---------------------------------------------------------------- split across events
+
+TEXT_ST = st.text("abcks -_0123xyz", max_size=12)
+
+
+def openai_event(text: str) -> bytes:
+    payload = {"choices": [{"index": 0, "delta": {"content": text}}]}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def anthropic_event(text: str) -> bytes:
+    payload = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+    return b"event: content_block_delta\ndata: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def joined(stream: bytes) -> str:
+    """The text an agent joins out of the stream's deltas."""
+    texts = []
+    for line in stream.split(b"\n"):
+        if line.startswith(b"data: {"):
+            obj = json.loads(line[6:])
+            delta = obj["choices"][0]["delta"] if "choices" in obj else obj["delta"]
+            texts.append(delta.get("content", delta.get("text", "")))
+    return "".join(texts)
+
+
+@settings(deadline=None)
+@given(
+    key=keys_st,
+    before=st.lists(TEXT_ST, max_size=4),
+    after=st.lists(TEXT_ST, max_size=4),
+    splits=st.lists(st.integers(1, 39), max_size=4),
+    shape=st.sampled_from([openai_event, anthropic_event]),
+    plant=st.booleans(),
+    cuts=st.lists(st.integers(0, 10_000), max_size=12),
+)
+def test_a_key_split_across_text_deltas_never_joins_up_for_the_agent(
+    key, before, after, splits, shape, plant, cuts
+):
+    points = sorted({s % len(key) for s in splits} - {0})
+    pieces = [key[a:b] for a, b in zip([0, *points], [*points, len(key)])] if plant else []
+    texts = [*before, *pieces, *after]
+    stream = b"".join(shape(t) for t in texts) + b"data: [DONE]\n\n"
+    scrubber = Scrubber(relay_keys([key]))
+    scrubber.events()
+    out = b"".join(scrubber.feed(p) for p in chunks_of(stream, cuts)) + scrubber.flush()
+    text = joined(out)
+    assert key not in text and key.lower() not in text.lower()
+    assert out.endswith(b"data: [DONE]\n\n")
+    if key.lower() not in "".join(texts).lower():
+        assert out == stream  # no key: byte for byte, however it was cut
+    else:
+        assert scrubber.count >= 1 and MARKER_TEXT in text
+
+
+MARKER_TEXT = SCRUB_MARKER.decode()

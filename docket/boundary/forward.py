@@ -42,7 +42,7 @@ from docket.boundary.guarded import Passage, record_changes
 from docket.boundary.ports import CallHost, Upstream
 from docket.cache.decide import Store
 from docket.guards.caps import Reservation
-from docket.guards.scrub import Scrubber
+from docket.guards.scrub import Scrubber, joined_texts_scrubbed
 from docket.http import client as upstream
 from docket.http.server_errors import ClientGone
 from docket.ledger.limits import EvidenceLost
@@ -585,9 +585,10 @@ class ModelCall:
     def _body_fields(self) -> dict:
         if not self._keep_body or self.record.status is None:
             return {}  # no answer came
-        return recorded_body(
-            "response", bytes(self._response_body), self.b.redactor, cut=self._response_cut
-        )
+        # A secret split across a stream's text deltas is joined up first (what the
+        # agent's copy loses, the record loses too); the redactor does the rest.
+        kept = joined_texts_scrubbed(self.b.redactor.forms, bytes(self._response_body))
+        return recorded_body("response", kept, self.b.redactor, cut=self._response_cut)
 
 
 def _probe(boundary: CallHost, point: str) -> None:

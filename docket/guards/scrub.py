@@ -269,6 +269,15 @@ class EventTexts:
         return b"".join(out)
 
 
+def joined_texts_scrubbed(forms: SecretForms, data: bytes) -> bytes:
+    """A whole recorded stream with every secret split across its text deltas taken
+    out (EventTexts); anything else in it is left to the caller's scrub."""
+    if forms.empty or b"data:" not in data:
+        return data
+    events = EventTexts(forms, lambda found: None)
+    return events.feed(data) + events.flush()
+
+
 def _text_delta(raw: bytes) -> tuple[dict | None, tuple | None]:
     """An event's JSON and the path to its text delta, when it has one (one data line)."""
     lines = [line for line in raw.splitlines() if line.startswith(b"data:")]
