@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -160,7 +161,7 @@ def test_an_unprivileged_agent_finds_no_key_anywhere_in_proc(shared_dir):
         "subreaper": True,
     }
     # the open-file limit raised to the hard one (issue 23, 12)
-    assert hardening["nofile"] == __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)[1]
+    assert hardening["nofile"] == resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     assert [seen["ppid"], "environ", errno.EACCES] in seen["refused"]  # the supervisor's
     assert seen["found"] == []
     assert "GEMINI_API_KEY" not in seen["env"] and "MY_GATEWAY_KEY" not in seen["env"]

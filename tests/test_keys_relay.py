@@ -142,9 +142,7 @@ def encoded_forms(key: bytes) -> list[bytes]:
 
 
 def leaks(key: bytes, data: bytes) -> list[bytes]:
-    return [form for form in encoded_forms(key) if form in data] + (
-        [key] if key in data else []
-    )
+    return [form for form in encoded_forms(key) if form in data] + ([key] if key in data else [])
 
 
 async def echo_encoded_in_stream(request, respond):

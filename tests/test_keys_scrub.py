@@ -35,11 +35,15 @@ def encode(key: str, kind: str, mask: list[bool], lead: bytes) -> bytes:
     if kind == "raw":
         return raw
     if kind == "case":
-        return bytes(c ^ 0x20 if m and chr(c).isalpha() else c for c, m in zip(raw, mask))
+        return bytes(
+            c ^ 0x20 if m and chr(c).isalpha() else c for c, m in zip(raw, mask, strict=False)
+        )
     if kind == "percent":
-        return b"".join(b"%%%02X" % c if m else bytes([c]) for c, m in zip(raw, mask))
+        return b"".join(b"%%%02X" % c if m else bytes([c]) for c, m in zip(raw, mask, strict=False))
     if kind == "json":
-        return b"".join(b"\\u%04x" % c if m else bytes([c]) for c, m in zip(raw, mask))
+        return b"".join(
+            b"\\u%04x" % c if m else bytes([c]) for c, m in zip(raw, mask, strict=False)
+        )
     if kind in ("base64", "urlsafe"):
         coder = base64.b64encode if kind == "base64" else base64.urlsafe_b64encode
         return coder(lead[:2] + raw + b"~")
@@ -89,7 +93,9 @@ def leaked(key: str, out: bytes) -> bool:
 def test_any_split_of_any_form_scrubs_like_the_whole(keys, filler, plants, cuts):
     parts = list(filler)
     for which, kind, mask, lead, align in plants:
-        parts.insert(which * len(parts) // 2, encode(keys[which % len(keys)], kind, mask, lead[:align]))
+        parts.insert(
+            which * len(parts) // 2, encode(keys[which % len(keys)], kind, mask, lead[:align])
+        )
     data = b"".join(parts)
     scrubber = Scrubber(relay_keys(keys))
     pieces, most_held = [], 0
@@ -112,7 +118,9 @@ def test_without_keys_bytes_pass_unchanged(data, cuts):
 
 
 @settings(deadline=None)
-@given(key=keys_st, kind=st.sampled_from(KINDS), mask=st.lists(st.booleans(), min_size=40, max_size=40))
+@given(
+    key=keys_st, kind=st.sampled_from(KINDS), mask=st.lists(st.booleans(), min_size=40, max_size=40)
+)
 def test_the_recorder_and_the_relay_catch_the_same_forms(key, kind, mask):
     form = encode(key, kind, mask, b"\x07\x08")
     text = b'{"error": "you sent ' + form + b'"}'
@@ -170,7 +178,11 @@ def openai_event(text: str) -> bytes:
 
 
 def anthropic_event(text: str) -> bytes:
-    payload = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+    payload = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": text},
+    }
     return b"event: content_block_delta\ndata: " + json.dumps(payload).encode() + b"\n\n"
 
 
@@ -199,7 +211,9 @@ def test_a_key_split_across_text_deltas_never_joins_up_for_the_agent(
     key, before, after, splits, shape, plant, cuts
 ):
     points = sorted({s % len(key) for s in splits} - {0})
-    pieces = [key[a:b] for a, b in zip([0, *points], [*points, len(key)])] if plant else []
+    pieces = (
+        [key[a:b] for a, b in zip([0, *points], [*points, len(key)], strict=True)] if plant else []
+    )
     texts = [*before, *pieces, *after]
     stream = b"".join(shape(t) for t in texts) + b"data: [DONE]\n\n"
     scrubber = Scrubber(relay_keys([key]))

@@ -6,6 +6,7 @@ recorded. Real `docket run` processes, real signals, every wait bounded."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -166,7 +167,7 @@ def test_a_detached_process_does_not_outlive_the_run_and_is_recorded(tmp_path, c
         "subreaper": True,
     }
     # the open-file limit raised to the hard one (issue 23, 12)
-    assert hardening["nofile"] == __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)[1]
+    assert hardening["nofile"] == resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     assert_well_ended(folder, events, 0)
     assert_verifies(folder, capsys)
 

@@ -32,8 +32,10 @@ from chaos.attack import Figures
 from chaos.attack.http import Probe, chat, exchange, request
 from chaos.attack.rig import live_run
 
-QUICK = {"cap": 16, "head": 0.5, "idle": 40, "slow": 24, "pace": 0.1, "half": 6, "emfile": 30}
-FULL = {"cap": 64, "head": 2.0, "idle": 300, "slow": 1000, "pace": 2.0, "half": 30, "emfile": 200}
+# Connections opened per probe, the boundary's cap, and the slowloris timings (seconds).
+QUICK = {"cap": 16, "idle": 40, "slow": 24, "half": 6, "emfile": 30}
+FULL = {"cap": 64, "idle": 300, "slow": 1000, "half": 30, "emfile": 200}
+TIMES = {True: {"head": 0.5, "pace": 0.1}, False: {"head": 2.0, "pace": 2.0}}
 
 
 def connect(port: int) -> socket.socket | None:
@@ -153,8 +155,9 @@ def emfile(port: int, token: str, pid: int, n: int) -> tuple[bool, str]:
 def run(folder: Path, quick: bool) -> Figures:
     figures = Figures("exhaustion")
     size = QUICK if quick else FULL
+    times = TIMES[quick]
     policy = (
-        f"[boundary]\nmax_connections = {size['cap']}\nrequest_head_timeout = {size['head']}\n"
+        f"[boundary]\nmax_connections = {size['cap']}\nrequest_head_timeout = {times['head']}\n"
     )
     probes: list[tuple[str, Callable[..., tuple[bool, str]]]] = []
     with live_run(folder / "exhaustion", policy_extra=policy) as live:
@@ -162,11 +165,15 @@ def run(folder: Path, quick: bool) -> Figures:
         warm = real_call(port, token)  # the upstream pool holds a connection from here on
         probes = [
             ("idle past the cap", lambda: idle_past_cap(port, token, size["idle"])),
-            ("slowloris heads", lambda: slowloris(port, token, size["slow"], size["pace"],
-                                                  size["head"])),  # fmt: skip
+            (
+                "slowloris heads",
+                lambda: slowloris(port, token, size["slow"], times["pace"], times["head"]),
+            ),  # fmt: skip
             ("half-open bodies", lambda: half_open_bodies(port, token, size["half"])),
-            ("EMFILE under a lowered NOFILE", lambda: emfile(port, token, live.process.pid,
-                                                             size["emfile"])),  # fmt: skip
+            (
+                "EMFILE under a lowered NOFILE",
+                lambda: emfile(port, token, live.process.pid, size["emfile"]),
+            ),  # fmt: skip
         ]
         calls = 1 if warm == 200 else 0
         for name, probe in probes:

@@ -146,6 +146,7 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 # ---------------------------------------------------------------- known secrets, in any form
 
+
 class Redactor:
     """Takes the secrets the boundary knows (the run token, the provider keys) out of
     text, in every form they can arrive in (docket.guards.forms: as written in any
@@ -246,5 +247,3 @@ class Redactor:
             return False
         search = pattern.search
         return any(self._maybe(text) and search(text) for text in strings)
-
-

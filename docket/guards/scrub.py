@@ -35,18 +35,19 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from docket.guards.forms import MIN_SCRUBBED_SECRET, SecretForms
+from docket.guards.redact import MARKER
 
 try:  # the Rust parser where installed (the [fast] extra): ~5x the standard library's
     from jiter import from_json as _jiter
 except ImportError:
-    _jiter = None
+    _jiter = None  # type: ignore[assignment]  # None marks "not installed"
 
 
 def _loads(data: bytes):
     if _jiter is not None:
         return _jiter(data)
     return json.loads(data)
-from docket.guards.redact import MARKER
+
 
 SCRUB_MARKER = MARKER.encode()
 # A shorter "key" is not scrubbed: replacing every "sk" in an answer would destroy
@@ -212,7 +213,7 @@ class EventTexts:
         self.forms = forms
         self._found = found
         self._partial = b""  # an event not yet complete
-        self._queue: list[tuple[bytes, dict | None, str | None, bytes]] = []  # held events
+        self._queue: list[tuple[bytes, dict | None, tuple | None, bytes]] = []  # held events
         self._held = b""  # the text scan's carry-over
         self._hit = False  # a key was found across the held events
 

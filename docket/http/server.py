@@ -60,6 +60,7 @@ from docket.http.server_errors import (
     RequestError,
     RequestTimeout,
 )
+from docket.http.server_exchange import Request, Responder
 from docket.http.server_pressure import (
     ACCEPT_FAILED,
     HEAD_TIMEOUT,
@@ -67,7 +68,6 @@ from docket.http.server_pressure import (
     OVER_CAP,
     Pressure,
 )
-from docket.http.server_exchange import Request, Responder
 
 __all__ = [
     "Handler",

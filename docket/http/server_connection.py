@@ -188,7 +188,9 @@ class _Connection:
                     await self.reader.wait_for_bytes(wait)
                 except RequestTimeout:
                     if wait < timeout:
-                        raise HeadTimeout(f"request head not complete in {head_timeout:g}s") from None
+                        raise HeadTimeout(
+                            f"request head not complete in {head_timeout:g}s"
+                        ) from None
                     raise
             else:
                 try:
@@ -197,7 +199,9 @@ class _Connection:
                     data = b""  # a reset (or our own abort) reads as the end of the stream
                 except trio.TooSlowError:
                     if wait < timeout:
-                        raise HeadTimeout(f"request head not complete in {head_timeout:g}s") from None
+                        raise HeadTimeout(
+                            f"request head not complete in {head_timeout:g}s"
+                        ) from None
                     raise RequestTimeout(f"no request bytes for {timeout:g}s") from None
                 self.received(data)
             if head_timeout is not None and deadline is None:
