@@ -229,3 +229,19 @@ def test_a_key_split_across_text_deltas_never_joins_up_for_the_agent(
 
 
 MARKER_TEXT = SCRUB_MARKER.decode()
+
+
+def test_an_event_waits_only_for_a_tail_long_enough_to_be_a_key_start():
+    key = "sk-proj-0123456789abcdef"
+    scrubber = Scrubber(relay_keys([key]))
+    scrubber.events()
+    # "This" ends like "s..." but too short to hold a token back for: it goes at once.
+    assert scrubber.feed(openai_event("This")) == openai_event("This")
+    # ...and a key that did start there still loses all but that "s".
+    out = scrubber.feed(openai_event("k-proj-0123456789abcdef!"))
+    assert joined(out) == MARKER_TEXT + "!"
+    # Four bytes of a key's start: that event waits for the next one.
+    assert scrubber.feed(openai_event("see sk-p")) == b""
+    out = scrubber.feed(openai_event("lain"))
+    assert joined(out) == "see sk-plain"
+    assert out == openai_event("see sk-p") + openai_event("lain")  # as they came

@@ -587,8 +587,11 @@ class ModelCall:
             return {}  # no answer came
         # A secret split across a stream's text deltas is joined up first (what the
         # agent's copy loses, the record loses too); the redactor does the rest.
-        kept = joined_texts_scrubbed(self.b.redactor.forms, bytes(self._response_body))
-        return recorded_body("response", kept, self.b.redactor, cut=self._response_cut)
+        kept, found = joined_texts_scrubbed(self.b.redactor.forms, bytes(self._response_body))
+        fields = recorded_body("response", kept, self.b.redactor, cut=self._response_cut)
+        if found and "response_body" in fields:
+            fields["response_body_redacted"] = True
+        return fields
 
 
 def _probe(boundary: CallHost, point: str) -> None:

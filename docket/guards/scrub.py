@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -190,6 +191,9 @@ class Scrubber:
 # An event longer than this is relayed as it is without being looked into (a partial
 # event is held until its end: this bounds what is held).
 MAX_EVENT_BYTES = 1 << 20
+# A text tail shorter than this that may grow into a key is relayed, not held: the
+# few bytes it gives away are a key's public start ("sk-"), or two bytes of its hex.
+SHORT_TAIL = 4
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 
 
@@ -214,7 +218,8 @@ class EventTexts:
         self._found = found
         self._partial = b""  # an event not yet complete
         self._queue: list[tuple[bytes, dict | None, tuple | None, bytes]] = []  # held events
-        self._held = b""  # the text scan's carry-over
+        self._held = b""  # the text scan's carry-over, its events held back
+        self._sent = b""  # a carry-over too short to hold events for, already relayed
         self._hit = False  # a key was found across the held events
 
     def feed(self, data: bytes) -> bytes:
@@ -243,17 +248,26 @@ class EventTexts:
             self._queue.append((raw, None, None, b""))
             return b""
         text = _get(obj, path).encode("utf-8", "surrogatepass")
-        if not self._queue and not self._held and self._clean(text):
+        sent, self._sent = self._sent, b""
+        if not self._queue and not self._held and not sent and self._clean(text):
             return raw  # the common case, decided without a full scan
-        scanned = scrub_piece(self.forms, self._held, text, final=False)
-        self._held = scanned.held
+        scanned = scrub_piece(self.forms, self._held or sent, text, final=False)
+        out, held = scanned.out, scanned.held
+        if sent:  # already relayed: only what the match made of it, from its start, goes
+            out = out[len(os.path.commonprefix([out, sent])) :]
+        if held and len(held) < SHORT_TAIL:
+            # Too short to hold back an event for (a delta ending in "s" would wait for
+            # the next one): it goes now, and is scanned again with the next text, so a
+            # key that starts in it still loses all but these few bytes.
+            out, self._sent, held = out + held, held, b""
+        self._held = held
         if scanned.found:
             self._hit = True
             self._found(scanned.found)
-        if not self._queue and not scanned.held and not scanned.found:
+        if not self._queue and not held and out == text:
             return raw  # nothing held, nothing found: as it came
-        self._queue.append((raw, obj, path, scanned.out))
-        return b"" if self._held else self._release()
+        self._queue.append((raw, obj, path, out))
+        return b"" if held else self._release()
 
     def _clean(self, text: bytes) -> bool:
         """True when `text` alone holds no form of a key and does not end like one's
@@ -292,13 +306,14 @@ class EventTexts:
         return b"".join(out)
 
 
-def joined_texts_scrubbed(forms: SecretForms, data: bytes) -> bytes:
+def joined_texts_scrubbed(forms: SecretForms, data: bytes) -> tuple[bytes, int]:
     """A whole recorded stream with every secret split across its text deltas taken
-    out (EventTexts); anything else in it is left to the caller's scrub."""
+    out (EventTexts), and how many were; anything else is left to the caller's scrub."""
     if forms.empty or b"data:" not in data:
-        return data
-    events = EventTexts(forms, lambda found: None)
-    return events.feed(data) + events.flush()
+        return data, 0
+    found: list[str] = []
+    events = EventTexts(forms, found.extend)
+    return events.feed(data) + events.flush(), len(found)
 
 
 def _text_delta(raw: bytes) -> tuple[dict | None, tuple | None]:

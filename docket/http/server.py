@@ -351,10 +351,11 @@ async def _accept_loop(
     """Accept until cancelled (trio.serve_listeners logged a traceback per failed
     accept). Out of descriptors, accept() fails at once: that is counted as pressure,
     said on `stats.accept_failing` while it lasts, and retried: at once after closing
-    the oldest idle connection (its descriptor is the one accept() lacked), else after
-    a backoff that doubles up to half a second (a connection closing frees one). Past
-    `config.max_connections` the oldest connection still without a whole request head
-    (idle, or trickling one) is closed to make room, or, with none idle, the new one is closed at once; counted."""
+    the oldest connection without a whole request head (its descriptor is the one
+    accept() lacked), else after a backoff that doubles up to half a second (a
+    connection closing frees one). Past `config.max_connections` the oldest connection
+    without a whole request head (idle, or trickling one) is closed to make room; with
+    none, the new one is closed at once. Each is counted (stats.pressure)."""
     backoff = ACCEPT_BACKOFF[0]
     while True:
         try:
@@ -366,7 +367,7 @@ async def _accept_loop(
             stats.accept_failing = f"{name}: {exc.strerror}"
             stats.note(ACCEPT_FAILED, name)
             if stats.idle:
-                # A connection that has sent nothing gives its descriptor to the one
+                # A connection without a whole head gives its descriptor to the one
                 # waiting: idle connections cannot starve a real call of descriptors.
                 stats.idle.pop(next(iter(stats.idle))).cancel()
                 stats.note(IDLE_CLOSED, name)
