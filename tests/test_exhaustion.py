@@ -39,7 +39,7 @@ async def test_idle_connections_past_the_cap_do_not_lock_a_real_call_out(
             idle = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(20)]
             stats = rig.boundary.server_stats
             await until(lambda: stats.connections_accepted == 20, "all 20 accepted")
-            assert stats.connections_open <= 8 + 1  # an evicted one may be closing
+            await until(lambda: stats.connections_open <= 8, "the cap held")
             async with rig.client() as http:
                 r = await http.post(CHAT, json=chat(max_tokens=5))
             assert r.status_code == 200
@@ -83,7 +83,7 @@ async def test_a_trickled_head_is_cut_at_its_total_deadline(stub_server, boundar
             assert r.status_code == 200
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
     assert b"request_timeout" in answer  # in the provider's shape
-    assert 0.3 <= elapsed < 1.5
+    assert 0.3 <= elapsed < 5  # the head's deadline, not request_timeout's 30 s per read
     (episode,) = rig.events("connection.pressure")
     assert episode["kind"] == "head_timeout" and episode["count"] == 1
 
