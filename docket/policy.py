@@ -107,6 +107,12 @@ class BoundaryPolicy:
     port: int = 0
     upstream_timeout: float = 300.0
     connect_timeout: float = 10.0
+    # Agent connections open at once; past it a new one is closed at once (counted, one
+    # connection.pressure event per episode). Below the soft NOFILE docket run raises.
+    max_connections: int = 256
+    # The longest a request head (request line and headers) may take to arrive, in total:
+    # a client trickling a header every few seconds is answered 408 and closed.
+    request_head_timeout: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -386,6 +392,8 @@ def _boundary(c: _Checker, t: dict) -> BoundaryPolicy:
         port=f.integer("port", d.port, minimum=0, maximum=65535),
         upstream_timeout=f.duration("upstream_timeout", d.upstream_timeout),
         connect_timeout=f.duration("connect_timeout", d.connect_timeout),
+        max_connections=f.integer("max_connections", d.max_connections, minimum=1),
+        request_head_timeout=f.duration("request_head_timeout", d.request_head_timeout),
     )
 
 

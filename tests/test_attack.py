@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.attack import Figures, cache, diskfull, http, inputs, mutations, secrets
+from chaos.attack import Figures, cache, diskfull, exhaustion, http, inputs, mutations, secrets
 
 
 def assert_all_good(figures: Figures, at_least: int) -> None:
@@ -56,3 +56,10 @@ def test_a_spoiled_shared_cache_store_is_never_served(tmp_path):
         pytest.skip(figures.skipped)
     assert_all_good(figures, at_least=30)
     assert figures.extra["through_docket_run"] == 2
+
+
+def test_connection_exhaustion_leaves_real_calls_answered_and_each_episode_recorded(tmp_path):
+    figures = exhaustion.run(tmp_path, quick=True)
+    assert_all_good(figures, at_least=10)
+    # one event per episode, never one per connection
+    assert figures.extra["pressure_events"] < figures.extra["connections_opened"] // 10

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -154,7 +155,13 @@ def test_an_unprivileged_agent_finds_no_key_anywhere_in_proc(shared_dir):
     assert seen["own_environ_has_token"] and seen["readable"] > 0
     # ...and the supervisor's (its parent: the launcher exec'd in place) was closed to it.
     supervisor = read_events(shared_dir / "run" / "ledger.jsonl")[0]
-    assert supervisor["hardening"] == {"non_dumpable": True, "subreaper": True}
+    hardening = supervisor["hardening"]
+    assert {k: hardening[k] for k in ("non_dumpable", "subreaper")} == {
+        "non_dumpable": True,
+        "subreaper": True,
+    }
+    # the open-file limit raised to the hard one (issue 23, 12)
+    assert hardening["nofile"] == resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     assert [seen["ppid"], "environ", errno.EACCES] in seen["refused"]  # the supervisor's
     assert seen["found"] == []
     assert "GEMINI_API_KEY" not in seen["env"] and "MY_GATEWAY_KEY" not in seen["env"]

@@ -6,6 +6,7 @@ recorded. Real `docket run` processes, real signals, every wait bounded."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -160,7 +161,13 @@ def test_a_detached_process_does_not_outlive_the_run_and_is_recorded(tmp_path, c
     # After the agent's exit, before the end of the record; the receipt still verifies.
     (exited,) = of_type(events, "process.exit")
     assert all(exited["seq"] < e["seq"] < events[-1]["seq"] for e in orphans.values())
-    assert events[0]["hardening"] == {"non_dumpable": True, "subreaper": True}
+    hardening = events[0]["hardening"]
+    assert {k: hardening[k] for k in ("non_dumpable", "subreaper")} == {
+        "non_dumpable": True,
+        "subreaper": True,
+    }
+    # the open-file limit raised to the hard one (issue 23, 12)
+    assert hardening["nofile"] == resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     assert_well_ended(folder, events, 0)
     assert_verifies(folder, capsys)
 

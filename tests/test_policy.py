@@ -310,6 +310,8 @@ CHANGES = {
     "boundary.port": 8080,
     "boundary.upstream_timeout": 60,
     "boundary.connect_timeout": 3,
+    "boundary.max_connections": 64,
+    "boundary.request_head_timeout": 2,
     "resilience.breaker_threshold": 3,
     "resilience.breaker_cooldown_seconds": 10,
     "resilience.breaker_max_cooldown_seconds": 600,
@@ -407,3 +409,14 @@ def test_snapshot_exclude_is_read_and_checked():
     assert "snapshot.exclude[0]" in error_of({"snapshot": {"exclude": ["../up"]}})
     assert "snapshot.exclude[1]" in error_of({"snapshot": {"exclude": ["a", ""]}})
     assert "snapshot.exclud: unknown key" in error_of({"snapshot": {"exclud": []}})
+
+
+def test_connection_limits_are_read_and_checked():
+    """Issue 23, 12: [boundary] max_connections and request_head_timeout, with defaults."""
+    d = Policy().boundary
+    assert (d.max_connections, d.request_head_timeout) == (256, 10.0)
+    p = policy_from_dict({"boundary": {"max_connections": 9, "request_head_timeout": "1.5s"}})
+    assert (p.boundary.max_connections, p.boundary.request_head_timeout) == (9, 1.5)
+    for bad in ({"max_connections": 0}, {"request_head_timeout": 0}):
+        with pytest.raises(PolicyError):
+            policy_from_dict({"boundary": bad})

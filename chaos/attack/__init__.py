@@ -12,6 +12,8 @@ the table; tests/test_attack.py runs each in its quick form. Families:
   inputs     bad CLI, policy, fault, scenario and phase inputs
   diskfull   the ledger on a small tmpfs the agent fills (root only)
   cache      a shared cache store poisoned, symlinked, another's, or locked (root only)
+  exhaustion idle connections past the cap, slowloris heads, half-open bodies,
+             EMFILE under a lowered NOFILE, against a live `docket run`
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

@@ -35,6 +35,10 @@ FAMILIES = {
         "chaos.attack.cache",
         "a spoiled shared cache store never served, refused with its reason, run goes on",
     ),
+    "exhaustion": (
+        "chaos.attack.exhaustion",
+        "a real call answered and recorded, each episode an event, no traceback",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
@@ -52,6 +56,10 @@ NOTES = {
     "cache": lambda x: (
         f"{x.get('probes')} probes ({', '.join(x.get('classes', []))}),"
         f" {x.get('through_docket_run')} through docket run"
+    ),
+    "exhaustion": lambda x: (
+        f"{x.get('connections_opened')} connections, {x.get('pressure_events')} pressure "
+        f"events counting {x.get('pressure_counted')}"
     ),
 }
 

@@ -11,7 +11,10 @@ key in an error). The run token (a secret the boundary knows) is planted in
 bodies and paths too, and the provider key, which only the supervisor holds, is
 searched for as well. After the run ends, every file under the run folder, and
 what the run printed, is searched for each secret raw, base64 (any alignment,
-standard and URL-safe), percent-encoded and JSON-escaped (`find_secret`).
+standard and URL-safe), percent-encoded, JSON-escaped and hex (`find_secret`).
+An upstream that echoes the provider key \\u002d-escaped, base64, hex, in a stream
+cut mid-form, or split across two stream events: no answer may hand the agent the
+key in any of those forms, nor in the text its stream's deltas join into.
 Good: a plant found nowhere. Two more checks count as probes: no answer hands the agent
 the provider key (an upstream may echo it), and no file under the run folder is
 readable by group or other. The figure that must be 0: bytes of secrets found. A
@@ -24,7 +27,9 @@ from __future__ import annotations
 import base64
 import json
 import secrets as random_secrets
+import socket
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, quote_plus
@@ -43,11 +48,18 @@ ECHO_ROUTES = [
     f"echo_{status}_{how}" for status in (200, 500) for how in ("latin1", "space", "big")
 ]
 ECHO_ROUTES += ["echo_401_key", "echo_500_keylatin1"]
+# Issue 23, item 10: the key echoed encoded, and cut across stream events.
+KEY_FORM_ROUTES = [f"echo_401_{how}" for how in ("keyu", "keyb64", "keyb64url", "keyhex", "keyHEX")]
+KEY_STREAM_ROUTES = ["echo_200_keysse", "echo_200_keysplit"]
+ECHO_ROUTES += KEY_FORM_ROUTES + KEY_STREAM_ROUTES
 
 
 def encodings(secret: bytes) -> dict[str, list[bytes]]:
     """The forms a recorder could store `secret` in, each a byte string to look for."""
-    forms: dict[str, list[bytes]] = {"raw": [secret], "base64": [], "percent": [], "json": []}
+    forms: dict[str, list[bytes]] = {
+        "raw": [secret], "base64": [], "percent": [], "json": [], "hex": [],
+    }  # fmt: skip
+    forms["hex"] += [secret.hex().encode(), secret.hex().upper().encode()]
     for pad in range(3):  # a base64 run is aligned to 3-byte groups: try each start
         encoded = base64.b64encode(b"\0" * pad + secret)
         start, end = -(-pad // 3) * 4, (pad + len(secret)) // 3 * 4
@@ -60,7 +72,8 @@ def encodings(secret: bytes) -> dict[str, list[bytes]]:
                          "".join(f"%{b:02x}" for b in secret).encode()]  # fmt: skip
     forms["json"] += [json.dumps(text)[1:-1].encode(),
                       "".join(f"\\u{b:04x}" for b in secret).encode(),
-                      "".join(f"\\u{b:04X}" for b in secret).encode()]  # fmt: skip
+                      "".join(f"\\u{b:04X}" for b in secret).encode(),
+                      text.replace("-", "\\u002d").encode()]  # fmt: skip
     return {form: sorted(set(found), key=len, reverse=True) for form, found in forms.items()}
 
 
@@ -85,6 +98,7 @@ class Plant:
     where: str  # what the request carried and how
     secret: str
     data: bytes  # the bytes sent
+    streamed: bool = False  # the answer is an event stream: read to its end
 
 
 def fresh(n: int) -> str:
@@ -254,7 +268,56 @@ def plants(token: str, port: int) -> list[Plant]:
         "provider key echoed in a non-UTF-8 error body",
         lambda: model(target=b"/echo_500_keylatin1/v1/chat/completions"),
     )
+    for route in KEY_FORM_ROUTES:
+        how = route.split("_")[2]
+        key(f"provider key echoed as {how}", lambda r=route: model(
+            target=f"/{r}/v1/chat/completions".encode()))  # fmt: skip
+    for route in KEY_STREAM_ROUTES:
+        how = route.split("_")[2]
+        out.append(Plant(f"provider key in a stream, {how}", PROVIDER_KEY, model(
+            target=f"/{route}/v1/chat/completions".encode(),
+            payload=body({**chat, "stream": True})), streamed=True))  # fmt: skip
     return out
+
+
+def stream_exchange(port: int, data: bytes, timeout: float = 15.0) -> bytes:
+    """Send a request whose answer is a chunked event stream; the answer's head and its
+    body, de-chunked, once the last chunk came (or the connection closed)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        got = b""
+        deadline = time.monotonic() + timeout
+        while not got.endswith(b"0\r\n\r\n") and time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    head, _, rest = got.partition(b"\r\n\r\n")
+    body = b""
+    while rest:
+        size, _, rest = rest.partition(b"\r\n")
+        n = int(size.split(b";")[0] or b"0", 16)
+        if n == 0:
+            break
+        body, rest = body + rest[:n], rest[n + 2 :]
+    return head + b"\r\n\r\n" + body
+
+
+def joined_deltas(answer: bytes) -> bytes:
+    """What an agent reads out of an event stream: every delta's text, joined."""
+    texts = []
+    for line in answer.split(b"\n"):
+        if not line.startswith(b"data: {"):
+            continue
+        try:
+            event = json.loads(line[len(b"data: ") :])
+        except ValueError:
+            continue
+        for choice in event.get("choices") or []:
+            content = (choice.get("delta") or {}).get("content")
+            if isinstance(content, str):
+                texts.append(content)
+    return "".join(texts).encode()
 
 
 def _nest(inner: dict, depth: int) -> dict:
@@ -300,10 +363,17 @@ def run(folder: Path, quick: bool) -> Figures:
             {"model": canary, "messages": [], "max_tokens": 1}).encode())))  # fmt: skip
         for n, plant in enumerate(planted):
             start = ledger.stat().st_size
-            _, answer = exchange(port, Probe(plant.where, plant.data))
+            if plant.streamed:
+                answer = stream_exchange(port, plant.data)
+            else:
+                _, answer = exchange(port, Probe(plant.where, plant.data))
             # Each event is synced before its answer: what the ledger grew by is this plant's.
             windows.append((start, ledger.stat().st_size, n))
-            if find_secret(answer, PROVIDER_KEY.encode()):
+            key_bytes = PROVIDER_KEY.encode()
+            joined = joined_deltas(answer)
+            # The key's second half alone is a leak too (its first is the public prefix).
+            if any(find_secret(text, part) for text in (answer, joined)
+                   for part in (key_bytes, key_bytes[len(key_bytes) // 2 :])):  # fmt: skip
                 relayed.append(plant.where)
     files = {str(p.relative_to(live.run_dir)): p.read_bytes()
              for p in sorted(live.run_dir.rglob("*")) if p.is_file()}  # fmt: skip
@@ -316,7 +386,9 @@ def run(folder: Path, quick: bool) -> Figures:
     owner = {
         p.secret: n for n, p in enumerate(planted) if p.secret not in (live.token, PROVIDER_KEY)
     }
-    shared = {live.token: "the run token", PROVIDER_KEY: "the provider key"}
+    # The key's second half alone counts too: an upstream can split it across events.
+    shared = {live.token: "the run token", PROVIDER_KEY: "the provider key",
+              PROVIDER_KEY[len(PROVIDER_KEY) // 2 :]: "the provider key's second half"}  # fmt: skip
     blame: dict[object, list[str]] = {}
     found_bytes = 0
     for secret in [*owner, *shared]:

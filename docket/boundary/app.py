@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import re
+import resource
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from docket.guards.deadline import BadDeadline, caller_budget
 from docket.guards.redact import Redactor, sanitize_url
 from docket.guards.scrub import relay_keys
 from docket.http.client import UpstreamPool
-from docket.http.server import serve
+from docket.http.server import ServerStats, serve
 from docket.http.server_connection import ServerConfig
 from docket.http.server_errors import BodyTooLarge, ClientGone, RequestError
 from docket.ledger.limits import EvidenceLost, LedgerFull
@@ -58,6 +59,10 @@ MAX_REQUEST_BYTES = 32 << 20
 _ROUTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 UNKNOWN_ROUTE = "(none)"  # the provider label of a refusal for an unknown route
 MAX_REPORTED = 2**53 - 1  # the largest integer an agent's report may carry (exact in JSON)
+# Descriptors kept out of max_connections for the ledger, its lock, the process's
+# own files and the pools' spare connections (Boundary.max_connections).
+FD_HEADROOM = 32
+
 log = logging.getLogger("docket.boundary")
 
 
@@ -146,6 +151,7 @@ class Boundary:
         self.token = token
         self.clock = clock
         self._stop = stop
+        self.server_stats: ServerStats | None = None  # the HTTP server's, once serving
         self._stop_request = StopRequest
         self.prices = prices or default_price_table()
         self.caps = CapsGuard(policy.caps, self.prices)
@@ -187,6 +193,17 @@ class Boundary:
         """`text` with every secret the boundary holds, in any form, replaced by the marker."""
         return self.redactor.scrub(text)
 
+    @functools.cached_property
+    def max_connections(self) -> int:
+        """The policy's max_connections, lowered to fit the open-file limit: each agent
+        connection may hold an upstream one too, and the ledger, its lock and the
+        process's own files need some (FD_HEADROOM). docket run raises the soft limit
+        to the hard one first, so this bites only where the hard limit is low."""
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            return self.policy.boundary.max_connections
+        return min(self.policy.boundary.max_connections, max(8, (soft - FD_HEADROOM) // 2))
+
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the base URL (http://127.0.0.1:PORT)."""
         try:
@@ -199,15 +216,47 @@ class Boundary:
                         port=self.policy.boundary.port,
                         # Malformed HTTP the server refuses itself is answered in the
                         # provider's shape too: an agent's SDK parses only that.
-                        config=ServerConfig(error_shape=self.error_shape),
+                        config=ServerConfig(
+                            error_shape=self.error_shape,
+                            max_connections=self.max_connections,
+                            head_timeout=self.policy.boundary.request_head_timeout,
+                        ),
                     )
                 )
+                self.server_stats = listening.stats
                 self.url = listening.url
+                nursery.start_soon(self._report_pressure, listening.stats)
                 task_status.started(listening.url)
         finally:
+            if self.server_stats is not None:
+                with trio.CancelScope(shield=True):
+                    # An episode still under way at the end is on record too.
+                    await self._record_pressure(self.server_stats.pressure.due(0.0, all=True))
             with trio.CancelScope(shield=True):
                 for route in self.routes.values():
                     await route.pool.aclose()
+
+    async def _report_pressure(self, stats: ServerStats) -> None:
+        """One connection.pressure event per episode of connection pressure (over the
+        cap, heads past their deadline, accept() out of descriptors), with its count:
+        never one per connection, which would let any local process fill the ledger."""
+        while True:
+            end = stats.pressure.next_end()
+            if end is None:
+                stats.pressure_noted = trio.Event()  # set by the next episode's first note
+                await stats.pressure_noted.wait()
+                continue
+            await trio.sleep_until(end)
+            await self._record_pressure(stats.pressure.due(trio.current_time()))
+
+    async def _record_pressure(self, episodes) -> None:
+        for episode in episodes:
+            fields = episode.as_fields()
+            if episode.kind in ("over_cap", "idle_closed"):
+                fields["max_connections"] = self.max_connections
+            elif episode.kind == "head_timeout":
+                fields["request_head_timeout"] = self.policy.boundary.request_head_timeout
+            await self.record("connection.pressure", **fields)
 
     def error_shape(self, status: int, code: str, message: str, target: bytes | None):
         """The body of an answer the HTTP server makes itself (malformed HTTP, an invalid
@@ -714,6 +763,8 @@ class Boundary:
         """What makes the boundary unready: each breaker that is not closed (the
         provider is the problem), then the ledger (the evidence path is)."""
         problems = self.guards.ready_problems()
+        if self.server_stats is not None and self.server_stats.accept_failing is not None:
+            problems.append(f"accepting connections: {self.server_stats.accept_failing}")
         stats = self.ledger.stats
         if not stats.ledger_complete:
             problems.append(

@@ -42,7 +42,7 @@ from docket.boundary.guarded import Passage, record_changes
 from docket.boundary.ports import CallHost, Upstream
 from docket.cache.decide import Store
 from docket.guards.caps import Reservation
-from docket.guards.scrub import Scrubber
+from docket.guards.scrub import Scrubber, joined_texts_scrubbed
 from docket.http import client as upstream
 from docket.http.server_errors import ClientGone
 from docket.ledger.limits import EvidenceLost
@@ -272,6 +272,7 @@ class ModelCall:
             first = self._relay_batch(batches.ready(), tracker)
             held += first.held
             head = self._scrub.headers(relay_headers(resp.headers))
+            self._scrub.events()  # a key split across the stream's text deltas too
             _probe(self.b, "relay.start")
             capture = None if self.lookup is None else self.lookup.capture
             start = self._scrub.feed(first.now)
@@ -558,6 +559,8 @@ class ModelCall:
         _probe(self.b, "close.write")
         if self._scrub.count:
             fields["key_scrubbed"] = self._scrub.count  # keys taken out of the agent's copy
+            # ...and in which forms (raw, percent, json, base64, hex): guards/forms.py
+            fields["key_scrubbed_forms"] = dict(sorted(self._scrub.kinds.items()))
         self.closed = True  # from here on the event is written once, or not at all
         assert self.slot is not None  # set once the model.request is written, before run()
         try:
@@ -583,9 +586,13 @@ class ModelCall:
     def _body_fields(self) -> dict:
         if not self._keep_body or self.record.status is None:
             return {}  # no answer came
-        return recorded_body(
-            "response", bytes(self._response_body), self.b.redactor, cut=self._response_cut
-        )
+        # A secret split across a stream's text deltas is joined up first (what the
+        # agent's copy loses, the record loses too); the redactor does the rest.
+        kept, found = joined_texts_scrubbed(self.b.redactor.forms, bytes(self._response_body))
+        fields = recorded_body("response", kept, self.b.redactor, cut=self._response_cut)
+        if found and "response_body" in fields:
+            fields["response_body_redacted"] = True
+        return fields
 
 
 def _probe(boundary: CallHost, point: str) -> None:

@@ -7,10 +7,13 @@ secret is still a way to test guesses against the ledger.
 
 from __future__ import annotations
 
-import base64
 import functools
 import re
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
+
+from docket.guards.forms import MIN_SCRUBBED_SECRET as MIN_SCRUBBED_SECRET
+from docket.guards.forms import PARTIAL_SECRET_CHARS as PARTIAL_SECRET_CHARS
+from docket.guards.forms import SecretForms
 
 MARKER = "[redacted]"
 
@@ -143,23 +146,14 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 # ---------------------------------------------------------------- known secrets, in any form
 
-# A secret shorter than this is not scrubbed from recorded text: replacing every
-# "sk" in a body would destroy the record and protect nothing real.
-MIN_SCRUBBED_SECRET = 8
-# A run of a secret's leading characters this long (or the whole of a shorter secret)
-# is scrubbed too: a text cut to N characters before it reached the redactor may end
-# inside a secret. Shorter than this, a prefix is mostly the provider's public one
-# ("sk-proj-"), and replacing it would blank ordinary text about keys.
-PARTIAL_SECRET_CHARS = 12
-
 
 class Redactor:
     """Takes the secrets the boundary knows (the run token, the provider keys) out of
-    text, in every form they can arrive in: as written, in any letter case (a host
-    name is lower-cased on the way in), with any of their characters percent-encoded
-    or written as a JSON \\u escape (one character at a time, mixed as an attacker
-    likes), and base64-encoded (standard and URL-safe alphabets, at each of the three
-    alignments a secret can take inside a longer encoded run).
+    text, in every form they can arrive in (docket.guards.forms: as written in any
+    letter case, percent-encoded or JSON-escaped a character at a time, base64 in
+    both alphabets at any alignment, hex). The relay's scrubber (guards/scrub.py)
+    uses the same forms, so what the agent receives and what is recorded lose the
+    same encodings.
 
     `fields` is the one door every event built from the agent's or the upstream's
     bytes passes before it reaches the ledger (Boundary.record and its two siblings):
@@ -170,39 +164,13 @@ class Redactor:
     """
 
     def __init__(self, secrets) -> None:
-        self.secrets = tuple(s for s in dict.fromkeys(secrets) if len(s) >= MIN_SCRUBBED_SECRET)
-        branches: list[str] = []
-        lengths: list[int] = []
-        # For the quick test (`_maybe`): what a match must contain when the text
-        # holds no escape ('%' or a backslash).
-        self._heads: list[str] = []
-        self._cores: list[str] = []
-        for secret in self.secrets:
-            # The secret's first PARTIAL_SECRET_CHARS characters, then as many more as
-            # follow: the whole secret, or what a cut (a field shortened to N
-            # characters before it was scrubbed) left of it.
-            need = min(len(secret), PARTIAL_SECRET_CHARS)
-            tail = ""
-            for char in reversed(secret[need:]):
-                tail = f"(?:{_char_pattern(char)}{tail})?"
-            branches.append("".join(_char_pattern(c) for c in secret[:need]) + tail)
-            lengths.append(need)
-            self._heads.append(secret[:need].lower())
-            for core in _base64_cores(secret):
-                branches.append(re.escape(core))
-                lengths.append(len(core))
-                self._cores.append(core)
-        # Longest first, so an alternation never stops at a shorter form's end.
-        branches.sort(key=len, reverse=True)
-        self._pattern = re.compile("|".join(branches), re.IGNORECASE) if branches else None
-        # A backslash alone (a JSON "\\n") matters only to a secret with a character
-        # JSON escapes in short form.
-        self._short_escapes = any(c in secret for secret in self.secrets for c in '"\\/')
-        quick = sorted(
-            {*self._heads, *(core.lower() for core in self._cores)}, key=len, reverse=True
-        )
+        self.forms = SecretForms(secrets)
+        self.secrets = self.forms.secrets
+        self._pattern = self.forms.text
+        self._short_escapes = self.forms.short_escapes
+        quick = sorted({*self.forms.heads, *self.forms.cores}, key=len, reverse=True)
         self._quick = re.compile("|".join(map(re.escape, quick)))
-        self._shortest = min(lengths, default=0)
+        self._shortest = self.forms.shortest
 
     def text(self, text: str) -> tuple[str, bool]:
         """`text` with every form of every secret replaced by the marker; and whether any was."""
@@ -279,41 +247,3 @@ class Redactor:
             return False
         search = pattern.search
         return any(self._maybe(text) and search(text) for text in strings)
-
-
-def _char_pattern(char: str) -> str:
-    """One character of a secret as a regex: itself, percent-encoded (each UTF-8 byte),
-    or a JSON \\u escape. Case is left to re.IGNORECASE (which also covers %2d/%2D)."""
-    forms = [re.escape(char)]
-    forms.append(re.escape("".join(f"%{b:02x}" for b in char.encode("utf-8"))))
-    if ord(char) < 0x10000:
-        forms.append(re.escape(f"\\u{ord(char):04x}"))
-    if char in '"\\/':
-        forms.append(re.escape("\\" + char))  # JSON's short escapes (\/ is legal)
-    # Longest first: the optional tail of a secret's pattern does not backtrack into a
-    # character's alternatives, so an escaped backslash (two characters) must be tried
-    # before a bare one, and "%25" before "%".
-    return "(?:" + "|".join(sorted(forms, key=len, reverse=True)) + ")"
-
-
-def _base64_cores(secret: str) -> set[str]:
-    """The part of the secret's base64 encoding that is the same whatever bytes
-    surround it, for each of the three offsets it can sit at in an encoded run,
-    in both alphabets. A core shorter than the secret's scrub minimum is left out
-    (it would match too much)."""
-    raw = secret.encode("utf-8")
-    cores: set[str] = set()
-    for offset in range(3):
-        encoded = base64.b64encode(b"\0" * offset + raw).decode("ascii")
-        # The first ceil(offset*4/3) characters mix in the padding bytes; the last
-        # group may mix in what follows (and its '=' padding is not the secret's).
-        start = -(-offset * 4 // 3)
-        end = ((offset + len(raw)) // 3) * 4
-        core = encoded[start:end]
-        if len(core) >= MIN_SCRUBBED_SECRET:
-            cores.add(core)
-            cores.add(core.translate(_URLSAFE))
-    return cores
-
-
-_URLSAFE = str.maketrans("+/", "-_")

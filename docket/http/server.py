@@ -43,6 +43,7 @@ them (or from the `docket.http` package).
 
 from __future__ import annotations
 
+import errno
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -55,10 +56,18 @@ from docket.http.protocol import h11
 from docket.http.server_connection import ServerConfig, _Connection
 from docket.http.server_errors import (
     ClientGone,
+    HeadTimeout,
     RequestError,
     RequestTimeout,
 )
 from docket.http.server_exchange import Request, Responder
+from docket.http.server_pressure import (
+    ACCEPT_FAILED,
+    HEAD_TIMEOUT,
+    IDLE_CLOSED,
+    OVER_CAP,
+    Pressure,
+)
 
 __all__ = [
     "Handler",
@@ -76,6 +85,18 @@ class ServerStats:
     connections_open: int = 0
     requests: int = 0
     handler_errors: int = 0
+    # Set while accept() fails for want of descriptors (the errno's name and text):
+    # the application's readiness says so; cleared by the next accepted connection.
+    accept_failing: str | None = None
+    pressure: Pressure = field(default_factory=Pressure)
+    # Connections waiting for a request head (none of it yet, or part), oldest first,
+    # each with the cancel scope that closes it.
+    idle: dict[object, trio.CancelScope] = field(default_factory=dict)
+    pressure_noted: trio.Event = field(default_factory=trio.Event)  # set at each new episode
+
+    def note(self, kind: str, detail: str = "") -> None:
+        if self.pressure.note(kind, trio.current_time(), detail):
+            self.pressure_noted.set()
 
 
 @dataclass
@@ -109,8 +130,6 @@ _REASONS = {
 async def _serve_connection(
     stream: trio.abc.Stream, handler: Handler, config: ServerConfig, stats: ServerStats
 ) -> None:
-    stats.connections_accepted += 1
-    stats.connections_open += 1
     try:
         async with trio.open_nursery() as nursery:
             conn = _Connection(stream, config, nursery)
@@ -129,9 +148,21 @@ async def _exchange_loop(conn: _Connection, handler: Handler, stats: ServerStats
     config = conn.config
     while True:
         try:
-            event = await conn.next_event(config.keepalive_timeout)
+            idle = trio.CancelScope()
+            with idle:
+                # Waiting for a request head (none of it yet, or part): the connection
+                # may be closed to admit a new one at the cap (_accept_loop). A real
+                # client sends its head at once; one that holds a connection without a
+                # whole head (idle, or trickling it) is what gives way.
+                stats.idle[conn] = idle
+                try:
+                    event = await conn.next_event(config.keepalive_timeout, config.head_timeout)
+                finally:
+                    stats.idle.pop(conn, None)
+            if idle.cancelled_caught:
+                return  # closed to make room (counted where it was chosen)
             while not isinstance(event, h11.Request | h11.ConnectionClosed):
-                event = await conn.next_event(config.request_timeout)
+                event = await conn.next_event(config.request_timeout, config.head_timeout)
         except h11.RemoteProtocolError as exc:
             status = exc.error_status_hint
             code = "headers_too_large" if status == 431 else f"http_{status}"
@@ -139,8 +170,10 @@ async def _exchange_loop(conn: _Connection, handler: Handler, stats: ServerStats
                 status, _REASONS.get(status, "Bad Request"), str(exc), code=code
             )
             return
-        except RequestTimeout:
-            if conn.h11.their_state is h11.IDLE and not conn.h11.trailing_data[0]:
+        except RequestTimeout as exc:
+            if isinstance(exc, HeadTimeout):
+                stats.note(HEAD_TIMEOUT)
+            elif conn.h11.their_state is h11.IDLE and not conn.h11.trailing_data[0]:
                 return  # an idle keep-alive connection timed out: just close
             await conn.answer_error(
                 408, _REASONS[408], "request timed out", code=RequestTimeout.code
@@ -297,9 +330,64 @@ async def serve(
             for listener in tcp_listeners
         ]
 
-    async def on_connection(stream: trio.abc.Stream) -> None:
-        await _serve_connection(stream, handler, config, listening.stats)
-
     async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, on_connection, listeners)
+        for listener in listeners:
+            nursery.start_soon(_accept_loop, listener, handler, config, listening.stats, nursery)
         task_status.started(listening)
+
+
+# accept() errors that mean "no room for another descriptor now", not a broken listener.
+CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+ACCEPT_BACKOFF = (0.02, 0.5)  # first and longest wait before accept() is tried again
+
+
+async def _accept_loop(
+    listener: trio.abc.Listener,
+    handler: Handler,
+    config: ServerConfig,
+    stats: ServerStats,
+    nursery: trio.Nursery,
+) -> None:
+    """Accept until cancelled (trio.serve_listeners logged a traceback per failed
+    accept). Out of descriptors, accept() fails at once: that is counted as pressure,
+    said on `stats.accept_failing` while it lasts, and retried: at once after closing
+    the oldest connection without a whole request head (its descriptor is the one
+    accept() lacked), else after a backoff that doubles up to half a second (a
+    connection closing frees one). Past `config.max_connections` the oldest connection
+    without a whole request head (idle, or trickling one) is closed to make room; with
+    none, the new one is closed at once. Each is counted (stats.pressure)."""
+    backoff = ACCEPT_BACKOFF[0]
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError as exc:
+            if exc.errno not in CAPACITY_ERRNOS:
+                raise
+            name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            stats.accept_failing = f"{name}: {exc.strerror}"
+            stats.note(ACCEPT_FAILED, name)
+            if stats.idle:
+                # A connection without a whole head gives its descriptor to the one
+                # waiting: idle connections cannot starve a real call of descriptors.
+                stats.idle.pop(next(iter(stats.idle))).cancel()
+                stats.note(IDLE_CLOSED, name)
+                await trio.sleep(0)  # let it close before accept() is tried again
+                continue
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, ACCEPT_BACKOFF[1])
+            continue
+        stats.accept_failing = None
+        backoff = ACCEPT_BACKOFF[0]
+        if config.max_connections and stats.connections_open >= config.max_connections:
+            if not stats.idle:  # every connection is in a request: the new one waits not
+                stats.note(OVER_CAP)
+                await trio.aclose_forcefully(stream)
+                continue
+            # The oldest connection without a whole request head makes room: a client
+            # holding idle or trickling connections cannot lock a real call out.
+            oldest = next(iter(stats.idle))
+            stats.idle.pop(oldest).cancel()
+            stats.note(IDLE_CLOSED)
+        stats.connections_accepted += 1
+        stats.connections_open += 1  # here, not in the task: the cap counts it at once
+        nursery.start_soon(_serve_connection, stream, handler, config, stats)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import trio
 
 from docket.http.protocol import h11
-from docket.http.server_errors import ClientGone, RequestTimeout
+from docket.http.server_errors import ClientGone, HeadTimeout, RequestTimeout
 from docket.http.sockio import StreamIO
 
 RECEIVE_SIZE = 65536
@@ -51,6 +51,12 @@ class ServerConfig:
     # 431, 500): None is text/plain with the message; an application whose clients parse
     # only their own error shape (the boundary: the provider's) supplies an ErrorShape.
     error_shape: ErrorShape | None = None
+    # Connections open at once (0: no cap). Past it a new connection is closed at once,
+    # counted in ServerStats.pressure (one episode, not one line per connection).
+    max_connections: int = 0
+    # The longest a request head may take in total from its first byte (a client that
+    # trickles a header every few seconds never trips request_timeout): 408.
+    head_timeout: float = 10.0
 
 
 class _Reader:
@@ -161,22 +167,45 @@ class _Connection:
             reader.scope.cancel()
             await reader.done.wait()  # it leaves its wait (or finishes a read) at once
 
-    async def next_event(self, timeout: float):
-        """The next h11 event, reading as needed; RequestTimeout after `timeout` idle."""
+    async def next_event(self, timeout: float, head_timeout: float | None = None):
+        """The next h11 event, reading as needed; RequestTimeout after `timeout` idle.
+        With `head_timeout` (waiting for a request head): HeadTimeout once that long
+        has passed since the head's first byte, however steadily bytes trickle in."""
+        deadline = None
+        if head_timeout is not None and self.h11.trailing_data[0]:
+            deadline = trio.current_time() + head_timeout  # a head already under way
         while True:
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
+            wait = timeout
+            if deadline is not None:
+                wait = min(timeout, deadline - trio.current_time())
+                if wait <= 0:
+                    raise HeadTimeout(f"request head not complete in {head_timeout:g}s")
             if self.reader is not None:
-                await self.reader.wait_for_bytes(timeout)
-                continue
-            try:
-                data = await self.io.receive(RECEIVE_SIZE, timeout)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""  # a reset (or our own abort) reads as the end of the stream
-            except trio.TooSlowError:
-                raise RequestTimeout(f"no request bytes for {timeout:g}s") from None
-            self.received(data)
+                try:
+                    await self.reader.wait_for_bytes(wait)
+                except RequestTimeout:
+                    if wait < timeout:
+                        raise HeadTimeout(
+                            f"request head not complete in {head_timeout:g}s"
+                        ) from None
+                    raise
+            else:
+                try:
+                    data = await self.io.receive(RECEIVE_SIZE, wait)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""  # a reset (or our own abort) reads as the end of the stream
+                except trio.TooSlowError:
+                    if wait < timeout:
+                        raise HeadTimeout(
+                            f"request head not complete in {head_timeout:g}s"
+                        ) from None
+                    raise RequestTimeout(f"no request bytes for {timeout:g}s") from None
+                self.received(data)
+            if head_timeout is not None and deadline is None:
+                deadline = trio.current_time() + head_timeout  # the head's first bytes came
 
     def received(self, data: bytes | bytearray) -> None:
         if not data:

@@ -38,6 +38,10 @@ class RequestTimeout(RequestError):
     code = "request_timeout"
 
 
+class HeadTimeout(RequestTimeout):
+    """A request head (request line and headers) not complete within its total deadline."""
+
+
 class BodyTooLarge(RequestError):
     """The request body is larger than the handler's limit."""
 

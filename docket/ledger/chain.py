@@ -59,6 +59,7 @@ EVENT_TYPES = CONTROL_TYPES | frozenset(
         "cache.refused",  # a shared cache store refused (docs/cache.md): the run goes on without it
         "cache.waiting",  # a shared cache store's lock held by another run: waited for, bounded
         "provider.call",  # a relayed call that is not a model call (a models list): no spend
+        "connection.pressure",  # an episode of connection pressure, counted (http/server.py)
         # --snapshot (docket.snapshot): the tree before the run, what the run changed,
         # what a rollback restored. Not control events: a long change list must not
         # eat the reserve kept for session.end.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 import sys
 
 PR_SET_DUMPABLE = 4
@@ -47,3 +48,17 @@ def make_non_dumpable() -> str | None:
 def set_subreaper(on: bool = True) -> str | None:
     """Make this process (or stop it being) the reaper of its descendants' orphans."""
     return _prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0)
+
+
+def raise_nofile() -> tuple[int, int]:
+    """Raise the soft open-file limit to the hard one; (soft before, soft now).
+
+    The boundary holds a descriptor per agent connection and per upstream
+    connection: a soft limit of 256 or 1024 (a desktop's default) is reached by an
+    agent's idle connections long before the hard limit is. The agent inherits the
+    raised limit, as it would under any service manager that sets it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return soft, soft
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return soft, hard

@@ -57,7 +57,7 @@ from docket.run.child import (
     describe_exit,
 )
 from docket.run.control import ChildControl, StopLatch
-from docket.run.hardening import make_non_dumpable, set_subreaper
+from docket.run.hardening import make_non_dumpable, raise_nofile, set_subreaper
 from docket.run.hooks import RunHooks
 from docket.run.values import Outcome, RunOptions
 
@@ -154,6 +154,12 @@ class Supervisor:
             self.hardening[name] = why is None
             if why is not None:
                 self.hardening[f"{name}_error"] = why
+        # A descriptor per agent connection: the soft limit up to the hard one, so the
+        # boundary's max_connections is what bounds them, not EMFILE (issue 23, 12).
+        before, now = raise_nofile()
+        self.hardening["nofile"] = now
+        if before != now:
+            self.hardening["nofile_raised_from"] = before
 
     def _check_keys(self) -> None:
         """A key that cannot go into a header is refused now (exit 2), never at the
