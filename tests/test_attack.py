@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.attack import Figures, diskfull, http, inputs, mutations, secrets
+from chaos.attack import Figures, diskfull, http, inputs, mutations, secrets, snapshot
 
 
 def assert_all_good(figures: Figures, at_least: int) -> None:
@@ -48,3 +48,7 @@ def test_a_disk_filled_mid_run_ends_in_a_receipt_that_discloses_the_loss(tmp_pat
     if reason:
         pytest.skip(reason)
     assert_all_good(diskfull.run(tmp_path, quick=True), at_least=2)
+
+
+def test_the_snapshot_store_and_restore_hold_against_a_same_user_agent(tmp_path):
+    assert_all_good(snapshot.run(tmp_path, quick=True), at_least=15)

@@ -11,6 +11,8 @@ the table; tests/test_attack.py runs each in its quick form. Families:
              byte under the run folder searched in four encodings
   inputs     bad CLI, policy, fault, scenario and phase inputs
   diskfull   the ledger on a small tmpfs the agent fills (root only)
+  snapshot   the snapshot store, the run folder's records and the tree attacked by
+             an agent of the same user, against a real rollback and docket restore
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

@@ -31,6 +31,11 @@ FAMILIES = {
     "secrets": ("chaos.attack.secrets", "secrets planted and found nowhere on disk"),
     "inputs": ("chaos.attack.inputs", "exit 2, one stderr line, no traceback"),
     "diskfull": ("chaos.attack.diskfull", "receipts that disclose the loss"),
+    "snapshot": (
+        "chaos.attack.snapshot",
+        "ended in bounded time, nothing written outside, verified only when the tree "
+        "equals the snapshot, differences named",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
@@ -45,6 +50,7 @@ NOTES = {
     ),
     "inputs": lambda x: f"{x.get('exit_codes')}",
     "diskfull": lambda x: f"exit codes {x.get('exit_codes')}",
+    "snapshot": lambda x: f"held {x.get('held')}",
 }
 
 
