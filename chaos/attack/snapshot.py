@@ -560,6 +560,8 @@ def run(folder: Path, quick: bool) -> Figures:
         base = folder / f"rollback{n:02d}"
         try:
             good, said = try_rollback(base, rb)
+        except Exception as exc:  # noqa: BLE001 - a probe that crashes Docket is not held
+            good, said = False, f"raised {type(exc).__name__}: {str(exc)[:200]}"
         finally:
             _clean(base)
         held["rollback"] += good
@@ -568,6 +570,8 @@ def run(folder: Path, quick: bool) -> Figures:
         base = folder / f"restore{n:02d}"
         try:
             good, said = try_restore(base, rs)
+        except Exception as exc:  # noqa: BLE001 - a probe that crashes Docket is not held
+            good, said = False, f"raised {type(exc).__name__}: {str(exc)[:200]}"
         finally:
             _clean(base)
         held["restore"] += good
