@@ -64,7 +64,7 @@ class Store:
             (self.root / "tmp").mkdir(mode=0o700, exist_ok=True)
         self.methods: dict[str, int] = {"reflink": 0, "copy_file_range": 0, "copy": 0}
         self.added = 0  # objects new to the store
-        self.deduped = 0  # copies of content the store held already
+        self.deduped = 0  # copies dropped: the content was stored already
         self._made: set[str] = set()  # objects/xx folders known to exist (a mkdir each is slow)
 
     def object_path(self, sha: str) -> Path:
@@ -92,14 +92,23 @@ class Store:
                 tmp.unlink()
                 raise StoreError(f"store {final.parent}: not a directory (a symlink?)")
             self._made.add(final.parent.name)
-        if os.path.lexists(final):
+        try:
+            there = os.lstat(final)
+        except FileNotFoundError:
+            there = None
+        if there is not None and stat.S_ISREG(there.st_mode) and there.st_size == size:
+            tmp.unlink()  # stored already: the copy just made is dropped, never written out
             self.deduped += 1
         else:
+            # Absent, or something else has the name (a FIFO, a link, a file of another
+            # size, planted by another process of the user): what a snapshot names is
+            # what it wrote (issue 23, item 2). An object of the right size but other
+            # bytes is caught when read back (re-hashed), never restored.
+            if there is not None and stat.S_ISDIR(there.st_mode):
+                tmp.unlink()
+                raise StoreError(f"store {final}: a directory where an object belongs")
+            os.replace(tmp, final)
             self.added += 1
-        # Renamed over whatever has the name, even a copy already there: what a snapshot
-        # names is what it wrote, never an object another process planted under that
-        # name (a FIFO, other bytes) before it (issue 23, item 2).
-        os.replace(tmp, final)
         return sha, size
 
     def open_object(self, sha: str) -> int:
