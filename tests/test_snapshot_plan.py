@@ -270,10 +270,10 @@ def test_the_tally_folds_the_last_changes_and_restored_per_root():
 
 # ---------------------------------------------------------------- names as bytes (issue 23, item 7)
 
-NAMES = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\0" not in b)
+RAW_NAMES = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\0" not in b)
 
 
-@given(NAMES)
+@given(RAW_NAMES)
 def test_every_name_has_one_spelling_that_gives_its_bytes_back(raw):
     from docket.snapshot.manifest import check_path, name_bytes, name_text
 
