@@ -51,4 +51,4 @@ def test_a_disk_filled_mid_run_ends_in_a_receipt_that_discloses_the_loss(tmp_pat
 
 
 def test_the_snapshot_store_and_restore_hold_against_a_same_user_agent(tmp_path):
-    assert_all_good(snapshot.run(tmp_path, quick=True), at_least=15)
+    assert_all_good(snapshot.run(tmp_path, quick=True), at_least=17)

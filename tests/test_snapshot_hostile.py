@@ -128,6 +128,24 @@ def test_a_fifo_planted_under_an_objects_name_before_the_snapshot_is_replaced(tm
     assert bounded(rollback, snap, fifos=(planted,))["verified"] is True
 
 
+@pytest.mark.parametrize("where", ["", "objects", "tmp"])
+def test_a_store_planted_as_a_symlink_out_is_refused_before_anything_is_copied(tmp_path, where):
+    """A previous run's agent makes the shared store (or its objects/ or tmp/) a link to
+    elsewhere: the next snapshot would write the tree's copies there."""
+    from docket.snapshot.store import StoreError
+
+    tree = make_tree(tmp_path / "tree")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    store = tmp_path / "store"
+    if where:
+        store.mkdir()
+    os.symlink(elsewhere, store / where if where else store)
+    with pytest.raises(StoreError, match="not followed"):
+        take(0, str(tree), tmp_path / "run", store)
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_a_store_folder_swapped_for_a_symlink_is_not_followed(tmp_path):
     tree = make_tree(tmp_path / "tree")
     snap = snapshot_of(tmp_path, tree)

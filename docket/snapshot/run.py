@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,7 +73,9 @@ def take(
 ) -> tuple[RootSnapshot, dict]:
     """Snapshot `root` into the store; (the snapshot, snapshot.taken's fields). Refused
     (confine) for a root that cannot be one; OSError if the copy fails."""
-    store = Store(Path(store_dir).resolve())
+    # Made absolute, not resolved: a store that is a symlink (one a previous run's agent
+    # planted in docket-runs/) is refused by Store, never followed to wherever it leads.
+    store = Store(Path(os.path.abspath(store_dir)))
     excluder = Excluder(tuple(exclude), identities([folder, store_dir, *also_skip]))
     with Tree(root) as tree:
         result = scan(tree, excluder, store)

@@ -60,8 +60,13 @@ class Store:
     def __init__(self, root: str | os.PathLike, *, create: bool = True) -> None:
         self.root = Path(root)
         if create:
-            (self.root / "objects").mkdir(mode=0o700, parents=True, exist_ok=True)
-            (self.root / "tmp").mkdir(mode=0o700, exist_ok=True)
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for sub in (self.root, self.root / "objects", self.root / "tmp"):
+                sub.mkdir(mode=0o700, exist_ok=True)
+                if not stat.S_ISDIR(os.lstat(sub).st_mode):
+                    # a link planted where the store (or its objects/ or tmp/) goes: the
+                    # copies of the tree would be written wherever it leads
+                    raise StoreError(f"store {sub}: a symlink or not a directory: not followed")
         self.methods: dict[str, int] = {"reflink": 0, "copy_file_range": 0, "copy": 0}
         self.added = 0  # objects new to the store
         self.deduped = 0  # copies dropped: the content was stored already
