@@ -11,7 +11,17 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.attack import Figures, cache, diskfull, exhaustion, http, inputs, mutations, secrets
+from chaos.attack import (
+    Figures,
+    cache,
+    diskfull,
+    exhaustion,
+    http,
+    inputs,
+    mutations,
+    secrets,
+    snapshot,
+)
 
 
 def assert_all_good(figures: Figures, at_least: int) -> None:
@@ -63,3 +73,7 @@ def test_connection_exhaustion_leaves_real_calls_answered_and_each_episode_recor
     assert_all_good(figures, at_least=10)
     # one event per episode, never one per connection
     assert figures.extra["pressure_events"] < figures.extra["connections_opened"] // 10
+
+
+def test_the_snapshot_store_and_restore_hold_against_a_same_user_agent(tmp_path):
+    assert_all_good(snapshot.run(tmp_path, quick=True), at_least=17)

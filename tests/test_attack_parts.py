@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
 
 import trio
@@ -194,3 +195,32 @@ def test_receipts_are_found_in_the_run_folder_and_on_stderr(tmp_path):
     found = diskfull.receipts(tmp_path, stderr)
     assert [where for where, _ in found] == ["receipt.json", "stderr"]
     assert diskfull.receipts(tmp_path / "nowhere", "docket: no receipt\n") == []
+
+
+# ---------------------------------------------------------------- snapshot
+
+
+def test_the_snapshot_familys_walk_reads_bytes_names_and_paths_past_path_max(tmp_path):
+    from chaos.attack import snapshot
+
+    (tmp_path / "t").mkdir()
+    os.mkdir(os.fsencode(tmp_path / "t") + b"/evil\xff")
+    snapshot.chain(tmp_path / "t", 20, "n" * 250)
+    found = snapshot.fingerprint(tmp_path / "t")
+    assert b"evil\xff" in found
+    assert max(len(p) for p in found) > 4096
+
+
+def test_the_snapshot_family_fails_a_rollback_that_claims_verified(tmp_path, monkeypatch):
+    """The judge can fail: a rollback that says verified while a file made after the
+    change scan remains is not held."""
+    import docket.snapshot.run as run_module
+    from chaos.attack import snapshot
+
+    real = run_module.rollback
+    monkeypatch.setattr(
+        run_module, "rollback", lambda snap: {**real(snap), "verified": True, "differences": []}
+    )
+    probe = next(p for p in snapshot.ROLLBACKS if p.name.startswith("a file and a FIFO made"))
+    held, said = snapshot.try_rollback(tmp_path / "p", probe)
+    assert not held and "verified True, tree equal False" in said

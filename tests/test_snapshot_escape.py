@@ -21,7 +21,7 @@ import pytest
 from snapshot_helpers import fingerprint, make_tree, snapshot_of
 
 from docket.snapshot.confine import Refused, Tree, check_root, open_regular
-from docket.snapshot.manifest import DIR, FILE, LINK, Entry
+from docket.snapshot.manifest import DIR, FILE, LINK, OTHER, Entry
 from docket.snapshot.plan import MKDIR, REMOVE, SYMLINK, WRITE, Plan, Step, make_plan
 from docket.snapshot.restore import apply_plan
 from docket.snapshot.run import changes, rollback
@@ -384,17 +384,17 @@ def _mknod(path: Path) -> None:
         pytest.skip("mknod not permitted here")
 
 
-def test_a_device_file_in_the_tree_is_skipped_never_opened(tmp_path, world):
+def test_a_device_file_in_the_tree_is_recorded_by_kind_never_opened(tmp_path, world):
     tree, _ = world
     _mknod(tree / "null")
     os.mkfifo(tree / "fifo")  # opening a FIFO would block the snapshot forever
     snap = _snap(tmp_path, tree)
-    why = {s["path"]: s["why"] for s in snap.skipped}
-    assert "device" in why["null"] and "FIFO" in why["fifo"]
-    assert "null" not in snap.before.entries
+    assert snap.before.entries["null"] == Entry(OTHER, target="char-device")
+    assert snap.before.entries["fifo"] == Entry(OTHER, target="fifo")
+    assert not snap.skipped
 
 
-def test_a_device_the_run_put_where_a_file_was_is_removed_not_written(tmp_path, world):
+def test_a_device_the_run_put_where_a_file_was_is_replaced_never_written(tmp_path, world):
     tree, _ = world
     snap = _snap(tmp_path, tree)
     want = fingerprint(tree)
@@ -404,10 +404,10 @@ def test_a_device_the_run_put_where_a_file_was_is_removed_not_written(tmp_path, 
     plan = make_plan(["README"], snap.before.entries, snap.after.entries, snap.after.entries)
     with Tree(str(tree)) as t:
         result = apply_plan(t, snap.store, plan)
-    # README reads as absent to the scan (a device is skipped): the write finds it there
-    assert result.failed and "appeared" in result.failed[0]["why"]
-    assert os.path.exists(tree / "README") and not os.path.isfile(tree / "README")
-    assert fingerprint(tree) != want
+    # the device is recorded by kind (issue 23, item 7): the file is renamed over it,
+    # the device never opened
+    assert not result.failed and snap.after.entries["README"].kind == OTHER
+    assert fingerprint(tree) == want
 
 
 def test_a_fifo_swapped_in_for_a_checked_file_is_refused_without_blocking(tmp_path):

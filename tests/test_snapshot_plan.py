@@ -266,3 +266,31 @@ def test_the_tally_folds_the_last_changes_and_restored_per_root():
     assert claims[0]["restored"] == {"applied": 9, "failed": 1, "verified": False}
     assert claims[1]["changes"] is None and claims[1]["restored"] is None
     assert Tally().snapshot.claims() is None
+
+
+# ---------------------------------------------------------------- names as bytes (issue 23, item 7)
+
+RAW_NAMES = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\0" not in b)
+
+
+@given(RAW_NAMES)
+def test_every_name_has_one_spelling_that_gives_its_bytes_back(raw):
+    from docket.snapshot.manifest import check_path, name_bytes, name_text
+
+    text = name_text(raw)
+    assert name_bytes(text) == raw
+    assert not any(c < " " or c == "\x7f" for c in text)  # safe to print and to log
+    assert "/" not in text and "\0" not in text
+    if raw not in (b".", b".."):
+        assert check_path(text) == text
+
+
+@given(st.text(max_size=12))
+def test_a_text_that_is_not_a_names_spelling_is_refused(text):
+    from docket.snapshot.manifest import ManifestError, name_bytes, name_text
+
+    try:
+        raw = name_bytes(text)
+    except ManifestError:
+        return
+    assert name_text(raw) == text  # accepted only as the one spelling of its bytes

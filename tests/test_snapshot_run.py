@@ -298,13 +298,14 @@ def test_restore_after_a_run_that_never_recorded_its_changes_plans_every_differe
 
 
 def test_an_incomplete_rollback_is_a_warning_before_the_last_line(tmp_path):
-    """The agent leaves a directory where a file was, holding a FIFO, which no scan
-    reads: the rollback cannot remove the directory, says so in snapshot.restored,
-    and `docket run` prints it before its last line."""
+    """The agent rewrites a file and deletes the store's objects: the rollback cannot
+    bring the file back, says so in snapshot.restored (the step failed, the path named
+    among the differences), and `docket run` prints it before its last line."""
     tree = _tree(tmp_path)
     code = (
-        "import os, time\nos.remove('README')\nos.mkdir('README')\n"
-        "os.mkfifo('README/pipe')\ntime.sleep(60)\n"
+        "import os, shutil, time\nopen('README', 'w').write('agent')\n"
+        f"shutil.rmtree({str(tmp_path / '.docket-snapshot-store' / 'objects')!r})\n"
+        "time.sleep(60)\n"
     )
     proc, run = _run(
         tmp_path,
@@ -320,8 +321,9 @@ def test_an_incomplete_rollback_is_a_warning_before_the_last_line(tmp_path):
         e for e in read_events(run / "ledger.jsonl") if e["type"] == "snapshot.restored"
     )
     assert restored["verified"] is False and restored["failed"]
+    assert [d["path"] for d in restored["differences"]] == ["README"]
     assert "docket: warning: the rollback of" in proc.stderr
-    assert "path(s) could not be snapshotted or scanned" in proc.stderr
+    assert "1 path(s) are not as in the snapshot" in proc.stderr
 
 
 def test_explain_judges_write_scope_from_a_real_snapshot_run(tmp_path):

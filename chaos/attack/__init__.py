@@ -14,6 +14,8 @@ the table; tests/test_attack.py runs each in its quick form. Families:
   cache      a shared cache store poisoned, symlinked, another's, or locked (root only)
   exhaustion idle connections past the cap, slowloris heads, half-open bodies,
              EMFILE under a lowered NOFILE, against a live `docket run`
+  snapshot   the snapshot store, the run folder's records and the tree attacked by
+             an agent of the same user, against a real rollback and docket restore
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

@@ -39,6 +39,11 @@ FAMILIES = {
         "chaos.attack.exhaustion",
         "a real call answered and recorded, each episode an event, no traceback",
     ),
+    "snapshot": (
+        "chaos.attack.snapshot",
+        "ended in bounded time, nothing written outside, verified only when the tree "
+        "equals the snapshot, differences named",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
@@ -61,6 +66,7 @@ NOTES = {
         f"{x.get('connections_opened')} connections, {x.get('pressure_events')} pressure "
         f"events counting {x.get('pressure_counted')}"
     ),
+    "snapshot": lambda x: f"held {x.get('held')}",
 }
 
 

@@ -13,7 +13,10 @@ Exit 0: done (or nothing to do); 1: a conflict or a failed step; 2: bad input.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from pathlib import Path
 
 from docket.durable import replace_file
@@ -41,7 +44,13 @@ def snapshot_events(ledger: Path) -> dict[int, dict[str, dict]]:
     verifier = ChainVerifier()
     out: dict[int, dict[str, dict]] = {}
     try:
-        for line in iter_lines(ledger):
+        fd = _open_regular_file(ledger)
+    except OSError as exc:
+        raise InputError(f"restore: ledger {ledger}: cannot read ({exc.strerror})") from None
+    try:
+        # Read through the fd checked to be a regular file (a FIFO swapped in for the
+        # ledger would block a plain open() forever; issue 23, item 2).
+        for line in iter_lines(f"/proc/self/fd/{fd}"):
             if not line.complete:
                 break  # a torn tail: the lines before it stand
             event = verifier.feed(line.data)
@@ -56,7 +65,18 @@ def snapshot_events(ledger: Path) -> dict[int, dict[str, dict]]:
         raise InputError(f"restore: ledger {ledger}: {exc}") from None
     except OSError as exc:
         raise InputError(f"restore: ledger {ledger}: cannot read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
     return out
+
+
+def _open_regular_file(path: Path) -> int:
+    """`path` opened without blocking or following a link; OSError unless a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
 
 
 def plan_root(
@@ -129,7 +149,7 @@ def restore_command(run_dir: str, *, apply: bool, only: list[str] | None, force:
 
     folder = Path(run_dir)
     ledger = folder / "ledger.jsonl"
-    if not ledger.is_file():
+    if not os.path.lexists(ledger):
         raise InputError(f"restore: {run_dir}: no ledger.jsonl (give a run's folder)")
     if only:
         for p in only:
@@ -151,8 +171,10 @@ def restore_command(run_dir: str, *, apply: bool, only: list[str] | None, force:
             raise InputError(f"restore: snapshot {index}: root {exc.path}: {exc.why}") from None
     for r in roots:
         if apply:
+            # --force also removes a directory the run made with whatever is in it now
+            # (what the record could not name: deeper than the bound, made after the run)
             with Tree(r.root, recorded=True) as tree:
-                r.applied = apply_plan(tree, r.store, r.plan)
+                r.applied = apply_plan(tree, r.store, r.plan, sweep=force)
         _print(r, apply)
     report = {
         "format": FORMAT,

@@ -17,12 +17,14 @@ come from the walk itself.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from docket.snapshot.manifest import ManifestError, check_path
+from docket.snapshot.manifest import ManifestError, check_path, kernel_name
+from docket.snapshot.store import CHUNK, Deadline
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
@@ -118,13 +120,14 @@ class Tree:
         except ManifestError as exc:
             raise Refused(str(path), str(exc)) from None
         parts = path.split("/")
+        names = [kernel_name(p) for p in parts]  # the bytes each component spells
         fd = os.dup(self.fd)
         try:
-            for i, part in enumerate(parts[:-1]):
+            for i, part in enumerate(names[:-1]):
                 step = self.open_dir(fd, part, "/".join(parts[: i + 1]))
                 os.close(fd)
                 fd = step
-            yield fd, parts[-1]
+            yield fd, names[-1]
         finally:
             os.close(fd)
 
@@ -166,9 +169,94 @@ def open_regular(fd: int, name: str, path: str, expected: os.stat_result | None 
     return f
 
 
-def _why_not_dir(exc: OSError) -> str:
-    import errno
+def read_regular(path: str | os.PathLike, limit: int, deadline: Deadline) -> bytes:
+    """A run folder's or a store's file, whole: opened without blocking (a FIFO put in
+    its place opens at once) and without following a link as its last component, read
+    only if it is a regular file of at most `limit` bytes, and within `deadline`.
+    OSError (its strerror says why) otherwise (issue 23, item 2)."""
+    try:
+        f = os.open(path, FILE_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(exc.errno, "a symlink: not followed") from None
+        raise
+    try:
+        st = os.fstat(f)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"not a regular file ({kind_of(st.st_mode)})")
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"{st.st_size} bytes, more than the {limit} taken")
+        chunks, got = [], 0
+        while block := os.read(f, CHUNK):
+            got += len(block)
+            if got > limit:
+                raise OSError(errno.EFBIG, f"grew past the {limit} bytes taken while read")
+            chunks.append(block)
+            deadline.check(str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(f)
 
+
+def kind_of(mode: int) -> str:
+    """What a non-regular, non-directory, non-link entry is (manifest.OTHER_TYPES)."""
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode):
+        return "char-device"
+    if stat.S_ISBLK(mode):
+        return "block-device"
+    return "unknown"
+
+
+def sweep(tree: Tree, fd: int, name: str, path: str, deadline: Deadline) -> None:
+    """Remove the directory `name` under `fd` and everything in it, whatever it holds
+    (any name, any kind, any depth: issue 23, items 3 and 7). A loop, never a recursion,
+    holding one directory open at a time (a chain deeper than the fd limit included):
+    it goes back up through "..", checked to be the very directory it came down from, so
+    a directory moved out of the tree mid-sweep is Refused, never followed out. Links
+    are removed as links, never followed; another filesystem is never entered."""
+    top = tree.open_dir(fd, name, path)
+    idents = [_ident(top)]  # (st_dev, st_ino) of each directory from `name` down
+    names: list[str] = []  # the name of each one below `name` in its parent
+    try:
+        while True:
+            deadline.check(path)
+            with os.scandir(top) as it:
+                listed = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+            below = next((n for n, is_dir in listed if is_dir), None)
+            for child, is_dir in listed:
+                if not is_dir:
+                    os.unlink(child, dir_fd=top)
+            if below is not None:
+                sub = tree.open_dir(top, below, f"{path}/...")
+                os.close(top)
+                top = sub
+                idents.append(_ident(top))
+                names.append(below)
+                continue
+            if not names:
+                break  # `name` itself is empty now
+            up = os.open("..", DIR_FLAGS, dir_fd=top)
+            os.close(top)
+            top = up
+            idents.pop()
+            if _ident(top) != idents[-1]:
+                raise Refused(path, "a directory moved during the removal: not followed")
+            os.rmdir(names.pop(), dir_fd=top)
+    finally:
+        os.close(top)
+    os.rmdir(name, dir_fd=fd)
+
+
+def _ident(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _why_not_dir(exc: OSError) -> str:
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
         return "a component is a symlink or not a directory: not followed"
     return f"cannot open ({exc.strerror})"

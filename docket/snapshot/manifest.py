@@ -11,16 +11,28 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 FORMAT = "docket/snapshot/v1"
 FILE, DIR, LINK = "file", "dir", "link"
-KINDS = (FILE, DIR, LINK)
+# What a tree holds that is recorded but never copied nor made back: a FIFO, a socket,
+# a device, or a link whose target is not UTF-8. Recorded so that a rollback removes
+# one the run added, and a verification sees one left behind (issue 23, item 7).
+OTHER = "other"
+OTHER_TYPES = ("fifo", "socket", "char-device", "block-device", "link-not-utf8", "unknown")
+KINDS = (FILE, DIR, LINK, OTHER)
+RESTORABLE = (FILE, DIR, LINK)
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
-MAX_PATH_BYTES = 4096
+_HEX2 = re.compile(r"[0-9a-f]{2}")
+_PLAIN = re.compile(r"[^\\\x00-\x1f\x7f]*\Z")  # a name spelled as its UTF-8 text
 MAX_NAME_BYTES = 255
+# Entries deeper than this are not recorded: the directory at this depth is, and a
+# `skipped` row says its contents were not entered (a walk never recurses, but a plan's
+# step walks its path from the root, so depth costs every step; issue 23, item 3).
+MAX_DEPTH = 256
 
 
 class ManifestError(ValueError):
@@ -33,13 +45,15 @@ class Entry:
     mode: int = 0  # permission bits (st_mode & 0o7777); 0 for links
     sha256: str | None = None  # files only
     size: int = 0  # files only
-    target: str | None = None  # links only
+    target: str | None = None  # links only (for OTHER: its type, one of OTHER_TYPES)
 
     def as_dict(self) -> dict:
         if self.kind == FILE:
             return {"kind": FILE, "mode": self.mode, "sha256": self.sha256, "size": self.size}
         if self.kind == DIR:
             return {"kind": DIR, "mode": self.mode}
+        if self.kind == OTHER:
+            return {"kind": OTHER, "type": self.target}
         return {"kind": LINK, "target": self.target}
 
     def same_content(self, other: Entry) -> bool:
@@ -47,30 +61,96 @@ class Entry:
         return (self.kind, self.sha256, self.target) == (other.kind, other.sha256, other.target)
 
 
+def name_text(raw: bytes) -> str:
+    """A file name as the manifest and the ledger spell it: its UTF-8 text, except that
+    a backslash is written "\\\\" and each byte that is not valid UTF-8, or is a control
+    character, "\\xNN" (two lowercase hex digits). Any name a kernel gives has exactly
+    one spelling, and every name is recorded: paths are bytes (issue 23, item 7)."""
+    try:
+        plain = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        plain = None
+    if plain is not None and _PLAIN.match(plain):
+        return plain  # the common case, and the spelling of every name before issue 23
+    out = []
+    for c in raw.decode("utf-8", "surrogateescape"):
+        n = ord(c)
+        if 0xDC80 <= n <= 0xDCFF:  # a byte the UTF-8 decoder could not take
+            out.append(f"\\x{n - 0xDC00:02x}")
+        elif n < 0x20 or n == 0x7F:
+            out.append(f"\\x{n:02x}")
+        elif c == "\\":
+            out.append("\\\\")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def name_bytes(text: str) -> bytes:
+    """The bytes `name_text` spelled as `text`; ManifestError for any other spelling."""
+    if _PLAIN.match(text):
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ManifestError(f"name {text!r}: not UTF-8 text") from None
+    out = bytearray()
+    i = 0
+    try:
+        while i < len(text):
+            c = text[i]
+            if c != "\\":
+                out += c.encode("utf-8")
+                i += 1
+            elif text[i + 1 : i + 2] == "\\":
+                out += b"\\"
+                i += 2
+            elif text[i + 1 : i + 2] == "x" and _HEX2.match(text, i + 2):
+                out.append(int(text[i + 2 : i + 4], 16))
+                i += 4
+            else:
+                raise ManifestError(f"name {text!r}: a backslash that is no escape")
+    except UnicodeEncodeError:
+        raise ManifestError(f"name {text!r}: not UTF-8 text") from None
+    raw = bytes(out)
+    if name_text(raw) != text:
+        raise ManifestError(f"name {text!r}: not the one spelling of its bytes")
+    return raw
+
+
+def kernel_name(text: str) -> str:
+    """A checked component as os.* functions take it (undecodable bytes as surrogates)."""
+    return os.fsdecode(name_bytes(text))
+
+
+def text_of(kernel: str) -> str:
+    """A name os.scandir gave, spelled as the manifest spells it."""
+    return name_text(os.fsencode(kernel))
+
+
 def check_path(path: object) -> str:
     """`path` if it is a relative path of plain components; ManifestError otherwise.
 
-    Refused: absolute paths, "", ".", "..", empty components, NUL, backslashes
-    (never a separator here, but a trap for a reader on another system), and
-    names or paths longer than the kernel takes.
+    Refused: absolute paths, "", ".", "..", empty components, names that are not
+    name_text's one spelling of their bytes (so NUL and stray backslashes), names
+    longer than the kernel takes, and paths deeper than MAX_DEPTH. A whole path has
+    no length bound of its own: every path is walked one component at a time from a
+    directory fd, so the kernel never sees more than one name (issue 23, item 8).
     """
     if type(path) is not str or path == "":
         raise ManifestError(f"path {path!r}: must be a non-empty string")
     if path.startswith("/"):
-        raise ManifestError(f"path {path!r}: absolute paths are refused")
-    if "\0" in path or "\\" in path:
-        raise ManifestError(f"path {path!r}: holds NUL or a backslash")
-    try:
-        encoded = path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ManifestError(f"path {path!r}: not UTF-8") from None
-    if len(encoded) > MAX_PATH_BYTES:
-        raise ManifestError(f"path {path[:40]!r}...: longer than {MAX_PATH_BYTES} bytes")
-    for part in path.split("/"):
+        raise ManifestError(f"path {path[:80]!r}: absolute paths are refused")
+    parts = path.split("/")
+    if len(parts) > MAX_DEPTH:
+        raise ManifestError(f"path {path[:80]!r}...: deeper than {MAX_DEPTH} levels")
+    for part in parts:
         if part in ("", ".", ".."):
-            raise ManifestError(f"path {path!r}: component {part!r} is refused")
-        if len(part.encode("utf-8")) > MAX_NAME_BYTES:
-            raise ManifestError(f"path {path!r}: a name longer than {MAX_NAME_BYTES} bytes")
+            raise ManifestError(f"path {path[:200]!r}: component {part!r} is refused")
+        raw = name_bytes(part)
+        if b"\0" in raw:
+            raise ManifestError(f"path {path[:200]!r}: holds NUL")
+        if len(raw) > MAX_NAME_BYTES:
+            raise ManifestError(f"path {path[:80]!r}: a name longer than {MAX_NAME_BYTES} bytes")
     return path
 
 
@@ -102,6 +182,11 @@ def entry_from_dict(where: str, d: object) -> Entry:
         if type(target) is not str or target == "" or "\0" in target:
             raise ManifestError(f"{where}.target: must be a non-empty string without NUL")
         return Entry(LINK, target=target)
+    if kind == OTHER:
+        kind_of = d.get("type")
+        if kind_of not in OTHER_TYPES:
+            raise ManifestError(f"{where}.type: must be one of {', '.join(OTHER_TYPES)}")
+        return Entry(OTHER, target=kind_of)
     raise ManifestError(f"{where}.kind: must be one of {', '.join(KINDS)}")
 
 
@@ -228,3 +313,12 @@ def select(manifest: Manifest, paths: Iterable[str]) -> dict[str, Entry]:
 def under(path: str, prefixes: Iterable[str]) -> bool:
     """Whether `path` is one of `prefixes` or inside one of them (whole components)."""
     return any(path == p or path.startswith(p + "/") for p in prefixes)
+
+
+def differences(before: Manifest, now: Manifest) -> list[dict]:
+    """Each path whose entry now is not the snapshot's, with both states (None: absent):
+    what a rollback that is not verified names (snapshot.restored's `differences`)."""
+    return [
+        {"path": p, "snapshot": state(before.entries.get(p)), "now": state(now.entries.get(p))}
+        for p in diff(before, now).paths()
+    ]

@@ -9,6 +9,8 @@ before it), then creations shallowest first (a directory before what goes in
 it), then directory modes deepest first (a read-only directory last).
 Files are always rewritten whole (a new inode renamed into place), never
 chmod'ed or written in place: an inode the run hard-linked elsewhere is left alone.
+What the run put anywhere is removed whatever its kind (a FIFO, a device: manifest
+OTHER); one the snapshot held is not made back (a conflict, named).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from docket.snapshot.manifest import DIR, FILE, LINK, Entry, depth, parents, under
+from docket.snapshot.manifest import DIR, FILE, LINK, RESTORABLE, Entry, depth, parents, under
 
 REMOVE, MKDIR, WRITE, SYMLINK, CHMOD = "remove", "mkdir", "write", "symlink", "chmod"
 
@@ -93,6 +95,17 @@ def make_plan(
                     "path": path,
                     "why": "changed after the run ended",
                     "expected": _state(left),
+                    "found": _state(have),
+                }
+            )
+            continue
+        if want is not None and want.kind not in RESTORABLE:
+            plan.conflicts.append(
+                {
+                    "path": path,
+                    "why": f"a {want.target} in the snapshot: recorded, never copied, "
+                    "so not made back",
+                    "expected": _state(want),
                     "found": _state(have),
                 }
             )

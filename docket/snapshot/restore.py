@@ -19,10 +19,11 @@ import secrets
 import stat
 from dataclasses import dataclass, field
 
-from docket.snapshot.confine import Refused, Tree, lstat_at, open_regular
-from docket.snapshot.manifest import DIR, FILE, LINK, Entry, parents
+from docket.snapshot.confine import Refused, Tree, kind_of, lstat_at, open_regular
+from docket.snapshot.confine import sweep as remove_tree
+from docket.snapshot.manifest import DIR, FILE, LINK, OTHER, Entry, parents
 from docket.snapshot.plan import CHMOD, MKDIR, REMOVE, SYMLINK, WRITE, Plan, Step
-from docket.snapshot.store import CHUNK, Store, StoreError, sync_fs
+from docket.snapshot.store import CHUNK, NO_DEADLINE, Deadline, Store, StoreError, hash_fd, sync_fs
 
 
 @dataclass
@@ -35,11 +36,23 @@ class StepFailed(Exception):
     """One step of a plan could not be applied; its message is the reason recorded."""
 
 
-def apply_plan(tree: Tree, store: Store, plan: Plan) -> Applied:
+def apply_plan(
+    tree: Tree,
+    store: Store,
+    plan: Plan,
+    *,
+    sweep: bool = False,
+    deadline: Deadline = NO_DEADLINE,
+) -> Applied:
+    """`sweep`: a directory to remove goes with whatever it still holds (the rollback:
+    what the run made below the depth bound, or under a name made after its change
+    scan); without it (docket restore, unless --force) a directory that is not empty
+    fails its step. Past `deadline` every step left fails, said so."""
     out = Applied()
     for step in plan.steps:
         try:
-            _apply(tree, store, step)
+            deadline.check(step.path)
+            _apply(tree, store, step, sweep, deadline)
         except Refused as exc:
             out.failed.append({"op": step.op, "path": step.path, "why": exc.why})
         except (StepFailed, StoreError) as exc:
@@ -55,7 +68,7 @@ def apply_plan(tree: Tree, store: Store, plan: Plan) -> Applied:
     return out
 
 
-def _apply(tree: Tree, store: Store, step: Step) -> None:
+def _apply(tree: Tree, store: Store, step: Step, sweep: bool, deadline: Deadline) -> None:
     ups = parents(step.path)
     with tree.parent(step.path) as (fd, name):
         where = os.fstat(fd)
@@ -64,7 +77,9 @@ def _apply(tree: Tree, store: Store, step: Step) -> None:
         owner = _owner(current or where)
         if step.op == REMOVE:
             assert current is not None
-            if stat.S_ISDIR(current.st_mode):
+            if stat.S_ISDIR(current.st_mode) and sweep:
+                remove_tree(tree, fd, name, step.path, deadline)
+            elif stat.S_ISDIR(current.st_mode):
                 os.rmdir(name, dir_fd=fd)
             else:
                 os.unlink(name, dir_fd=fd)
@@ -83,7 +98,7 @@ def _apply(tree: Tree, store: Store, step: Step) -> None:
             assert step.want is not None
             tmp = f".docket-restore-{secrets.token_hex(8)}"
             if step.op == WRITE:
-                _write_file(fd, tmp, store, step.want, owner)
+                _write_file(fd, tmp, store, step.want, owner, deadline)
             else:
                 assert step.want.target is not None
                 os.symlink(step.want.target, tmp, dir_fd=fd)
@@ -112,25 +127,29 @@ def _recheck(fd: int, name: str, step: Step, current: os.stat_result | None) -> 
     if current is None:
         raise StepFailed("gone since the plan was made")
     found = _entry_at(fd, name, step.path, current)
-    if found is None or not found.same_content(expected):
+    if not found.same_content(expected):
         raise StepFailed("changed since the plan was made")
 
 
-def _entry_at(fd: int, name: str, path: str, st: os.stat_result) -> Entry | None:
+def _entry_at(fd: int, name: str, path: str, st: os.stat_result) -> Entry:
+    """The entry at `name` under `fd` now, as a scan would record it."""
     if stat.S_ISDIR(st.st_mode):
         return Entry(DIR, stat.S_IMODE(st.st_mode))
     if stat.S_ISLNK(st.st_mode):
-        return Entry(LINK, target=os.fsdecode(os.readlink(name, dir_fd=fd)))
+        target = os.readlink(name, dir_fd=fd)
+        try:
+            target.encode("utf-8")
+        except UnicodeEncodeError:
+            return Entry(OTHER, target="link-not-utf8")
+        return Entry(LINK, target=target)
     if stat.S_ISREG(st.st_mode):
-        from docket.snapshot.store import hash_fd
-
         f = open_regular(fd, name, path, expected=st)
         try:
             sha, size = hash_fd(f)
         finally:
             os.close(f)
         return Entry(FILE, stat.S_IMODE(st.st_mode), sha256=sha, size=size)
-    return None  # a device, FIFO or socket: never the entry a plan expects
+    return Entry(OTHER, target=kind_of(st.st_mode))  # never opened
 
 
 def _owner(st: os.stat_result) -> tuple[int, int] | None:
@@ -143,7 +162,12 @@ def _owner(st: os.stat_result) -> tuple[int, int] | None:
 
 
 def _write_file(
-    fd: int, tmp: str, store: Store, want: Entry, owner: tuple[int, int] | None = None
+    fd: int,
+    tmp: str,
+    store: Store,
+    want: Entry,
+    owner: tuple[int, int] | None,
+    deadline: Deadline,
 ) -> None:
     src = store.open_object(want.sha256 or "")
     try:
@@ -159,6 +183,7 @@ def _write_file(
                 h.update(block)
                 os.write(dst, block)
                 pos += len(block)
+                deadline.check(f"object {want.sha256}")
             if h.hexdigest() != want.sha256:
                 raise StoreError(f"object {want.sha256}: its bytes do not hash to its name")
             if owner is not None:

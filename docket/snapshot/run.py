@@ -1,8 +1,9 @@
 """What `docket run --snapshot` and `docket restore` call: the snapshot's files and events.
 
 A run's folder holds snapshots/N.json (N: the root's index, in --snapshot's
-order): the manifest, the root and the store it names. Its digest is in the
-ledger's snapshot.taken, so `docket restore` refuses a manifest edited since.
+order): the manifest, the root and the store it names. The sha256 of its
+entries (manifest_sha256) and of its whole bytes (record_sha256) are in the
+ledger's snapshot.taken, so `docket restore` refuses a record edited since.
 Events (the ledger's, fields as below): snapshot.taken before process.spawn;
 snapshot.changes once the child is reaped; snapshot.restored after a rollback.
 """
@@ -10,25 +11,33 @@ snapshot.changes once the child is reaped; snapshot.restored after a rollback.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from docket.snapshot.confine import Refused, Tree
+from docket.snapshot.confine import Refused, Tree, read_regular
 from docket.snapshot.manifest import (
     Manifest,
     ManifestError,
     changes_event,
     diff,
+    differences,
     manifest_from_dict,
+    state,
 )
 from docket.snapshot.plan import Plan, make_plan
 from docket.snapshot.restore import Applied, _entry_at, apply_plan
 from docket.snapshot.scan import DEFAULT_EXCLUDE, Excluder, identities, scan
-from docket.snapshot.store import Store
+from docket.snapshot.store import Deadline, Store, TimedOut
 
 SNAPSHOT_DIR = "snapshots"
 STORE_NAME = ".docket-snapshot-store"
+ROLLBACK_SECONDS = 300.0  # a rollback (its reads and its verifying scan) ends by then
+MAX_DIFFERENCES = 1000  # named in snapshot.restored; differences_count has them all
+MAX_RECORD_BYTES = 1 << 30  # snapshots/N.json: 1 GiB is some ten million entries
+RECORD_SECONDS = 120.0  # to read it
 
 
 def default_store(folder: Path) -> Path:
@@ -64,7 +73,9 @@ def take(
 ) -> tuple[RootSnapshot, dict]:
     """Snapshot `root` into the store; (the snapshot, snapshot.taken's fields). Refused
     (confine) for a root that cannot be one; OSError if the copy fails."""
-    store = Store(store_dir)
+    # Made absolute, not resolved: a store that is a symlink (one a previous run's agent
+    # planted in docket-runs/) is refused by Store, never followed to wherever it leads.
+    store = Store(Path(os.path.abspath(store_dir)))
     excluder = Excluder(tuple(exclude), identities([folder, store_dir, *also_skip]))
     with Tree(root) as tree:
         result = scan(tree, excluder, store)
@@ -78,15 +89,20 @@ def take(
         "exclude": list(exclude),
         "skipped": result.skipped,
     }
+    data = (json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
     path = snap.record_path(folder)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
+    path.write_bytes(data)
     fields = {
         "index": index,
         "root": real,
         **result.manifest.totals(),
         "manifest_sha256": result.manifest.digest(),
         "manifest": f"{SNAPSHOT_DIR}/{index}.json",
+        # The whole record's bytes: its store, exclude and skipped as much as its entries
+        # (docket restore trusts no field the ledger does not vouch for; issue 23, item 11).
+        "record_sha256": hashlib.sha256(data).hexdigest(),
+        "store": str(store.root),
         "exclude": list(exclude),
         "skipped": result.skipped,
         "copied": dict(store.methods),
@@ -108,24 +124,51 @@ def changes(snap: RootSnapshot) -> dict:
     }
 
 
-def rollback(snap: RootSnapshot) -> dict:
+def rollback(snap: RootSnapshot, seconds: float | None = ROLLBACK_SECONDS) -> dict:
     """Restore what the run changed (the tree as the change scan saw it), then scan again:
-    `verified` is whether the tree's manifest is the snapshot's once more. That scan is
-    the catcher of both failure modes: a changed file missed, an unchanged one touched."""
+    `verified` is true only when the tree's manifest is the snapshot's once more, every
+    entry of any name and kind included; else `differences` names each path that is not
+    as in the snapshot, with both states. What the run made under a directory it made is
+    removed with it, whatever it is. Bounded by `seconds` (reads included): past it, the
+    steps left fail and `error` says so; it always returns (issue 23, items 2, 3, 7)."""
     assert snap.after is not None, "changes() first"
+    deadline = Deadline(seconds)
     found = diff(snap.before, snap.after)
     paths = found.paths()
     end = {p: e for p, e in snap.after.entries.items() if p in set(paths)}
     plan = make_plan(paths, snap.before.entries, end, end)
+    out: dict = {"index": snap.index}
     with snap.tree() as tree:
-        applied = apply_plan(tree, snap.store, plan)
-        now = scan(tree, snap.excluder).manifest
+        applied = apply_plan(tree, snap.store, plan, sweep=True, deadline=deadline)
+        out.update(
+            applied=len(applied.applied),
+            paths=[a["path"] for a in applied.applied],
+            failed=applied.failed,
+        )
+        try:
+            result = scan(tree, snap.excluder, deadline=deadline)
+        except TimedOut as exc:
+            return {**out, "verified": False, "differences": [], "error": str(exc)}
+    now = result.manifest
+    named = differences(snap.before, now)
+    # A path the scan could not read now (a mount, a file swapped mid-read) that it
+    # could before is not known to be as in the snapshot: named too.
+    was = {s["path"] for s in snap.skipped}
+    named += [
+        {
+            "path": s["path"],
+            "snapshot": state(snap.before.entries.get(s["path"])),
+            "now": None,
+            "why": s["why"],
+        }  # fmt: skip
+        for s in result.skipped
+        if s["path"] not in was
+    ]
     return {
-        "index": snap.index,
-        "applied": len(applied.applied),
-        "paths": [a["path"] for a in applied.applied],
-        "failed": applied.failed,
-        "verified": now.digest() == snap.before.digest(),
+        **out,
+        "verified": not named and now.digest() == snap.before.digest(),
+        "differences": named[:MAX_DIFFERENCES],
+        "differences_count": len(named),
         "manifest_sha256": now.digest(),
     }
 
@@ -148,27 +191,51 @@ class RootRestore:
 
 
 def load_record(folder: Path, taken: dict) -> tuple[Manifest, str, Store, list[str]]:
-    """snapshots/N.json, checked against the digest snapshot.taken recorded."""
+    """snapshots/N.json, read without blocking (a FIFO, a link, a device is refused) and
+    only if its bytes hash to the record_sha256 snapshot.taken recorded: every field of
+    it (its store, its exclude) is the run's, not an edit (issue 23, items 2 and 11).
+    The store is opened, never made: a dry run writes nothing there."""
     rel = taken.get("manifest")
     if type(rel) is not str or rel != f"{SNAPSHOT_DIR}/{taken.get('index')}.json":
         raise RestoreInputError("snapshot.taken names no manifest file of this run")
+    want = taken.get("record_sha256")
+    if type(want) is not str:
+        raise RestoreInputError(
+            "snapshot.taken has no record_sha256 (a run recorded before Docket vouched for "
+            "the whole record): its store and exclude cannot be trusted"
+        )
     path = folder / rel
     try:
-        data = json.loads(path.read_text("utf-8"))
+        raw = read_regular(path, MAX_RECORD_BYTES, Deadline(RECORD_SECONDS))
+    except OSError as exc:
+        raise RestoreInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except TimedOut as exc:
+        raise RestoreInputError(f"{path}: {exc}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
         manifest = manifest_from_dict(data)
     except RecursionError:
         raise RestoreInputError(f"{path}: JSON nested too deeply") from None
-    except (OSError, ValueError, ManifestError) as exc:
+    except (ValueError, ManifestError) as exc:
         raise RestoreInputError(f"{path}: {exc}") from None
     if manifest.digest() != taken.get("manifest_sha256"):
         raise RestoreInputError(
             f"{path}: its entries do not hash to the manifest_sha256 the ledger recorded (edited?)"
         )
+    if hashlib.sha256(raw).hexdigest() != want:
+        raise RestoreInputError(
+            f"{path}: its bytes do not hash to the record_sha256 the ledger recorded (edited?)"
+        )
     root, store = data.get("root"), data.get("store")
-    if root != taken.get("root") or type(store) is not str:
-        raise RestoreInputError(f"{path}: its root is not the one the ledger recorded")
+    if root != taken.get("root") or type(store) is not str or store != taken.get("store"):
+        raise RestoreInputError(f"{path}: its root or store is not the one the ledger recorded")
     exclude = data.get("exclude")
-    return manifest, root, Store(store), list(exclude) if isinstance(exclude, list) else []
+    return (
+        manifest,
+        root,
+        Store(store, create=False),
+        list(exclude) if isinstance(exclude, list) else [],
+    )
 
 
 def current(tree: Tree, paths: list[str]) -> tuple[dict, list[dict]]:
@@ -182,16 +249,12 @@ def current(tree: Tree, paths: list[str]) -> tuple[dict, list[dict]]:
                 st = lstat_at(fd, name)
                 if st is None:
                     continue
-                entry = _entry_at(fd, name, path, st)
+                now[path] = _entry_at(fd, name, path, st)
         except Refused as exc:
             if exc.errno == errno.ENOENT:
                 continue  # a directory above it is gone: so is it
             unreachable.append({"path": path, "why": f"cannot be reached: {exc.why}"})
             continue
-        if entry is None:
-            unreachable.append({"path": path, "why": "not a file, directory or link now"})
-        else:
-            now[path] = entry
     return now, unreachable
 
 

@@ -22,6 +22,17 @@ from docket.errors import EXIT_CAP_KILL, EXIT_USAGE, InputError
 from docket.snapshot.confine import Refused, check_root
 from docket.snapshot.run import RootSnapshot, changes, default_store, rollback, take
 from docket.snapshot.scan import DEFAULT_EXCLUDE
+from docket.snapshot.store import StoreError
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, Refused):
+        return exc.why
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    if isinstance(exc, StoreError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def check_run_options(options: Any) -> None:
@@ -64,8 +75,8 @@ class SnapshotSession:
                 snap, fields = await trio.to_thread.run_sync(
                     take, index, root, folder, store, self.exclude, others
                 )
-            except (Refused, OSError) as exc:
-                why = exc.why if isinstance(exc, Refused) else (exc.strerror or str(exc))
+            except (Refused, OSError, StoreError) as exc:
+                why = _why(exc)
                 sup.request_stop(
                     StopRequest(
                         f"--snapshot {root}: cannot snapshot ({why})", exit_status=EXIT_USAGE
@@ -82,8 +93,8 @@ class SnapshotSession:
         for snap in self.snapshots:
             try:
                 fields = await trio.to_thread.run_sync(changes, snap)
-            except (Refused, OSError) as exc:
-                why = exc.why if isinstance(exc, Refused) else (exc.strerror or str(exc))
+            except Exception as exc:  # noqa: BLE001 - recorded: the run still ends with its receipt
+                why = _why(exc)
                 await sup._record("snapshot.changes", index=snap.index, error=why)
                 self.warnings.append(
                     f"--snapshot {snap.root}: the change scan failed ({why}): what the run "
@@ -109,20 +120,25 @@ class SnapshotSession:
                 continue  # its change scan failed: what to undo is unknown, so nothing is
             try:
                 fields = await trio.to_thread.run_sync(rollback, snap)
-            except (Refused, OSError) as exc:
-                why = exc.why if isinstance(exc, Refused) else (exc.strerror or str(exc))
+            except Exception as exc:  # noqa: BLE001 - recorded: the run still ends with its receipt
+                why = _why(exc)
                 fields = {
                     "index": snap.index,
                     "applied": 0,
                     "paths": [],
                     "failed": [],
                     "verified": False,
+                    "differences": [],
                     "error": why,
                 }
             await sup._record("snapshot.restored", **fields)
             if not fields["verified"]:
+                left = fields.get("differences_count", len(fields.get("differences") or []))
+                error = f" ({fields['error']})" if fields.get("error") else ""
                 self.warnings.append(
-                    f"the rollback of {snap.root} is incomplete: {len(fields['failed'])} step(s) "
-                    "failed and the tree is not as the snapshot (see snapshot.restored; "
-                    "docket restore --apply retries)"
+                    f"the rollback of {snap.root} is incomplete{error}: "
+                    f"{len(fields['failed'])} step(s) failed and {left} path(s) are not as in "
+                    "the snapshot (named in snapshot.restored's failed and differences; "
+                    "`docket restore RUN` plans what is left, which --apply retries unless "
+                    "the store's objects are damaged)"
                 )

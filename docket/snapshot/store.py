@@ -18,21 +18,55 @@ import fcntl
 import hashlib
 import os
 import secrets
+import stat
+import time
 from pathlib import Path
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int), linux/fs.h
 CHUNK = 1 << 20
 
 
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_OBJECT = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+
+
 class StoreError(Exception):
     """The snapshot store cannot hold or give back an object; the message says why."""
 
 
+class TimedOut(StoreError):
+    """A read or a walk that went on past its deadline (the rest is not done: said so)."""
+
+
+class Deadline:
+    """A monotonic deadline that loops check between blocks (None: none)."""
+
+    def __init__(self, seconds: float | None = None) -> None:
+        self.seconds = seconds
+        self.at = None if seconds is None else time.monotonic() + seconds
+
+    def check(self, what: str) -> None:
+        if self.at is not None and time.monotonic() > self.at:
+            raise TimedOut(f"{what}: not done within {self.seconds:g} s")
+
+
+NO_DEADLINE = Deadline()
+
+
 class Store:
-    def __init__(self, root: str | os.PathLike) -> None:
+    """`create=False` (docket restore) makes nothing: a store that is not there is an
+    error at the first object read, and a dry run writes nowhere (issue 23, item 11)."""
+
+    def __init__(self, root: str | os.PathLike, *, create: bool = True) -> None:
         self.root = Path(root)
-        (self.root / "objects").mkdir(mode=0o700, parents=True, exist_ok=True)
-        (self.root / "tmp").mkdir(mode=0o700, exist_ok=True)
+        if create:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for sub in (self.root, self.root / "objects", self.root / "tmp"):
+                sub.mkdir(mode=0o700, exist_ok=True)
+                if not stat.S_ISDIR(os.lstat(sub).st_mode):
+                    # a link planted where the store (or its objects/ or tmp/) goes: the
+                    # copies of the tree would be written wherever it leads
+                    raise StoreError(f"store {sub}: a symlink or not a directory: not followed")
         self.methods: dict[str, int] = {"reflink": 0, "copy_file_range": 0, "copy": 0}
         self.added = 0  # objects new to the store
         self.deduped = 0  # copies dropped: the content was stored already
@@ -57,22 +91,59 @@ class Store:
             raise
         os.close(dst)
         final = self.object_path(sha)
-        if final.exists():
-            tmp.unlink()
+        if final.parent.name not in self._made:
+            final.parent.mkdir(mode=0o700, exist_ok=True)
+            if not stat.S_ISDIR(os.lstat(final.parent).st_mode):  # a link planted there
+                tmp.unlink()
+                raise StoreError(f"store {final.parent}: not a directory (a symlink?)")
+            self._made.add(final.parent.name)
+        try:
+            there = os.lstat(final)
+        except FileNotFoundError:
+            there = None
+        if there is not None and stat.S_ISREG(there.st_mode) and there.st_size == size:
+            tmp.unlink()  # stored already: the copy just made is dropped, never written out
             self.deduped += 1
         else:
-            if final.parent.name not in self._made:
-                final.parent.mkdir(mode=0o700, exist_ok=True)
-                self._made.add(final.parent.name)
+            # Absent, or something else has the name (a FIFO, a link, a file of another
+            # size, planted by another process of the user): what a snapshot names is
+            # what it wrote (issue 23, item 2). An object of the right size but other
+            # bytes is caught when read back (re-hashed), never restored.
+            if there is not None and stat.S_ISDIR(there.st_mode):
+                tmp.unlink()
+                raise StoreError(f"store {final}: a directory where an object belongs")
             os.replace(tmp, final)
             self.added += 1
         return sha, size
 
     def open_object(self, sha: str) -> int:
+        """The object's fd: each folder on the way from the store's root opened without
+        following a link, the object itself without blocking (a FIFO swapped in opens at
+        once) and only if it is a regular file (issue 23, item 2)."""
+        parts = ["objects", sha[:2], sha[2:]]
         try:
-            return os.open(self.object_path(sha), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(self.root, _DIR)
         except OSError as exc:
-            raise StoreError(f"object {sha[:12]}: cannot open ({exc.strerror})") from None
+            raise StoreError(f"store {self.root}: cannot open ({exc.strerror})") from None
+        try:
+            for part in parts[:-1]:
+                step = os.open(part, _DIR, dir_fd=fd)
+                os.close(fd)
+                fd = step
+            f = os.open(parts[-1], _OBJECT, dir_fd=fd)
+        except OSError as exc:
+            why = (
+                "a symlink or not a directory"
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR)
+                else exc.strerror
+            )
+            raise StoreError(f"object {sha[:12]}: cannot open ({why})") from None
+        finally:
+            os.close(fd)
+        if not stat.S_ISREG(os.fstat(f).st_mode):
+            os.close(f)
+            raise StoreError(f"object {sha[:12]}: not a regular file (swapped?): not read")
+        return f
 
     def sync(self) -> None:
         """One syncfs for the whole snapshot rather than an fsync per object."""
@@ -123,9 +194,10 @@ def copy_fd(src: int, dst: int) -> str:
     return "copy"
 
 
-def hash_fd(fd: int) -> tuple[str, int]:
+def hash_fd(fd: int, deadline: Deadline = NO_DEADLINE, what: str = "a file") -> tuple[str, int]:
     h, pos = hashlib.sha256(), 0
     while block := os.pread(fd, CHUNK, pos):
         h.update(block)
         pos += len(block)
+        deadline.check(what)
     return h.hexdigest(), pos
