@@ -11,6 +11,7 @@ the table; tests/test_attack.py runs each in its quick form. Families:
              byte under the run folder searched in four encodings
   inputs     bad CLI, policy, fault, scenario and phase inputs
   diskfull   the ledger on a small tmpfs the agent fills (root only)
+  numbers    number forms in receipts and ledger lines, through all three verifiers
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

@@ -31,6 +31,10 @@ FAMILIES = {
     "secrets": ("chaos.attack.secrets", "secrets planted and found nowhere on disk"),
     "inputs": ("chaos.attack.inputs", "exit 2, one stderr line, no traceback"),
     "diskfull": ("chaos.attack.diskfull", "receipts that disclose the loss"),
+    "numbers": (
+        "chaos.attack.numbers",
+        "number forms on which the three verifiers agree, none exits 70, each within its bound",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
@@ -45,6 +49,10 @@ NOTES = {
     ),
     "inputs": lambda x: f"{x.get('exit_codes')}",
     "diskfull": lambda x: f"exit codes {x.get('exit_codes')}",
+    "numbers": lambda x: (
+        f"verifiers {x.get('verifiers')}, verdicts {x.get('verdicts')}, slowest "
+        f"{x.get('slowest_s')}, skipped {x.get('skipped_verifiers')}"
+    ),
 }
 
 
