@@ -653,6 +653,17 @@ class Tally {
         const looked = opt(ev, 'cache');
         if (looked !== null && looked !== 'miss') return 'model.request: cache is not "miss" or null';
         if (looked !== null) this.cache.misses = sum(this.cache.misses, 1);
+        // Bytes forwarded other than the agent's: digest and changes together, or neither.
+        const fwd = opt(ev, 'forwarded_sha256');
+        const changes = opt(ev, 'forwarded_changes');
+        if ((fwd === null) !== (changes === null)) return 'model.request: forwarded_sha256 and forwarded_changes come together';
+        if (fwd !== null) {
+          if (!isHex64(fwd)) return 'model.request: forwarded_sha256 is not 64 lowercase hex digits';
+          if (fwd === opt(ev, 'request_sha256')) return 'model.request: forwarded_sha256 is request_sha256';
+          if (!Array.isArray(changes) || changes.length === 0 || !changes.every((c) => typeof c === 'string')) {
+            return 'model.request: forwarded_changes is not a non-empty array of strings';
+          }
+        }
         this.count(model, 'model_calls', 1);
         if (callId !== null && !this.pending.has(callId)) this.pending.set(callId, seq);
         return undefined;

@@ -1382,6 +1382,7 @@ def make(out: Path) -> None:
     )
     snapshot_vectors(v)
     number_vectors(v)
+    forwarded_vectors(v)
 
     # -- the client's own retries (section 7.6), added with ops.client_retries
     retried = chain(client_retry_run())
@@ -1841,6 +1842,79 @@ def number_vectors(v: Vectors) -> None:
         verdict="ok",
         figures=basic,
     )
+
+
+def forwarded_vectors(v: Vectors) -> None:
+    """model.request's forwarded_sha256 and forwarded_changes (section 5): the bytes sent
+    upstream when they are not the agent's."""
+    run = basic_run()
+    assert run[2].type == "model.request"
+    sent = line_hash(b"the body with stream_options.include_usage added")
+    entries = copy.deepcopy(run)
+    entries[2].fields |= {
+        "stream": True,
+        "forwarded_sha256": sent,
+        "forwarded_changes": ["stream_options.include_usage"],
+    }
+    led = chain(entries)
+    receipt = receipt_for(led, COMPLETE)
+    v.ok(
+        "ok-forwarded-body",
+        "a streamed call the recorder forwarded with stream_options.include_usage added: "
+        "forwarded_sha256 and forwarded_changes on its model.request",
+        led,
+        receipt,
+    )
+    request = entries[2].fields["request_sha256"]
+    for name, changed, what in (
+        (
+            "forwarded-digest-alone",
+            {"forwarded_changes": None},
+            "forwarded_sha256 without forwarded_changes",
+        ),
+        (
+            "forwarded-changes-alone",
+            {"forwarded_sha256": None},
+            "forwarded_changes without forwarded_sha256",
+        ),
+        (
+            "forwarded-digest-uppercase",
+            {"forwarded_sha256": sent.upper()},
+            "forwarded_sha256 in capitals",
+        ),
+        (
+            "forwarded-digest-short",
+            {"forwarded_sha256": sent[:63]},
+            "forwarded_sha256 of 63 digits",
+        ),
+        (
+            "forwarded-digest-is-request",
+            {"forwarded_sha256": request},
+            "forwarded_sha256 equal to request_sha256",
+        ),
+        ("forwarded-changes-empty", {"forwarded_changes": []}, "forwarded_changes empty"),
+        (
+            "forwarded-changes-not-strings",
+            {"forwarded_changes": [1]},
+            "forwarded_changes holding a number",
+        ),
+    ):
+        bad = copy.deepcopy(entries)
+        for key, value in changed.items():
+            if value is None:
+                del bad[2].fields[key]
+            else:
+                bad[2].fields[key] = value
+        forged = chain(bad)
+        v.fail(
+            name,
+            f"{what} on the model.request at seq 2 (re-chained, receipt re-pointed)",
+            forged.data,
+            edited(edited(receipt, "ledger.head", forged.head), "ledger.bytes", len(forged.data)),
+            "malformed_event",
+            seq=2,
+            offset=forged.offsets[2],
+        )
 
 
 def main(argv: list[str]) -> int:
