@@ -230,6 +230,6 @@ def test_the_numbers_judge_wants_agreement_no_exit_70_and_the_spec_verdict():
     other = Answer(1, "malformed_line", seq=4, offset=10)
     assert "disagree" in numbers.judge(case, {"python": (fail, 0.1), "go": (other, 0.1)})
     assert "exit 70" in numbers.judge(case, {"python": (Answer(70, said="boom"), 0.1)})
-    assert "no answer" in numbers.judge(case, {"python": (Answer(None), 20.0)})
+    assert "no answer" in numbers.judge(case, {"python": (Answer(None), 120.0)})
     ok = Answer(0, "ok", events=1, head="0" * 64, bytes=9)
     assert "caught" in numbers.judge(case, {"python": (ok, 0.1)})
