@@ -19,6 +19,7 @@ from chaos.attack import (
     http,
     inputs,
     mutations,
+    numbers,
     secrets,
     snapshot,
 )
@@ -41,6 +42,14 @@ def test_malformed_http_is_answered_4xx_and_the_boundary_keeps_serving(tmp_path)
 
 def test_every_ledger_and_receipt_mutation_is_detected_by_verify(tmp_path):
     assert_all_good(mutations.run(tmp_path, quick=True), at_least=300)
+
+
+def test_number_forms_get_one_verdict_from_the_three_verifiers(tmp_path):
+    figures = numbers.run(tmp_path, quick=True)
+    assert_all_good(figures, at_least=24)
+    # Which verifiers judged (a missing tool is skipped and named, never silently).
+    assert "python" in figures.extra["verifiers"]
+    assert len(figures.extra["verifiers"]) + len(figures.extra["skipped_verifiers"]) == 3
 
 
 def test_no_planted_secret_reaches_a_byte_under_the_run_folder(tmp_path):

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.attack import Figures, diskfull, http, inputs, mutations, rig, secrets
+from chaos.attack import Figures, diskfull, http, inputs, mutations, numbers, rig, secrets
 from docket.ledger.chain import ChainVerifier
 from docket.ledger.reader import iter_lines
 
@@ -224,3 +224,42 @@ def test_the_snapshot_family_fails_a_rollback_that_claims_verified(tmp_path, mon
     probe = next(p for p in snapshot.ROLLBACKS if p.name.startswith("a file and a FIFO made"))
     held, said = snapshot.try_rollback(tmp_path / "p", probe)
     assert not held and "verified True, tree equal False" in said
+
+
+# ---------------------------------------------------------------- numbers
+
+
+def test_number_cases_are_seeded_and_plant_every_class(tmp_path):
+    ledger, receipt, _ = _pair(tmp_path)
+    first = numbers.number_cases(ledger, receipt, seed=5, count=80)
+    assert first == numbers.number_cases(ledger, receipt, seed=5, count=80)
+    assert first != numbers.number_cases(ledger, receipt, seed=6, count=80)
+    wants = {c.want for c in first}
+    assert wants == {numbers.OK, numbers.DETECTED, None}
+    assert any(c.what.startswith("ledger") for c in first)
+    assert any(c.what.startswith("receipt") for c in first)
+    for c in first:  # every case changes the pair
+        assert (c.ledger, c.receipt) != (ledger, mutations._dump(receipt)), c.what
+
+
+def test_same_value_forms_are_the_same_value():
+    from decimal import Decimal
+
+    for text in ("0", "7", "1234", "-15"):
+        for form in numbers.same_value_forms(text):
+            assert Decimal(form) == Decimal(text), (text, form)
+            assert form != text
+
+
+def test_the_numbers_judge_wants_agreement_no_exit_70_and_the_spec_verdict():
+    from chaos.verifiers import Answer
+
+    case = numbers.NumberCase("x", b"", b"", numbers.DETECTED)
+    fail = Answer(1, "malformed_line", seq=3, offset=10)
+    assert numbers.judge(case, {"python": (fail, 0.1), "go": (fail, 0.1)}) is None
+    other = Answer(1, "malformed_line", seq=4, offset=10)
+    assert "disagree" in numbers.judge(case, {"python": (fail, 0.1), "go": (other, 0.1)})
+    assert "exit 70" in numbers.judge(case, {"python": (Answer(70, said="boom"), 0.1)})
+    assert "no answer" in numbers.judge(case, {"python": (Answer(None), 120.0)})
+    ok = Answer(0, "ok", events=1, head="0" * 64, bytes=9)
+    assert "caught" in numbers.judge(case, {"python": (ok, 0.1)})

@@ -1134,3 +1134,30 @@ async def test_without_a_bulkhead_a_call_waiting_for_a_connection_is_bounded_and
     errors = [e for e in rig.events("model.error")]
     assert [e["reason"] for e in errors] == ["pool_timeout"] and errors[0]["cost_nusd"] == 0
     assert len(seen) == 32  # the 33rd never reached the upstream
+
+
+async def test_the_forwarded_body_is_on_the_record_when_the_boundary_changes_it(
+    stub_server, boundary_rig
+):
+    """Issue 24 item 4: the model.request names the digest of the bytes sent upstream."""
+    with trio.fail_after(DEADLINE):
+        async with (
+            stub_server("openai", reply_tokens=3) as up,
+            boundary_rig({"openai": up}) as rig,
+            rig.client() as http,
+        ):
+            sent = json.dumps(chat("sixteen bytes!!!", stream=True), indent=1).encode()
+            await http.post(CHAT, content=sent, headers={"content-type": "application/json"})
+            await http.post(
+                CHAT,
+                json=chat("sixteen bytes!!!", stream=True, stream_options={"include_usage": True}),
+            )
+    # The ledger's bytes, read as any verifier reads them.
+    requests = [e for e in map(json.loads, rig.raw().splitlines()) if e["type"] == "model.request"]
+    changed, untouched = requests
+    assert changed["request_sha256"] == hashlib.sha256(sent).hexdigest()
+    assert changed["forwarded_sha256"] == up.log[0]["body_sha256"] != changed["request_sha256"]
+    assert changed["forwarded_changes"] == ["stream_options.include_usage"]
+    # Bytes forwarded as the agent sent them: no forwarded_* fields at all.
+    assert "forwarded_sha256" not in untouched and "forwarded_changes" not in untouched
+    assert untouched["request_sha256"] == up.log[1]["body_sha256"]

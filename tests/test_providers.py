@@ -20,8 +20,10 @@ from docket.boundary.providers import (
     ProviderError,
     RequestFacts,
     Usage,
+    changed_paths,
     error_body,
     error_from_body,
+    forwarded,
     prepare,
     refusal,
     request_facts,
@@ -864,3 +866,55 @@ def test_the_standard_librarys_fallback_refuses_nan_and_infinity_too(literal):
 
     with pytest.raises(ValueError, match="not a JSON number"):
         _REQUEST_DECODER.decode('{"a": ' + literal + "}")
+
+
+# --- what is forwarded, and what changed (issue 24 item 4) ----------------------------
+
+
+def test_forwarded_names_what_prepare_changed_and_is_its_body():
+    body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
+    f = request_facts("openai", "/v1/chat/completions", JSON_HEADERS, body)
+    sent = forwarded(f, body)
+    assert (sent.body, sent.strip_usage) == prepare(f, body)
+    assert sent.changes == ("stream_options.include_usage",)
+    # include_usage 1 is not true: made true, and named (1 == True in Python, not here).
+    body = json.dumps(
+        {"model": "m", "messages": [], "stream": True, "stream_options": {"include_usage": 1}}
+    ).encode()
+    f = request_facts("openai", "/v1/chat/completions", JSON_HEADERS, body)
+    assert forwarded(f, body).changes == ("stream_options.include_usage",)
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "payload"),
+    [
+        ("openai", "/v1/chat/completions", {"model": "m", "messages": [], "stream": False}),
+        (
+            "openai",
+            "/v1/chat/completions",
+            {
+                "model": "m",
+                "messages": [],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        ),
+        (
+            "anthropic",
+            "/v1/messages",
+            {"model": "m", "messages": [], "max_tokens": 5, "stream": True},
+        ),
+    ],
+)
+def test_forwarded_bytes_that_are_the_agents_carry_no_changes(kind, path, payload):
+    body = json.dumps(payload).encode()
+    sent = forwarded(request_facts(kind, path, JSON_HEADERS, body), body)
+    assert sent.body is body and sent.changes == ()
+
+
+@given(_json)
+def test_a_value_differs_from_itself_nowhere_and_one_changed_leaf_is_named(value):
+    assert changed_paths(value, value) == []
+    assert changed_paths({"a": {"b": value}}, {"a": {"b": [value]}}) == ["a.b"]
+    added = changed_paths({"a": 1}, {"a": 1, "n": {"m": value}})  # an object added: its leaves
+    assert added and all(p == "n.m" or p.startswith("n.m.") for p in added), added

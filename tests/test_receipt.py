@@ -545,7 +545,7 @@ def nested(depth: int) -> object:
 STRICT = [
     (b'{"a":1}', {"a": 1}),
     (b' {"a":1}\r', {"a": 1}),  # JSON whitespace around the value
-    (b'{"a":1.50,"b":-0,"c":1e400}', {"a": Decimal("1.50"), "b": 0, "c": Decimal("1e400")}),
+    (b'{"a":1.50,"b":-0,"c":1e300}', {"a": Decimal("1.50"), "b": 0, "c": Decimal("1e300")}),
     (b'{"a":123456789012345678901234567890}', {"a": 123456789012345678901234567890}),
     (b'{"a":"\\ud83d\\ude00","\\u00e9":"\xc3\xa9"}', {"a": "\U0001f600", "\u00e9": "\u00e9"}),
     (b'{"a":' + b"[" * 63 + b"]" * 63 + b"}", {"a": nested(63)}),  # 64 levels: the most

@@ -6,7 +6,9 @@ run once per session. From them, DOCKET_DIFFERENTIAL_CASES (default 200; `nox -s
 verifiers` runs 1,000) seeded random mutations from chaos/attack/mutations.py (byte
 flips, deleted, duplicated and swapped lines, truncations, appended lines, forged
 lines re-chained with and without the receipt updated, receipt field edits and byte
-flips), plus a fixed set of spec-edge re-encodings made here, each on two of the pairs (the places where
+flips) and a fifth as many number forms planted at seeded places (chaos/attack/numbers.py:
+huge integers, huge and tiny exponents, -0, 1.0 for 1, leading zeros, values at the
+bounds of spec rule 2.1.7), plus a fixed set of spec-edge re-encodings made here, each on two of the pairs (the places where
 implementations of one spec drift apart: number forms, escapes, duplicate names, a
 BOM, whitespace, -0, 2^53), plus each pair untouched.
 
@@ -37,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.attack import mutations
+from chaos.attack import mutations, numbers
 from chaos.attack.rig import DOCKET
 from chaos.verifiers import (
     ROOT,
@@ -236,6 +238,17 @@ def spec_edges(b: Baseline) -> list[tuple[str, bytes, bytes, str | None]]:
         ("receipt: cut in half", b.ledger, original[: len(original) // 2], DETECTED),
         ("receipt: a lone surrogate escape in run_id", b.ledger,
          _with_raw(r, ("run_id",), '"\\ud800x"'), DETECTED),
+        # Number forms (spec rule 2.1.7): past the bounds, wherever, is caught.
+        ("receipt: ledger.events written with 5,000 digits", b.ledger,
+         _with_raw(r, ("ledger", "events"), numbers.HUGE), DETECTED),
+        ("receipt: ledger.events written 1e99999999", b.ledger,
+         _with_raw(r, ("ledger", "events"), "1e99999999"), DETECTED),
+        ("receipt: ledger.events written 1e-5000", b.ledger,
+         _with_raw(r, ("ledger", "events"), "1e-5000"), DETECTED),
+        ("receipt: ledger.events written 1e9999999999999999999", b.ledger,
+         _with_raw(r, ("ledger", "events"), "1e9999999999999999999"), DETECTED),
+        (f"receipt: ledger.events written 0{events} (a leading zero)", b.ledger,
+         _with_raw(r, ("ledger", "events"), f"0{events}"), DETECTED),
     ]  # fmt: skip
     zero = _zero_path(r)
     if zero is not None:
@@ -255,6 +268,20 @@ def spec_edges(b: Baseline) -> list[tuple[str, bytes, bytes, str | None]]:
          lambda s: s[:-1] + b',"type":"x"}', DETECTED),
         (f"line {i} with a second type member, its name \\u-escaped",
          lambda s: s[:-1] + b',"\\u0074ype":"x"}', DETECTED),
+        (f"line {i} with a member holding 1e300, 1.5e-300, -0 and a 32-digit integer",
+         lambda s: s[:-1] + b',"x_n":[1e300,1.5e-300,-0,' + b"9" * 32 + b"]}", OK),
+        (f"line {i} with a member holding a 5,000-digit integer",
+         lambda s: s[:-1] + b',"x_n":' + numbers.HUGE.encode() + b"}", DETECTED),
+        (f"line {i} with a member holding 1e-5000",
+         lambda s: s[:-1] + b',"x_n":1e-5000}', DETECTED),
+        (f"line {i} with a member holding 1e99999999",
+         lambda s: s[:-1] + b',"x_n":1e99999999}', DETECTED),
+        (f"line {i} with a member holding 1e9999999999999999999",
+         lambda s: s[:-1] + b',"x_n":1e9999999999999999999}', DETECTED),
+        (f"line {i} with a member holding 01 (a leading zero)",
+         lambda s: s[:-1] + b',"x_n":01}', DETECTED),
+        (f"line {i}'s mono_ms written with an exponent",
+         lambda s: re.sub(rb'"mono_ms":([0-9]+),', rb'"mono_ms":\1e0,', s, count=1), DETECTED),
         (f"line {i} with a prev in capitals",
          lambda s: _PREV.sub(lambda m: m[0].upper().replace(b'"PREV"', b'"prev"'), s, 1),
          DETECTED),
@@ -337,6 +364,12 @@ def make_cases(pairs: list[Baseline], count: int, seed: int) -> list[Case]:
             # the mutation stands for its want, decided once --ledger is drawn
             what = f"{mutation.name} (seed {seed + k})"
             add(b, what, mutation.ledger, mutation.receipt, mutation)
+    # Number forms planted at seeded places (chaos.attack.numbers), a fifth as many again
+    per_pair = max(2, count // (5 * len(pairs)))
+    for k, b in enumerate(pairs):
+        for planted in numbers.number_cases(b.ledger, b.receipt, seed + 1000 + k, per_pair):
+            add(b, f"number form: {planted.what} (seed {seed + 1000 + k})", planted.ledger,
+                planted.receipt, planted.want)  # fmt: skip
     # Each spec edge on two of the pairs, in turn (on all six it costs a node start each)
     edges = [spec_edges(b) for b in pairs]
     for k in range(max(map(len, edges))):

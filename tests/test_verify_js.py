@@ -347,6 +347,7 @@ EDGES = {
     "deep-receipt": (b'{"format": "docket-receipt-1", "x": ' + b"[" * 70 + b"]" * 70 + b"}", None),
     "lone-surrogate": (b'{"format": "docket-receipt-1", "x": "\\udc00"}', None),
     "big-number-format": (b'{"format": 1e400}', None),
+    "bounded-number-format": (b'{"format": 1e300}', None),
 }
 
 
@@ -362,7 +363,8 @@ EDGE_CODES = {
     "escaped-name-twice": "receipt_malformed",  # rule 2.1.3 after unescaping
     "deep-receipt": "receipt_malformed",  # rule 2.1.4
     "lone-surrogate": "receipt_not_json",  # rule 2.1.5
-    "big-number-format": "not_a_receipt",
+    "big-number-format": "receipt_malformed",  # rule 2.1.7: past 10^300, before the format
+    "bounded-number-format": "not_a_receipt",
 }
 
 

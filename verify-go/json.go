@@ -321,6 +321,9 @@ func (d *Decoder) Decode(data []byte) (*Value, *ParseError) {
 			if err != nil {
 				return nil, err
 			}
+			if problem := numberProblem(text); problem != "" {
+				return nil, &ParseError{Ambiguous: true, Msg: fmt.Sprintf("%s at byte %d", problem, p.pos)}
+			}
 			v = p.newValue(Number)
 			v.Str, v.Int = text, isInt
 		case c == 't':
@@ -500,6 +503,57 @@ func (p *parser) number() (string, bool, *ParseError) {
 	}
 	p.pos = i
 	return p.text[start:i], isInt, nil
+}
+
+// Rule 2.1.7: a number's size, judged on its text before anything converts
+// it. At most 32 significand digits, at most 4 exponent digits, and unless it
+// is zero, the power of ten of its first non-zero digit in [-300, 300].
+const (
+	MaxSignificandDigits = 32
+	MaxExponentDigits    = 4
+	MaxAdjustedExponent  = 300
+)
+
+// numberProblem says why a number token (already checked for syntax) breaks
+// rule 2.1.7, or "".
+func numberProblem(text string) string {
+	s := strings.TrimPrefix(text, "-")
+	exp := ""
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		s, exp = s[:i], s[i+1:]
+	}
+	whole, frac := s, ""
+	if i := strings.IndexByte(s, '.'); i >= 0 {
+		whole, frac = s[:i], s[i+1:]
+	}
+	if n := len(whole) + len(frac); n > MaxSignificandDigits {
+		return fmt.Sprintf("a number with %d digits before its exponent (at most %d)", n, MaxSignificandDigits)
+	}
+	negExp := strings.HasPrefix(exp, "-")
+	exp = strings.TrimLeft(exp, "+-")
+	if len(exp) > MaxExponentDigits {
+		return fmt.Sprintf("a number whose exponent has %d digits (at most %d)", len(exp), MaxExponentDigits)
+	}
+	fracZeros := len(frac) - len(strings.TrimLeft(frac, "0"))
+	if whole == "0" && fracZeros == len(frac) {
+		return "" // zero, whatever its exponent
+	}
+	power := 0
+	for i := 0; i < len(exp); i++ {
+		power = power*10 + int(exp[i]-'0')
+	}
+	if negExp {
+		power = -power
+	}
+	adjusted := power - 1 - fracZeros
+	if whole != "0" {
+		adjusted = power + len(whole) - 1
+	}
+	if adjusted < -MaxAdjustedExponent || adjusted > MaxAdjustedExponent {
+		return fmt.Sprintf("a number of magnitude 10^%d (at most 10^%d, at least 10^-%d)",
+			adjusted, MaxAdjustedExponent, MaxAdjustedExponent)
+	}
+	return ""
 }
 
 func hex4(b []byte) (rune, bool) {

@@ -34,7 +34,8 @@ var decodeCases = []struct{ text, want string }{
 	{`{"a":.5}`, "notjson"},
 	{`{"a":1e}`, "notjson"},
 	{`{"a":-0}`, "ok"},
-	{`{"a":123456789012345678901234567890e-999999999999999}`, "ok"},
+	{`{"a":123456789012345678901234567890e-999999999999999}`, "ambiguous"}, // rule 2.1.7: a 15-digit exponent
+	{`{"a":123456789012345678901234567890e-269}`, "ok"},
 	{`{"a":tru}`, "notjson"},
 	{`{"a":1}{}`, "notjson"},
 	{`{"a":1} x`, "notjson"},
@@ -141,6 +142,30 @@ func TestPaths(t *testing.T) {
 	for in, want := range cases {
 		if got := joinName(in[0], in[1]); got != want {
 			t.Errorf("joinName(%q, %q) = %s, want %s", in[0], in[1], got, want)
+		}
+	}
+}
+
+// Rule 2.1.7, on the number's text: the same edges as the spec's examples.
+func TestNumberSize(t *testing.T) {
+	within := []string{"1e300", "-1e300", "1.5e-300", "0.1e-299", "-0", "0e9999", "-0.0e-0",
+		"99999999999999999999999999999999", "99999999999999999999999999999999e268", "5000000000000000000000000000000e-31"}
+	past := []string{"1" + strings.Repeat("0", 4999), "100000000000000000000000000000000", "1e301", "10e300",
+		"0.01e-299", "1e-5000", "1e00001", "0e00001", "1e9999999999999999999", "1e99999999",
+		"0." + strings.Repeat("0", 32) + "1"}
+	for _, n := range within {
+		if _, err := Decode([]byte(`{"a":` + n + `}`)); err != nil {
+			t.Errorf("%s: refused (%s), but it is within the bounds", n, err.Msg)
+		}
+	}
+	for _, n := range past {
+		_, err := Decode([]byte(`{"a":[` + n + `]}`))
+		if err == nil || !err.Ambiguous {
+			t.Errorf("%.40s: %v, want an ambiguous refusal", n, err)
+		}
+		// Not JSON is decided first: a syntax error after it makes the text not JSON.
+		if err := jsonSyntax([]byte(`{"a":` + n + `,}`)); err == nil || err.Ambiguous {
+			t.Errorf("%.40s then junk: %v, want a syntax refusal", n, err)
 		}
 	}
 }

@@ -357,6 +357,7 @@ func (t *Tally) onRequest(e *Value) {
 		}
 		t.cache[1] = add(t.cache[1], 1)
 	}
+	checkForwarded(e)
 	if has {
 		if _, open := t.open[id]; !open { // a second request with an open call's id keeps the first
 			seq, _ := e.Get("seq").Count()
@@ -643,4 +644,32 @@ func (t *Tally) Claims() *Value {
 		Set("policy_digest", s.digest).
 		Set("faults", newObject().Set("seed", s.seed).Set("plan", s.plan).
 			Set("injected", num(injected)).Set("by_fault", byFault))
+}
+
+// checkForwarded: a model.request's record of bytes forwarded other than the
+// agent's (section 5): forwarded_sha256 and forwarded_changes both absent or
+// null, or both present, the digest 64 lowercase hex and not request_sha256,
+// the changes a non-empty array of strings.
+func checkForwarded(e *Value) {
+	digest, changes := e.Get("forwarded_sha256"), e.Get("forwarded_changes")
+	if digest.IsNull() && changes.IsNull() {
+		return
+	}
+	if digest.IsNull() || changes.IsNull() {
+		bad("model.request.forwarded_sha256 and forwarded_changes come together")
+	}
+	if digest.Kind != String || !isHex64(digest.Str) {
+		bad("model.request.forwarded_sha256 must be 64 lowercase hex digits")
+	}
+	if req := e.Get("request_sha256"); req != nil && req.Kind == String && req.Str == digest.Str {
+		bad("model.request.forwarded_sha256 must differ from request_sha256")
+	}
+	if changes.Kind != Array || len(changes.Items) == 0 {
+		bad("model.request.forwarded_changes must be a non-empty array of strings")
+	}
+	for _, c := range changes.Items {
+		if c.Kind != String {
+			bad("model.request.forwarded_changes must be a non-empty array of strings")
+		}
+	}
 }

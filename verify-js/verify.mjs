@@ -251,11 +251,40 @@ function number() {
     while (isDigit(c));
   }
   const raw = S.slice(start, P);
+  const problem = numberProblem(raw);
+  if (problem !== null) jfail(problem, 'ambiguous');
   if (isInt && P - start <= 17) {
     const n = Number(raw); // exact up to 2^53; anything larger is not a safe integer
     if (Number.isSafeInteger(n)) return n === 0 ? 0 : n;
   }
   return new JNum(raw, isInt);
+}
+
+// Rule 2.1.7: a number's size, judged on its text before anything converts it. At most 32
+// significand digits, at most 4 exponent digits, and unless it is zero, the power of ten of its
+// first non-zero digit in [-300, 300].
+const MAX_SIGNIFICAND = 32;
+const MAX_EXPONENT_DIGITS = 4;
+const MAX_ADJUSTED = 300;
+const NUMBER_PARTS = /^-?(0|[1-9][0-9]*)(?:\.([0-9]+))?(?:[eE]([+-]?)([0-9]+))?$/;
+
+function numberProblem(raw) {
+  const m = NUMBER_PARTS.exec(raw);
+  const whole = m[1];
+  const frac = m[2] || '';
+  const digits = whole.length + frac.length;
+  if (digits > MAX_SIGNIFICAND) return `a number with ${digits} digits before its exponent (at most ${MAX_SIGNIFICAND})`;
+  if (m[4] !== undefined && m[4].length > MAX_EXPONENT_DIGITS) {
+    return `a number whose exponent has ${m[4].length} digits (at most ${MAX_EXPONENT_DIGITS})`;
+  }
+  const fracZeros = frac.length - frac.replace(/^0+/, '').length;
+  if (whole === '0' && fracZeros === frac.length) return null; // zero, whatever its exponent
+  const power = (m[3] === '-' ? -1 : 1) * Number(m[4] || '0');
+  const adjusted = whole !== '0' ? power + whole.length - 1 : power - 1 - fracZeros;
+  if (adjusted < -MAX_ADJUSTED || adjusted > MAX_ADJUSTED) {
+    return `a number of magnitude 10^${adjusted} (at most 10^${MAX_ADJUSTED}, at least 10^-${MAX_ADJUSTED})`;
+  }
+  return null;
 }
 
 // A \u escape that leaves a lone surrogate, in a text JSON.parse accepted (so every backslash
@@ -624,6 +653,17 @@ class Tally {
         const looked = opt(ev, 'cache');
         if (looked !== null && looked !== 'miss') return 'model.request: cache is not "miss" or null';
         if (looked !== null) this.cache.misses = sum(this.cache.misses, 1);
+        // Bytes forwarded other than the agent's: digest and changes together, or neither.
+        const fwd = opt(ev, 'forwarded_sha256');
+        const changes = opt(ev, 'forwarded_changes');
+        if ((fwd === null) !== (changes === null)) return 'model.request: forwarded_sha256 and forwarded_changes come together';
+        if (fwd !== null) {
+          if (!isHex64(fwd)) return 'model.request: forwarded_sha256 is not 64 lowercase hex digits';
+          if (fwd === opt(ev, 'request_sha256')) return 'model.request: forwarded_sha256 is request_sha256';
+          if (!Array.isArray(changes) || changes.length === 0 || !changes.every((c) => typeof c === 'string')) {
+            return 'model.request: forwarded_changes is not a non-empty array of strings';
+          }
+        }
         this.count(model, 'model_calls', 1);
         if (callId !== null && !this.pending.has(callId)) this.pending.set(callId, seq);
         return undefined;

@@ -16,6 +16,7 @@ the table; tests/test_attack.py runs each in its quick form. Families:
              EMFILE under a lowered NOFILE, against a live `docket run`
   snapshot   the snapshot store, the run folder's records and the tree attacked by
              an agent of the same user, against a real rollback and docket restore
+  numbers    number forms in receipts and ledger lines, through all three verifiers
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

@@ -44,6 +44,10 @@ FAMILIES = {
         "ended in bounded time, nothing written outside, verified only when the tree "
         "equals the snapshot, differences named",
     ),
+    "numbers": (
+        "chaos.attack.numbers",
+        "number forms on which the three verifiers agree, none exits 70, each within its bound",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
@@ -67,6 +71,10 @@ NOTES = {
         f"events counting {x.get('pressure_counted')}"
     ),
     "snapshot": lambda x: f"held {x.get('held')}",
+    "numbers": lambda x: (
+        f"verifiers {x.get('verifiers')}, verdicts {x.get('verdicts')}, slowest "
+        f"{x.get('slowest_s')}, skipped {x.get('skipped_verifiers')}"
+    ),
 }
 
 

@@ -32,6 +32,7 @@ from docket.boundary.cache import Lookup, ResponseCache
 from docket.boundary.forward import (
     ModelCall,
     closing_bound,
+    forwarded_fields,
     recorded_body,
     request_digest,
 )
@@ -715,6 +716,7 @@ class Boundary:
                 stream=facts.stream,
                 request_bytes=len(body),
                 request_sha256=request_digest(body),
+                **forwarded_fields(call.forwarded),
                 max_output_tokens=facts.output_tokens_bound,
                 url=sanitize_url(route.target(rest, request.query)),
                 **client_marks(request.headers, self.scrub).as_fields(),  # docs/clients.md

@@ -117,6 +117,10 @@ class ModelCall:
         self.passage = passage
         self._attempt: trio.CancelScope | None = None
         self.body = request_body
+        # What goes upstream, decided here, once (prepare is pure): the model.request
+        # names these bytes' digest when they differ from the agent's, and _exchange
+        # sends exactly them.
+        self.forwarded = providers.forwarded(facts, request_body)
         self.record = CallRecord(call_id, route.name, facts.model, boundary.clock.mono())
         self.closed = False  # the closing event's write has begun (it is then finished)
         self._outcome = None  # the caps' outcome, once charged (a close is charged once)
@@ -187,7 +191,7 @@ class ModelCall:
 
     async def _exchange(self, target: str, headers, respond) -> None:
         _probe(self.b, "call.forward")
-        body, strip = providers.prepare(self.facts, self.body)
+        body, strip = self.forwarded.body, self.forwarded.strip_usage
         out_headers = providers.upstream_headers(  # the token was checked on arrival
             self.route.kind,
             headers,
@@ -620,3 +624,16 @@ def _nothing_used():
 
 def request_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
+
+
+def forwarded_fields(forwarded: providers.Forwarded) -> dict[str, object]:
+    """The model.request's record of bytes sent upstream that are not the agent's
+    (spec section 5): their digest and what changed; nothing when they are the agent's.
+    A check comparing the upstream's bytes with the ledger reads forwarded_sha256,
+    else request_sha256."""
+    if not forwarded.changes:
+        return {}
+    return {
+        "forwarded_sha256": request_digest(forwarded.body),
+        "forwarded_changes": list(forwarded.changes),
+    }

@@ -36,6 +36,26 @@ EVIDENCE_FIELDS = ("ledger_complete", "unwritten_events", "first_failing_seq", "
 # and could not be cut back); verify then checks the record's prefix only.
 EVIDENCE_EXTRA = ("unrecorded_calls", "last_error", "unverified_tail", "unwritten_by_type")
 
+_FORWARDED_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def _check_forwarded(event: dict) -> None:
+    """model.request's record of bytes forwarded other than the agent's (spec section 5):
+    forwarded_sha256 and forwarded_changes both absent or null, or both present, the
+    digest 64 lowercase hex and not request_sha256, the changes a non-empty list of strings."""
+    digest, changes = event.get("forwarded_sha256"), event.get("forwarded_changes")
+    if digest is None and changes is None:
+        return
+    if digest is None or changes is None:
+        raise TallyError("model.request.forwarded_sha256 and forwarded_changes come together")
+    if type(digest) is not str or not _FORWARDED_DIGEST.fullmatch(digest):
+        raise TallyError("model.request.forwarded_sha256 must be 64 lowercase hex digits")
+    if digest == event.get("request_sha256"):
+        raise TallyError("model.request.forwarded_sha256 must differ from request_sha256")
+    if type(changes) is not list or not changes or any(type(c) is not str for c in changes):
+        raise TallyError("model.request.forwarded_changes must be a non-empty list of strings")
+
+
 # USD per million tokens, at most 3 decimals: then a token costs a whole number of nano-USD.
 PRICE_PATTERN = re.compile(r"(0|[1-9][0-9]{0,8})(\.[0-9]{1,3})?")
 
@@ -310,6 +330,7 @@ class Tally:
             self.cache_counts[1] += 1
         if call_id is not None:
             self.open.setdefault(call_id, event["seq"])
+        _check_forwarded(event)
 
     def client_retries(self) -> dict:
         """The receipt's ops.client_retries (spec section 7.6): model.request events that

@@ -1396,6 +1396,8 @@ def make(out: Path) -> None:
         field="ledger.head",
     )
     snapshot_vectors(v)
+    number_vectors(v)
+    forwarded_vectors(v)
 
     # -- the client's own retries (section 7.6), added with ops.client_retries
     retried = chain(client_retry_run())
@@ -1686,6 +1688,282 @@ def snapshot_vectors(v: Vectors) -> None:
         seq=1,
         offset=bad.offsets[1],
     )
+
+
+HUGE_INTEGER = b"1" + b"0" * 4999  # 5,000 digits
+
+
+def number_vectors(v: Vectors) -> None:
+    """Rule 2.1.7 (number size) and number forms in the fields read as integers."""
+    run = basic_run()
+    basic = chain(run)
+    receipt = receipt_for(basic, COMPLETE)
+
+    def forged_line(position: int, old: bytes, new: bytes) -> Ledger:
+        entries = copy.deepcopy(run)
+        entries[position].edit = replace_once(old, new)
+        return chain(entries)
+
+    def repointed(led: Ledger) -> dict:
+        return edited(edited(receipt, "ledger.head", led.head), "ledger.bytes", len(led.data))
+
+    # A number past the bounds in a member nothing reads (ttfb_ms at seq 3), re-chained:
+    # malformed_line, whatever its value would have meant.
+    for name, number, what in (
+        ("number-huge-integer", HUGE_INTEGER, "a 5,000-digit integer"),
+        ("number-33-digits", b"1" + b"0" * 32, "a 33-digit integer (32 is the most)"),
+        ("number-long-fraction", b"0." + b"0" * 31 + b"1", "0.000...1 with 33 digits"),
+        ("number-exponent-digits", b"1e9999999999999999999", "1e9999999999999999999"),
+        ("number-exponent-five-digits", b"1e00001", "1e00001 (five exponent digits)"),
+        ("number-above-range", b"1e301", "1e301 (above 10^300)"),
+        ("number-above-range-scaled", b"10e300", "10e300 (10^301)"),
+        ("number-below-range", b"1e-5000", "1e-5000 (below 10^-300)"),
+        ("number-below-range-scaled", b"0.01e-299", "0.01e-299 (10^-301)"),
+        ("number-negative-huge", b"-" + HUGE_INTEGER, "minus a 5,000-digit integer"),
+    ):
+        led = forged_line(3, b'"ttfb_ms":210', b'"ttfb_ms":' + number)
+        v.fail(
+            f"{name}-rechained",
+            f"{what} in a member nothing reads, at seq 3 (re-chained, receipt re-pointed): "
+            "past rule 2.1.7, so malformed_line",
+            led.data,
+            repointed(led),
+            "malformed_line",
+            seq=3,
+            offset=led.offsets[3],
+        )
+    led = forged_line(3, b'"ttfb_ms":210', b'"ttfb_ms":0210')
+    v.fail(
+        "number-leading-zero-rechained",
+        "0210 at seq 3 (re-chained): a leading zero is not JSON",
+        led.data,
+        repointed(led),
+        "malformed_line",
+        seq=3,
+        offset=led.offsets[3],
+    )
+    led = forged_line(0, b'"calls":50', b'"calls":' + HUGE_INTEGER)
+    v.add(
+        "number-huge-first-line",
+        "a 5,000-digit integer in session.start's caps: the first line is malformed, so not a ledger",
+        ledger=led.data,
+        receipt=repointed(led),
+        verdict="input_error",
+        code="not_a_ledger",
+    )
+    # Numbers read as integers: a fraction or exponent is the wrong type, whatever the value.
+    for name, old, new, code in (
+        ("number-mono-ms-fraction", b'"mono_ms":1260', b'"mono_ms":1260.0', "malformed_line"),
+        ("number-mono-ms-exponent", b'"mono_ms":1260', b'"mono_ms":1.26e3', "malformed_line"),
+        (
+            "number-cost-fraction",
+            b'"cost_nusd":5650000',
+            b'"cost_nusd":5650000.0',
+            "malformed_event",
+        ),
+        ("number-cost-exponent", b'"cost_nusd":5650000', b'"cost_nusd":565e4', "malformed_event"),
+        (
+            "number-cost-above-range",
+            b'"cost_nusd":5650000',
+            b'"cost_nusd":9007199254740992',
+            "malformed_event",
+        ),
+        (
+            "number-cost-negative",
+            b'"cost_nusd":5650000',
+            b'"cost_nusd":-5650000',
+            "malformed_event",
+        ),
+    ):
+        led = forged_line(3, old, new)
+        v.fail(
+            f"{name}-rechained",
+            f"{new.decode()} at seq 3 (re-chained, receipt re-pointed): not an integer in range",
+            led.data,
+            repointed(led),
+            code,
+            seq=3,
+            offset=led.offsets[3],
+        )
+    # Within the bounds, every form of a number reads as its value: the edges, -0, 0e9999,
+    # 50.0 for 50, and the receipt compares them by value with what it writes.
+    entries = copy.deepcopy(run)
+    entries[0].fields["caps"] = {
+        "usd": "2.00",
+        "calls": 50,
+        "edges": [0, 0, 1e300, 1.5e-300, 1e-300, 10**31, -(10**31), 0.5],
+    }
+    entries[0].edit = replace_once(
+        b'"calls":50,"edges":[0,0,1e+300,1.5e-300,1e-300,'
+        + str(10**31).encode()
+        + b",-"
+        + str(10**31).encode()
+        + b",0.5]",
+        b'"calls":50.0,"edges":[-0,0e9999,1e300,1.5e-300,0.1e-299,'
+        + b"1"
+        + b"0" * 31
+        + b",-1"
+        + b"0" * 31
+        + b",5000000000000000000000000000000e-31]",
+    )
+    entries[1].fields["edge_numbers"] = [-0.0, 1e300, -1e-300]
+    entries[1].edit = replace_once(
+        b"[-0.0,1e+300,-1e-300]", b"[-0.0e-0,9" + b"9" * 31 + b"e268,-1E-300]"
+    )
+    led = chain(entries)
+    v.ok(
+        "ok-number-forms",
+        "numbers at the bounds of rule 2.1.7 and in other forms (-0, 0e9999, 50.0 for 50, a "
+        "32-digit significand), in caps the receipt restates by value and in a member nothing reads",
+        led,
+        receipt_for(led, COMPLETE),
+    )
+    # The receipt: a number past the bounds anywhere is receipt_malformed (no field);
+    # a member read as an integer in another form names its path.
+    text = encode_receipt(receipt)
+
+    def receipt_bytes(old: bytes, new: bytes) -> bytes:
+        if old not in text:
+            raise ValueError(f"{old!r} is not in the receipt")
+        return text.replace(old, new, 1)
+
+    for name, new, what in (
+        ("receipt-number-huge-integer", HUGE_INTEGER, "a 5,000-digit integer"),
+        ("receipt-number-exponent-digits", b"1e9999999999999999999", "1e9999999999999999999"),
+        ("receipt-number-above-range", b"1e5000", "1e5000"),
+        ("receipt-number-below-range", b"1e-5000", "1e-5000"),
+    ):
+        v.fail(
+            name,
+            f"{what} in the receipt's caps.limits: past rule 2.1.7, so receipt_malformed",
+            None,
+            receipt_bytes(b'"calls": 50', b'"calls": ' + new),
+            "receipt_malformed",
+            ledger_arg="ok-basic/ledger.jsonl",
+        )
+    v.input_error(
+        "input-receipt-huge-number-then-junk",
+        "a 5,000-digit integer, and a syntax error after it: not JSON, decided over the whole text",
+        "receipt_not_json",
+        receipt=receipt_bytes(b'"calls": 50', b'"calls": ' + HUGE_INTEGER)[:-2] + b",}\n",
+        ledger_arg="ok-basic/ledger.jsonl",
+    )
+    v.input_error(
+        "input-receipt-leading-zero",
+        "050 in the receipt: a leading zero is not JSON",
+        "receipt_not_json",
+        receipt=receipt_bytes(b'"calls": 50', b'"calls": 050'),
+        ledger_arg="ok-basic/ledger.jsonl",
+    )
+    for name, old, new, where in (
+        (
+            "receipt-integer-fraction",
+            b'"duration_ms": 6302',
+            b'"duration_ms": 6302.0',
+            "duration_ms",
+        ),
+        ("receipt-integer-exponent", b'"events": 16', b'"events": 1.6e1', "ledger.events"),
+        (
+            "receipt-integer-above-range",
+            b'"events": 16',
+            b'"events": 9007199254740992',
+            "ledger.events",
+        ),
+        ("receipt-integer-negative", b'"injected": 0', b'"injected": -1', "faults.injected"),
+    ):
+        v.fail(
+            name,
+            f"{new.decode()} in the receipt: not an integer in range, so receipt_malformed at {where}",
+            None,
+            receipt_bytes(old, new),
+            "receipt_malformed",
+            ledger_arg="ok-basic/ledger.jsonl",
+            field=where,
+        )
+    v.add(
+        "ok-receipt-negative-zero",
+        "the receipt writes exit.status as -0 and a cap limit as 5e1: the same values as the ledger's",
+        ledger=None,
+        receipt=receipt_bytes(b'"status": 0', b'"status": -0').replace(
+            b'"calls": 50', b'"calls": 5e1', 1
+        ),
+        ledger_arg="ok-basic/ledger.jsonl",
+        verdict="ok",
+        figures=basic,
+    )
+
+
+def forwarded_vectors(v: Vectors) -> None:
+    """model.request's forwarded_sha256 and forwarded_changes (section 5): the bytes sent
+    upstream when they are not the agent's."""
+    run = basic_run()
+    assert run[2].type == "model.request"
+    sent = line_hash(b"the body with stream_options.include_usage added")
+    entries = copy.deepcopy(run)
+    entries[2].fields |= {
+        "stream": True,
+        "forwarded_sha256": sent,
+        "forwarded_changes": ["stream_options.include_usage"],
+    }
+    led = chain(entries)
+    receipt = receipt_for(led, COMPLETE)
+    v.ok(
+        "ok-forwarded-body",
+        "a streamed call the recorder forwarded with stream_options.include_usage added: "
+        "forwarded_sha256 and forwarded_changes on its model.request",
+        led,
+        receipt,
+    )
+    request = entries[2].fields["request_sha256"]
+    for name, changed, what in (
+        (
+            "forwarded-digest-alone",
+            {"forwarded_changes": None},
+            "forwarded_sha256 without forwarded_changes",
+        ),
+        (
+            "forwarded-changes-alone",
+            {"forwarded_sha256": None},
+            "forwarded_changes without forwarded_sha256",
+        ),
+        (
+            "forwarded-digest-uppercase",
+            {"forwarded_sha256": sent.upper()},
+            "forwarded_sha256 in capitals",
+        ),
+        (
+            "forwarded-digest-short",
+            {"forwarded_sha256": sent[:63]},
+            "forwarded_sha256 of 63 digits",
+        ),
+        (
+            "forwarded-digest-is-request",
+            {"forwarded_sha256": request},
+            "forwarded_sha256 equal to request_sha256",
+        ),
+        ("forwarded-changes-empty", {"forwarded_changes": []}, "forwarded_changes empty"),
+        (
+            "forwarded-changes-not-strings",
+            {"forwarded_changes": [1]},
+            "forwarded_changes holding a number",
+        ),
+    ):
+        bad = copy.deepcopy(entries)
+        for key, value in changed.items():
+            if value is None:
+                del bad[2].fields[key]
+            else:
+                bad[2].fields[key] = value
+        forged = chain(bad)
+        v.fail(
+            name,
+            f"{what} on the model.request at seq 2 (re-chained, receipt re-pointed)",
+            forged.data,
+            edited(edited(receipt, "ledger.head", forged.head), "ledger.bytes", len(forged.data)),
+            "malformed_event",
+            seq=2,
+            offset=forged.offsets[2],
+        )
 
 
 def main(argv: list[str]) -> int:

@@ -52,6 +52,9 @@ __all__ = [
     "error_body",
     "error_from_body",
     "prepare",
+    "Forwarded",
+    "forwarded",
+    "changed_paths",
     "refusal",
     "request_facts",
     "stream_tracker",
@@ -94,6 +97,45 @@ def prepare(facts: RequestFacts, body: bytes) -> tuple[bytes, bool]:
     completion that did not ask for usage is made to, so usage is always recorded.
     """
     return _adapter(facts.kind).prepare(facts, body)
+
+
+class Forwarded(NamedTuple):
+    """What goes upstream for one call: decided once, before its model.request is
+    written, so that the bytes the ledger names are the bytes sent."""
+
+    body: bytes
+    strip_usage: bool  # hide the usage chunk the client did not ask for
+    changes: tuple[str, ...]  # paths whose values differ from the agent's body; () if unchanged
+
+
+RE_ENCODED = "(re-encoded)"  # the bytes differ, no value does (whitespace, order, escapes)
+
+
+def forwarded(facts: RequestFacts, body: bytes) -> Forwarded:
+    """prepare(), and what it changed: JSON paths such as `stream_options.include_usage`."""
+    new, strip = prepare(facts, body)
+    if new is body or new == body:
+        return Forwarded(body, strip, ())
+    changes = changed_paths(facts.payload, loads(new))
+    return Forwarded(new, strip, tuple(changes) or (RE_ENCODED,))
+
+
+def changed_paths(before: object, after: object, path: str = "") -> list[str]:
+    """The dotted paths where two decoded JSON values differ (true is not 1 here)."""
+    if type(before) is dict and type(after) is dict:
+        out: list[str] = []
+        for key in sorted(before.keys() | after.keys()):
+            where = f"{path}.{key}" if path else key
+            if key not in before or key not in after:
+                missing = after.get(key) if key not in before else before.get(key)
+                # A whole object added or removed: name its leaves (or it, if it has none).
+                leaves = changed_paths({}, missing, where) if type(missing) is dict else []
+                out += leaves or [where]
+            else:
+                out += changed_paths(before[key], after[key], where)
+        return out
+    same = type(before) is type(after) and before == after
+    return [] if same else [path or "(root)"]
 
 
 def swap_auth(
