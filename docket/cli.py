@@ -403,6 +403,14 @@ def _host_flags(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["run"]:
+        # A supervisor holds provider keys: closed to same-user processes before
+        # anything here reads one (the environment is read from the Supervisor on).
+        # The run's hardening asks again and records what the kernel said.
+        from docket.run.hardening import make_non_dumpable
+
+        make_non_dumpable()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

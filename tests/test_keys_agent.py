@@ -154,7 +154,10 @@ def test_an_unprivileged_agent_finds_no_key_anywhere_in_proc(shared_dir):
     assert seen["own_environ_has_token"] and seen["readable"] > 0
     # ...and the supervisor's (its parent: the launcher exec'd in place) was closed to it.
     supervisor = read_events(shared_dir / "run" / "ledger.jsonl")[0]
-    assert supervisor["hardening"] == {"non_dumpable": True, "subreaper": True}
+    hardening = supervisor["hardening"]
+    assert (hardening["non_dumpable"], hardening["subreaper"]) == (True, True)
+    # Not root: no cgroup of its own, so the freeze-then-kill loop (tests/test_orphans.py)
+    assert hardening["isolation"] == "signals" and hardening["isolation_error"]
     assert [seen["ppid"], "environ", errno.EACCES] in seen["refused"]  # the supervisor's
     assert seen["found"] == []
     assert "GEMINI_API_KEY" not in seen["env"] and "MY_GATEWAY_KEY" not in seen["env"]

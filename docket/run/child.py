@@ -92,13 +92,9 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def children_of(ppid: int) -> dict[int, tuple[str, int]]:
-    """Our children by pid, each with its state letter and session id, read from /proc.
-
-    With the supervisor a child subreaper (docket.run.hardening), this includes
-    every process the agent detached whose parent has gone.
-    """
-    children = {}
+def process_table() -> dict[int, tuple[int, str, int]]:
+    """Every process, by pid: (parent pid, state letter, session id), read from /proc."""
+    table = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -109,9 +105,19 @@ def children_of(ppid: int) -> dict[int, tuple[str, int]]:
             continue  # it exited (and was reaped) while we looked
         # pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
         fields = stat[stat.rindex(b")") + 2 :].split()
-        if int(fields[1]) == ppid:
-            children[int(entry.name)] = (fields[0].decode(), int(fields[3]))
-    return children
+        table[int(entry.name)] = (int(fields[1]), fields[0].decode(), int(fields[3]))
+    return table
+
+
+def children_of(ppid: int) -> dict[int, tuple[str, int]]:
+    """Our children by pid, each with its state letter and session id, read from /proc.
+
+    With the supervisor a child subreaper (docket.run.hardening), this includes
+    every process the agent detached whose parent has gone.
+    """
+    return {
+        pid: (state, sid) for pid, (parent, state, sid) in process_table().items() if parent == ppid
+    }
 
 
 def cmdline_of(pid: int) -> list[str]:
