@@ -21,8 +21,9 @@ EPILOG = """exit codes:
       restore a conflict) or, for diff, the two runs differ
   2   usage or input error (missing, empty, binary or malformed input)
   42  a supervised run was stopped by a cap or a ledger ceiling
-  43  a supervised run lost evidence: fail_fast_evidence stopped it, or its receipt
-      could not be written in the run's folder (it went to stderr and ledger.fallback_dir)
+  43  a supervised run lost evidence: fail_fast_evidence stopped it, its receipt
+      could not be written in the run's folder (it went to stderr and ledger.fallback_dir),
+      or processes of the run outlived it (its isolation failed: the ledger names them)
   70  internal error (a bug in docket: please report it)
 """
 

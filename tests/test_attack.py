@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.attack import Figures, diskfull, http, inputs, mutations, secrets
+from chaos.attack import Figures, diskfull, http, inputs, mutations, orphans, secrets
 
 
 def assert_all_good(figures: Figures, at_least: int) -> None:
@@ -48,3 +48,9 @@ def test_a_disk_filled_mid_run_ends_in_a_receipt_that_discloses_the_loss(tmp_pat
     if reason:
         pytest.skip(reason)
     assert_all_good(diskfull.run(tmp_path, quick=True), at_least=2)
+
+
+def test_nothing_an_agent_leaves_outlives_its_run(tmp_path):
+    figures = orphans.run(tmp_path, quick=True)
+    assert_all_good(figures, at_least=3)
+    assert figures.extra["outlived"] == 0

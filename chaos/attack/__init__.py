@@ -11,6 +11,8 @@ the table; tests/test_attack.py runs each in its quick form. Families:
              byte under the run folder searched in four encodings
   inputs     bad CLI, policy, fault, scenario and phase inputs
   diskfull   the ledger on a small tmpfs the agent fills (root only)
+  orphans    an agent's ways to outlive its run (fork chains and bombs, setsid,
+             SIGSTOP, SIGCONT, re-parenting, a /proc snooper for the next key)
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

@@ -31,6 +31,10 @@ FAMILIES = {
     "secrets": ("chaos.attack.secrets", "secrets planted and found nowhere on disk"),
     "inputs": ("chaos.attack.inputs", "exit 2, one stderr line, no traceback"),
     "diskfull": ("chaos.attack.diskfull", "receipts that disclose the loss"),
+    "orphans": (
+        "chaos.attack.orphans",
+        "nothing of the run alive after docket run exits, no key read",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
@@ -45,6 +49,10 @@ NOTES = {
     ),
     "inputs": lambda x: f"{x.get('exit_codes')}",
     "diskfull": lambda x: f"exit codes {x.get('exit_codes')}",
+    "orphans": lambda x: (
+        f"outlived {x.get('outlived')}, orphans recorded {x.get('orphans_recorded')}, "
+        f"isolation {x.get('isolation')}"
+    ),
 }
 
 
