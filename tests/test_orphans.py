@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import trio
 from helpers import read_events, running, wait_until, with_keys
 from test_keys_agent import (
     NOBODY,
@@ -28,6 +29,8 @@ from test_keys_agent import (
     shared_dir,  # noqa: F401 - the fixture
 )
 from test_supervisor import READY, TIMEOUT, assert_verifies, assert_well_ended, docket_argv, of_type
+
+from docket.run.cgroup import cgroup2_mount, own_cgroup
 
 # A chain of N processes, each in a session of its own (out of the agent's group, so
 # the group kill misses it) and each the parent of the next: when one is killed its
@@ -359,3 +362,68 @@ def test_a_detached_process_dies_with_a_sigkilled_supervisor(tmp_path):
             supervisor.wait(timeout=TIMEOUT)
         if daemon is not None:
             kill_all([daemon])
+
+
+LEAVES_A_DAEMON = (
+    "import subprocess, sys\n"
+    "daemon = subprocess.Popen(['sleep', '30'], start_new_session=True)\n"
+    "open(sys.argv[1], 'w').write(str(daemon.pid))\n"
+)
+
+
+async def test_survivors_are_named_and_the_run_exits_43(tmp_path, monkeypatch):
+    """When the end's deadline passes with processes of the run alive (here: a
+    deadline of 0), the ledger names them, the run's reason says its isolation
+    failed, and it exits 43, in the receipt too; the receipt still verifies."""
+    from docket.receipts.verify import verify
+    from docket.run import orphans
+    from docket.run.supervisor import Supervisor
+    from docket.run.values import RunOptions
+
+    monkeypatch.setattr(orphans, "SWEEP_SECONDS", 0.0)
+    pid_file = tmp_path / "daemon.pid"
+    options = RunOptions(
+        command=[sys.executable, "-c", LEAVES_A_DAEMON, str(pid_file)],
+        ledger_dir=str(tmp_path / "run"),
+    )
+    daemon = None
+    try:
+        with trio.fail_after(TIMEOUT):
+            outcome = await Supervisor(options, env=with_keys(None)).run()
+        daemon = int(pid_file.read_text())
+        events = read_events(outcome.ledger)
+        (named,) = [e for e in of_type(events, "process.orphan") if "survivors" in e]
+        assert daemon in named["survivors"] and named["survivors_count"] >= 1
+        assert named["reason"].startswith("isolation failed: ")
+        assert outcome.exit_status == 43
+        assert "; isolation failed: " in outcome.reason and str(daemon) in outcome.reason
+        receipt = json.loads(outcome.receipt.read_text())
+        assert receipt["exit"]["status"] == 43 and receipt["exit"]["reason"] == outcome.reason
+        assert verify(outcome.receipt).ok
+    finally:
+        if daemon is not None:
+            cleanup_survivor(daemon)
+
+
+def cleanup_survivor(pid: int) -> None:
+    """Kill a survivor the run left (on purpose) and remove the leaf it was left in."""
+    mount = cgroup2_mount(Path("/proc/self/mountinfo").read_text())
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            leaf = own_cgroup(f.read())
+    except OSError:
+        leaf = None  # gone already
+    kill_all([pid])
+    if mount is not None and leaf is not None and Path(leaf).name.startswith("docket-"):
+        path = Path(mount) / leaf.lstrip("/")
+        wait_until(lambda: rmdir_quietly(path), 10, f"{path} to empty")
+
+
+def rmdir_quietly(path: Path) -> bool:
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # still populated: the kill has not landed yet
+    return True

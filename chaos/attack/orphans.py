@@ -26,9 +26,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,8 @@ from pathlib import Path
 from chaos.attack import Figures
 from chaos.attack.rig import DOCKET, KEY_ENV, policy_text, run_env, stub
 
+NOBODY = 65534
+AS_NOBODY = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--")
 RUN_TIMEOUT = 180.0  # seconds for one `docket run` (a 200-link chain takes a while on 2 cores)
 MARK_ENV = "DOCKET_ORPHAN_PROBE"  # in every process of a probe's run
 
@@ -273,12 +277,14 @@ def stop_all(mark: str, seconds: float = 10.0) -> list[int]:
     return marked(mark)
 
 
-def supervised(folder: Path, policy_toml: str, argv: list[str], env: dict, name: str):
-    """`docket run` of `argv` in `folder/name`: its exit status and stderr. Output to a
-    file: on a pipe, a survivor holds it open, and the wait would be for the survivor."""
+def supervised(folder: Path, policy_toml: str, argv: list[str], env: dict, name: str,
+               user: tuple[str, ...] = ()):  # fmt: skip
+    """`docket run` of `argv` in `folder/name` (as another `user`: a setpriv prefix):
+    its exit status and stderr. Output to a file: on a pipe, a survivor holds it
+    open, and the wait would be for the survivor."""
     policy = folder / f"{name}.toml"
     policy.write_text(policy_toml)
-    command = [*DOCKET, "run", "--policy", str(policy), "--ledger-dir", str(folder / name)]
+    command = [*user, *DOCKET, "run", "--policy", str(policy), "--ledger-dir", str(folder / name)]
     with open(folder / f"{name}.err", "wb") as err:
         done = subprocess.run([*command, "--", *argv], stdout=err, stderr=err, env=env,
                               timeout=RUN_TIMEOUT, cwd=folder)  # fmt: skip
@@ -302,11 +308,14 @@ def ledger_account(run_dir: Path) -> tuple[int, list[int], str | None]:
     return orphans, survivors, isolation
 
 
-def attempt(probe: Probe, folder: Path, stub_url: str) -> tuple[bool, str, dict]:
-    """One probe: (good, what happened, figures)."""
+def attempt(probe: Probe, folder: Path, stub_url: str, user: tuple[str, ...] = ()):
+    """One probe (as another `user`: a setpriv prefix): (good, what happened, figures)."""
     folder.mkdir(parents=True)
     out = folder / "out"
     out.mkdir()
+    if user:
+        for made in (folder, out):
+            os.chown(made, NOBODY, NOBODY)
     agent = folder / "agent.py"
     code = f"N = {probe.count}\n" + PRELUDE + TECHNIQUES[probe.technique] + EPILOGUE
     agent.write_text(code)
@@ -316,14 +325,15 @@ def attempt(probe: Probe, folder: Path, stub_url: str) -> tuple[bool, str, dict]
     next_key = f"sk-next-run-{secrets.token_hex(12)}"
     try:
         argv = [sys.executable, str(agent), str(out)]
-        status, stderr = supervised(folder, policy_text(stub_url), argv, env, "run")
+        status, stderr = supervised(folder, policy_text(stub_url), argv, env, "run", user)
         left = marked(mark)  # at once: the run is over, nothing of it may be alive
         said = []
         if probe.technique.startswith("snooper"):
             # The next run, its provider's key in the variable the snooper reads.
             policy = policy_text(stub_url).replace(KEY_ENV, snooped)
             pause = [sys.executable, "-c", "import time; time.sleep(0.3)"]
-            second, _ = supervised(folder, policy, pause, run_env(**{snooped: next_key}), "next")
+            two = run_env(**{snooped: next_key})
+            second, _ = supervised(folder, policy, pause, two, "next", user)
             seen = (out / "found").read_bytes() if (out / "found").exists() else b""
             if next_key.encode() in seen:
                 said.append("the snooper read the next run's key")
@@ -348,20 +358,49 @@ def attempt(probe: Probe, folder: Path, stub_url: str) -> tuple[bool, str, dict]
     return not said, what, figures
 
 
+def unprivileged() -> tuple[tuple[str, ...], str | None]:
+    """The setpriv prefix that runs `docket run` as uid 65534 (no cgroup of its own: the
+    freeze-then-kill loop), or why it cannot be used here."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return (), "needs root and setpriv"
+    with tempfile.TemporaryDirectory(prefix="docket-orphans-") as tmp:
+        os.chown(tmp, NOBODY, NOBODY)
+        check = [*AS_NOBODY, sys.executable, "-c", "import docket"]
+        done = subprocess.run(check, cwd=tmp, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        return (), f"uid {NOBODY} cannot import docket with {sys.executable}"
+    return AS_NOBODY, None
+
+
 def run(folder: Path, quick: bool) -> Figures:
+    """Each probe as root (a cgroup leaf per run where the machine has cgroup2) and, in
+    the full form, again as uid 65534 (the loop over the process tree)."""
     figures = Figures("orphans")
     folder.mkdir(parents=True, exist_ok=True)
     left = orphans = 0
     isolations: dict[str, int] = {}
-    with stub(folder) as stub_url:
-        for n, probe in enumerate(p for p in PROBES if p.quick or not quick):
-            good, what, seen = attempt(probe, folder / f"probe{n}", stub_url)
-            left += seen["left"]
-            orphans += seen["orphans"]
-            key = str(seen["isolation"])
-            isolations[key] = isolations.get(key, 0) + 1
-            count = f" ({probe.count})" if probe.count else ""
-            figures.add(good, f"orphans {probe.technique!r}{count}: {what} "
-                              f"(agent: {folder / f'probe{n}' / 'agent.py'})")  # fmt: skip
+    users: list[tuple[str, tuple[str, ...]]] = [("", ())]
+    nobody, why_not = unprivileged() if not quick else ((), "the quick form runs as is")
+    if nobody:
+        users.append((f"uid {NOBODY}, ", nobody))
+    with stub(folder) as stub_url, tempfile.TemporaryDirectory(prefix="docket-orphans-") as tmp:
+        shared = Path(tmp)  # uid 65534 cannot reach into the harness's own folder
+        os.chmod(shared, 0o755)
+        for who, user in users:
+            for n, probe in enumerate(p for p in PROBES if p.quick or not quick):
+                where = (shared if user else folder) / f"probe{n}"
+                good, what, seen = attempt(probe, where, stub_url, user)
+                left += seen["left"]
+                orphans += seen["orphans"]
+                key = str(seen["isolation"])
+                isolations[key] = isolations.get(key, 0) + 1
+                count = f" ({probe.count})" if probe.count else ""
+                if user and not good:  # the temporary folder goes: keep what reproduces it
+                    shutil.copytree(where, folder / f"nobody-probe{n}", dirs_exist_ok=True)
+                    where = folder / f"nobody-probe{n}"
+                figures.add(good, f"orphans {who}{probe.technique!r}{count}: {what} "
+                                  f"(agent: {where / 'agent.py'})")  # fmt: skip
     figures.extra = {"outlived": left, "orphans_recorded": orphans, "isolation": isolations}
+    if why_not:
+        figures.extra["unprivileged_form"] = f"not run: {why_not}"
     return figures
