@@ -17,7 +17,9 @@ is inherited), so what outlived the run is found by reading every
 nothing with the mark is alive, the ledger names no survivor, and, for the
 snooper, the next run's key is in nothing it wrote. Reported: how many processes
 outlived their run (0 is the figure), the ledger's `process.orphan` account, and
-the isolation each run had (`cgroup` as root here; `signals` elsewhere).
+the isolation each run had (`cgroup` as root here; `signals` elsewhere). The full
+form runs every probe again as uid 65534 (setpriv), where the supervisor may make
+no cgroup and the freeze-then-kill loop over its process tree is all there is.
 Whatever is found alive is frozen and killed before the next probe.
 """
 
@@ -278,13 +280,14 @@ def stop_all(mark: str, seconds: float = 10.0) -> list[int]:
 
 
 def supervised(folder: Path, policy_toml: str, argv: list[str], env: dict, name: str,
-               user: tuple[str, ...] = ()):  # fmt: skip
-    """`docket run` of `argv` in `folder/name` (as another `user`: a setpriv prefix):
-    its exit status and stderr. Output to a file: on a pipe, a survivor holds it
-    open, and the wait would be for the survivor."""
+               user: tuple[str, ...] = (), python: str = sys.executable):  # fmt: skip
+    """`docket run` of `argv` in `folder/name` (as another `user`, a setpriv prefix,
+    with the `python` it can run): its exit status and stderr. Output to a file: on
+    a pipe, a survivor holds it open, and the wait would be for the survivor."""
     policy = folder / f"{name}.toml"
     policy.write_text(policy_toml)
-    command = [*user, *DOCKET, "run", "--policy", str(policy), "--ledger-dir", str(folder / name)]
+    docket = [python, *DOCKET[1:]]
+    command = [*user, *docket, "run", "--policy", str(policy), "--ledger-dir", str(folder / name)]
     with open(folder / f"{name}.err", "wb") as err:
         done = subprocess.run([*command, "--", *argv], stdout=err, stderr=err, env=env,
                               timeout=RUN_TIMEOUT, cwd=folder)  # fmt: skip
@@ -308,8 +311,10 @@ def ledger_account(run_dir: Path) -> tuple[int, list[int], str | None]:
     return orphans, survivors, isolation
 
 
-def attempt(probe: Probe, folder: Path, stub_url: str, user: tuple[str, ...] = ()):
-    """One probe (as another `user`: a setpriv prefix): (good, what happened, figures)."""
+def attempt(probe: Probe, folder: Path, stub_url: str, user: tuple[str, ...] = (),
+            python: str = sys.executable):  # fmt: skip
+    """One probe (as another `user`, a setpriv prefix, with the `python` it can run):
+    (good, what happened, figures)."""
     folder.mkdir(parents=True)
     out = folder / "out"
     out.mkdir()
@@ -324,16 +329,16 @@ def attempt(probe: Probe, folder: Path, stub_url: str, user: tuple[str, ...] = (
     env = run_env(**{MARK_ENV: mark, "SNOOPED": snooped})
     next_key = f"sk-next-run-{secrets.token_hex(12)}"
     try:
-        argv = [sys.executable, str(agent), str(out)]
-        status, stderr = supervised(folder, policy_text(stub_url), argv, env, "run", user)
+        argv = [python, str(agent), str(out)]
+        status, stderr = supervised(folder, policy_text(stub_url), argv, env, "run", user, python)
         left = marked(mark)  # at once: the run is over, nothing of it may be alive
         said = []
         if probe.technique.startswith("snooper"):
             # The next run, its provider's key in the variable the snooper reads.
             policy = policy_text(stub_url).replace(KEY_ENV, snooped)
-            pause = [sys.executable, "-c", "import time; time.sleep(0.3)"]
+            pause = [python, "-c", "import time; time.sleep(0.3)"]
             two = run_env(**{snooped: next_key})
-            second, _ = supervised(folder, policy, pause, two, "next", user)
+            second, _ = supervised(folder, policy, pause, two, "next", user, python)
             seen = (out / "found").read_bytes() if (out / "found").exists() else b""
             if next_key.encode() in seen:
                 said.append("the snooper read the next run's key")
@@ -358,18 +363,43 @@ def attempt(probe: Probe, folder: Path, stub_url: str, user: tuple[str, ...] = (
     return not said, what, figures
 
 
-def unprivileged() -> tuple[tuple[str, ...], str | None]:
-    """The setpriv prefix that runs `docket run` as uid 65534 (no cgroup of its own: the
-    freeze-then-kill loop), or why it cannot be used here."""
+def python_for(folder: Path) -> str | None:
+    """An interpreter uid 65534 can run (and run again from itself, as the supervisor
+    runs the launcher) that imports docket: this one, or, when it lives under a home
+    closed to others (pyenv in /root), a venv in `folder` on the system's python of
+    the same version that adds our site-packages. None if neither can."""
+    again = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import docket'], check=True)"
+    check = [*AS_NOBODY, sys.executable, "-c", again]
+    if subprocess.run(check, cwd=folder, capture_output=True, timeout=60).returncode == 0:
+        return sys.executable
+    system = shutil.which("python3", path="/usr/bin:/bin")
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if system is None:
+        return None
+    shim = folder / "venv"
+    site = shim / "lib" / f"python{version}" / "site-packages"
+    site.mkdir(parents=True)
+    (shim / "bin").mkdir()
+    (shim / "bin" / "python").symlink_to(system)
+    (shim / "pyvenv.cfg").write_text(f"home = {Path(system).parent}\n")
+    ours = [p for p in sys.path if p.endswith("site-packages")]
+    (site / "ours.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in ours))
+    python = str(shim / "bin" / "python")
+    check = [*AS_NOBODY, python, "-c", again + "; print(sys.version)"]
+    done = subprocess.run(check, cwd=folder, capture_output=True, text=True, timeout=60)
+    return python if done.returncode == 0 and done.stdout.startswith(version) else None
+
+
+def unprivileged(folder: Path) -> tuple[tuple[str, ...], str, str | None]:
+    """(The setpriv prefix that runs as uid 65534, the interpreter it runs, None), or
+    ((), "", why not). As 65534 the run has no cgroup of its own: the loop over its
+    process tree is all there is."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        return (), "needs root and setpriv"
-    with tempfile.TemporaryDirectory(prefix="docket-orphans-") as tmp:
-        os.chown(tmp, NOBODY, NOBODY)
-        check = [*AS_NOBODY, sys.executable, "-c", "import docket"]
-        done = subprocess.run(check, cwd=tmp, capture_output=True, text=True, timeout=60)
-    if done.returncode != 0:
-        return (), f"uid {NOBODY} cannot import docket with {sys.executable}"
-    return AS_NOBODY, None
+        return (), "", "needs root and setpriv"
+    python = python_for(folder)
+    if python is None:
+        return (), "", f"no interpreter uid {NOBODY} can run docket with"
+    return AS_NOBODY, python, None
 
 
 def run(folder: Path, quick: bool) -> Figures:
@@ -379,17 +409,19 @@ def run(folder: Path, quick: bool) -> Figures:
     folder.mkdir(parents=True, exist_ok=True)
     left = orphans = 0
     isolations: dict[str, int] = {}
-    users: list[tuple[str, tuple[str, ...]]] = [("", ())]
-    nobody, why_not = unprivileged() if not quick else ((), "the quick form runs as is")
-    if nobody:
-        users.append((f"uid {NOBODY}, ", nobody))
     with stub(folder) as stub_url, tempfile.TemporaryDirectory(prefix="docket-orphans-") as tmp:
         shared = Path(tmp)  # uid 65534 cannot reach into the harness's own folder
         os.chmod(shared, 0o755)
-        for who, user in users:
+        users: list[tuple[str, tuple[str, ...], str]] = [("", (), sys.executable)]
+        why_not: str | None = "the quick form runs as is"
+        if not quick:
+            nobody, python, why_not = unprivileged(shared)
+            if nobody:
+                users.append((f"uid {NOBODY}, ", nobody, python))
+        for who, user, python in users:
             for n, probe in enumerate(p for p in PROBES if p.quick or not quick):
                 where = (shared if user else folder) / f"probe{n}"
-                good, what, seen = attempt(probe, where, stub_url, user)
+                good, what, seen = attempt(probe, where, stub_url, user, python)
                 left += seen["left"]
                 orphans += seen["orphans"]
                 key = str(seen["isolation"])

@@ -92,8 +92,9 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def process_table() -> dict[int, tuple[int, str, int]]:
-    """Every process, by pid: (parent pid, state letter, session id), read from /proc."""
+def process_table() -> dict[int, tuple[int, str, int, int]]:
+    """Every process, by pid: (parent pid, state letter, session id, process group),
+    read from /proc."""
     table = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -105,7 +106,9 @@ def process_table() -> dict[int, tuple[int, str, int]]:
             continue  # it exited (and was reaped) while we looked
         # pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
         fields = stat[stat.rindex(b")") + 2 :].split()
-        table[int(entry.name)] = (int(fields[1]), fields[0].decode(), int(fields[3]))
+        table[int(entry.name)] = (
+            int(fields[1]), fields[0].decode(), int(fields[3]), int(fields[2])
+        )  # fmt: skip
     return table
 
 
@@ -116,7 +119,9 @@ def children_of(ppid: int) -> dict[int, tuple[str, int]]:
     every process the agent detached whose parent has gone.
     """
     return {
-        pid: (state, sid) for pid, (parent, state, sid) in process_table().items() if parent == ppid
+        pid: (state, sid)
+        for pid, (parent, state, sid, _) in process_table().items()
+        if parent == ppid
     }
 
 

@@ -39,8 +39,9 @@ Action = Literal["done", "signal", "freeze", "wait", "kill", "give_up"]
 @dataclass(frozen=True)
 class Step:
     """What to do next. The tree loop: `signal` (SIGSTOP `stop`, SIGKILL `kill`).
-    The cgroup leaf: `freeze` it, `wait` for the freezer, `kill` it. Both: `done`,
-    or `give_up` with `survivors` (the deadline passed; the leaf's are read from it)."""
+    The cgroup leaf: `freeze` it, `wait` for the freezer, `kill` it. Both: `wait`
+    (look again), `done`, or `give_up` with `survivors` (the deadline passed; the
+    leaf's are read from it)."""
 
     action: Action
     stop: frozenset[int] = frozenset()
@@ -67,9 +68,14 @@ def next_step(
     all stopped. A bomb that forks and wakes as fast as it can may still outrun a
     loop over /proc until the deadline: that is why the run's cgroup comes first.
     """
+    if not members:
+        return Step("done")
     live = frozenset(pid for pid, state in members.items() if state not in DEAD)
     if not live:
-        return Step("done")  # zombies only: reaped by whoever is their parent
+        # Only the dead, but not yet gone: a look at /proc is not atomic, and the child a
+        # process forked as it exited may have been missed. Once its parent is a zombie it
+        # is ours, so a look after the zombies are reaped, finding none, is the proof.
+        return Step("done" if now >= deadline else "wait")
     if now >= deadline:
         return Step("give_up", survivors=live)
     held = frozenset(
@@ -102,8 +108,8 @@ def cgroup_step(populated: bool, frozen: bool, froze_for: float | None, now: flo
     return Step("kill")
 
 
-# A process as /proc shows it: (parent pid, state letter, session id).
-Proc = tuple[int, str, int]
+# A process as /proc shows it: (parent pid, state letter, session id, process group).
+Proc = tuple[int, str, int, int]
 
 
 def run_tree(
@@ -114,7 +120,7 @@ def run_tree(
     spawn), and every descendant of theirs. With the supervisor a child subreaper,
     a process the agent detached is one of them once its parent has gone."""
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in table.items():
+    for pid, (ppid, *_) in table.items():
         children.setdefault(ppid, []).append(pid)
     roots = [
         pid
@@ -129,3 +135,13 @@ def run_tree(
         found[pid] = table[pid][1]
         roots.extend(children.get(pid, []))
     return found
+
+
+def groups_of(pids: frozenset[int], table: Mapping[int, Proc], session: int) -> frozenset[int]:
+    """The process groups of `pids`, outside the supervisor's session. A signal to a
+    whole group reaches a child being forked meanwhile (the kernel restarts a fork
+    that a group signal races), so a process that replaces itself with a fork in its
+    group cannot slip between a look and a signal. A run's groups hold only the run's
+    processes: a group is joined only within its session, and the run's sessions are
+    made by the run's processes (the agent's by docket, for it)."""
+    return frozenset(table[pid][3] for pid in pids if pid in table and table[pid][2] != session)

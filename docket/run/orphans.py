@@ -13,9 +13,11 @@ process of the run ends with it (docket.run.isolation decides, this module acts)
 - Then, always, the freeze-then-kill loop over the run's process tree: the
   supervisor is a child subreaper (docket.run.hardening), so a process whose
   parent dies comes back to it instead of init; every process in the tree is
-  SIGSTOPped until a look finds them all stopped (a stopped process cannot
-  fork), then SIGKILLed, and the tree looked at again. Without a leaf this is
-  the whole of it; with one, it ends what moved itself out of the leaf.
+  SIGSTOPped, by pid and by process group (a group signal reaches a child forked
+  meanwhile), until a look finds them all stopped (a stopped process cannot
+  fork), then SIGKILLed, and the tree looked at again until a look finds
+  nothing. Without a leaf this is the whole of it; with one, it ends what moved
+  itself out of the leaf.
 
 Both stop when nothing of the run is alive, or at SWEEP_SECONDS: what is alive
 then is recorded by pid (`process.orphan` with `survivors`: the run's isolation
@@ -54,7 +56,7 @@ from docket.run.child import (
     process_table,
     reap_now,
 )
-from docket.run.isolation import DEAD, SIGNALS, cgroup_step, next_step, run_tree
+from docket.run.isolation import DEAD, SIGNALS, cgroup_step, groups_of, next_step, run_tree
 
 MAX_ORPHAN_EVENTS = 16  # each listed; past this one event counts the rest (the ledger's
 # control reserve is for the end of the record, not for an agent's thousand daemons)
@@ -63,6 +65,7 @@ SWEEP_SECONDS = 5.0  # for the whole end: every process of the run gone, and rea
 FREEZE_WAIT = 0.5  # for the cgroup freezer (for the record) before the kill goes anyway
 POLL_SECONDS = 0.002  # between looks: signals and the kernel's bookkeeping land meanwhile
 ARGV_ITEMS, ARGV_CHARS = 8, 200  # an orphan's argv, as recorded
+ARGV_NOTED = 4 * MAX_ORPHAN_EVENTS  # argvs read at the end (only sixteen are listed)
 
 
 # How an event reaches the ledger: the supervisor's append (redacted; a full ledger
@@ -83,6 +86,9 @@ class OrphanSweep:
         self.cgroup: RunCgroup | None = None  # the run's leaf, when the machine allows one
         self.isolation = SIGNALS  # how the run's processes are ended (docket.run.isolation)
         self._seen: dict[int, tuple[list[str], str]] = {}  # pid -> (argv, found), unrecorded
+        self._argv_noted = 0
+        # Reaped by the end, recorded once it is over: (pid, argv, found, status, reason).
+        self._ended: list[tuple[int, list[str], str, int | None, str | None]] = []
         self._isolation_errors: list[str] = []
         self.survivors: list[int] = []  # alive at the end's deadline: the isolation failed
 
@@ -176,6 +182,10 @@ class OrphanSweep:
         # out; every one, without a leaf) is ended by freezing and killing the tree.
         survivors.update(await self._end_tree(agent, deadline))
         await self._account(agent, deadline, survivors)
+        # Recorded once the end is over: the ledger's fsyncs never slow the loop down.
+        for pid, argv, found, returncode, reason in self._ended:
+            await self._record_orphan(pid, argv, found, returncode, reason)
+        self._ended.clear()
         unlisted = self._orphans_unlisted
         if unlisted:
             await self._record(
@@ -223,9 +233,11 @@ class OrphanSweep:
     async def _end_tree(self, agent: int, deadline: float) -> list[int]:
         """The freeze-then-kill loop over the run's process tree: [] or who is left."""
         stop_sent: set[int] = set()
+        session = os.getsid(0)
         while True:
-            members = self._tree(agent)
-            await self._reap_zombies(members)
+            table = process_table()
+            members = self._tree(agent, table)
+            self._reap_zombies(members)
             self._note(members)
             step = next_step(members, frozenset(stop_sent), trio.current_time(), deadline)
             if step.action == "done":
@@ -233,37 +245,40 @@ class OrphanSweep:
             if step.action == "give_up":
                 return sorted(step.survivors)
             for sig, pids in ((signal.SIGSTOP, step.stop), (signal.SIGKILL, step.kill)):
+                for group in groups_of(pids, table, session):
+                    _signal(os.killpg, group, sig)  # its forks meanwhile too
                 for pid in pids:
-                    try:
-                        os.kill(pid, sig)
-                    except ProcessLookupError:
-                        continue  # it exited meanwhile: reaped on a later look
+                    _signal(os.kill, pid, sig)  # one that left its group meanwhile
             stop_sent.update(step.stop)
             await trio.sleep(POLL_SECONDS)  # for the signals to land
 
-    def _tree(self, agent: int) -> dict[int, str]:
+    def _tree(self, agent: int, table: dict | None = None) -> dict[int, str]:
         excluded = self._children_before | {agent}
-        return run_tree(process_table(), os.getpid(), os.getsid(0), excluded)
+        table = process_table() if table is None else table
+        return run_tree(table, os.getpid(), os.getsid(0), excluded)
 
     def _note(self, members: dict[int, str]) -> None:
         """The first sight of each live process: its argv, before a kill empties it.
-        (One first seen dead, a zombie, is recorded as `found: exited` when reaped.)"""
+        (One first seen dead, a zombie, is recorded as `found: exited` when reaped.)
+        Only the first ARGV_NOTED are read: only sixteen are listed, and reading a
+        process's cmdline waits on its memory map, which a forking bomb keeps busy."""
         for pid, state in members.items():
             if state not in DEAD and pid not in self._seen:
-                self._seen[pid] = (cmdline_of(pid), "running")
+                argv = cmdline_of(pid) if self._argv_noted < ARGV_NOTED else []
+                self._argv_noted += 1
+                self._seen[pid] = (argv, "running")
 
-    async def _reap_zombies(self, members: dict[int, str]) -> None:
+    def _reap_zombies(self, members: dict[int, str]) -> None:
         for pid, state in members.items():
             if state in DEAD:
                 returncode = reap_now(pid)  # None: not ours yet (its parent is dying)
                 if returncode is not None:
-                    await self._settle(pid, returncode)
+                    self._settle(pid, returncode)
 
-    async def _settle(self, pid: int, returncode: int | None, reason: str | None = None) -> None:
+    def _settle(self, pid: int, returncode: int | None, reason: str | None = None) -> None:
         argv, found = self._seen.pop(pid, ([], "exited"))
-        if pid == self._watcher_pid():
-            return  # docket's own, not the agent's
-        await self._record_orphan(pid, argv, found, returncode, reason)
+        if pid != self._watcher_pid():  # docket's own is not the agent's
+            self._ended.append((pid, argv, found, returncode, reason))
 
     async def _account(self, agent: int, deadline: float, survivors: set[int]) -> None:
         """Every process seen is reaped and recorded: the dead ones in transit (a
@@ -271,15 +286,13 @@ class OrphanSweep:
         waited for until the deadline; one reaped by its own parent is recorded so."""
         for pid in survivors:
             self._seen.pop(pid, None)  # named in the isolation failure, not here
-        while True:
-            await self._reap_zombies(self._tree(agent))
-            if not self._seen or trio.current_time() >= deadline:
-                break
+        while self._seen and trio.current_time() < deadline:
+            self._reap_zombies(self._tree(agent))
             for pid in [p for p in self._seen if not os.path.exists(f"/proc/{p}")]:
-                await self._settle(pid, None, "ended; reaped by its parent, a process of the run")
+                self._settle(pid, None, "ended; reaped by its parent, a process of the run")
             await trio.sleep(POLL_SECONDS)
         for pid in list(self._seen):
-            await self._settle(pid, None, f"not reaped within {SWEEP_SECONDS:g} s")
+            self._settle(pid, None, f"not reaped within {SWEEP_SECONDS:g} s")
 
     async def _record_isolation(self, survivors: list[int]) -> None:
         """Survivors: the run's isolation failed, and the record says so by pid."""
@@ -298,6 +311,13 @@ class OrphanSweep:
             fields["isolation_errors"] = self._isolation_errors
             reason += " (" + "; ".join(self._isolation_errors) + ")"
         await self._record("process.orphan", **fields, reason=reason)
+
+
+def _signal(send: Callable[[int, int], None], target: int, sig: int) -> None:
+    try:
+        send(target, sig)
+    except ProcessLookupError:
+        return  # it exited meanwhile: reaped on a later look
 
 
 async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
