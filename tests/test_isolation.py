@@ -8,10 +8,13 @@ still fork unseen, and gives up only at its deadline.
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from docket.run.cgroup import cgroup2_mount, events_say, own_cgroup
+from docket.run.child import process_table_until
 from docket.run.isolation import (
     CGROUP,
     SIGNALS,
@@ -178,3 +181,12 @@ def test_cgroup_files_are_read_as_the_kernel_writes_them():
     assert events_say("populated 1\nfrozen 0\n", "populated")
     assert not events_say("populated 0\nfrozen 1\n", "populated")
     assert events_say("populated 0\nfrozen 1\n", "frozen")
+
+
+def test_a_look_at_proc_is_whole_or_says_it_was_cut():
+    table, whole = process_table_until(None)
+    assert whole and os.getpid() in table
+    assert table[os.getpid()][0] == os.getppid()
+    cut, whole = process_table_until(lambda: True)  # told to stop at once
+    if len(os.listdir("/proc")) >= 256:  # asked every 256 entries
+        assert not whole and len(cut) < 256

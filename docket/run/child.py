@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 
 import trio
 
@@ -95,8 +96,19 @@ def group_members(pgid: int) -> list[int]:
 def process_table() -> dict[int, tuple[int, str, int, int]]:
     """Every process, by pid: (parent pid, state letter, session id, process group),
     read from /proc."""
-    table = {}
-    for entry in os.scandir("/proc"):
+    return process_table_until(None)[0]
+
+
+def process_table_until(
+    cut: Callable[[], bool] | None,
+) -> tuple[dict[int, tuple[int, str, int, int]], bool]:
+    """process_table, and whether it is whole: the look stops early once `cut()` says
+    so (asked every 256 entries). Under a fork storm one look at /proc can take
+    seconds (each stat read contends with the forks), and a deadline must hold."""
+    table: dict[int, tuple[int, str, int, int]] = {}
+    for n, entry in enumerate(os.scandir("/proc")):
+        if cut is not None and n % 256 == 255 and cut():
+            return table, False
         if not entry.name.isdigit():
             continue
         try:
@@ -109,7 +121,7 @@ def process_table() -> dict[int, tuple[int, str, int, int]]:
         table[int(entry.name)] = (
             int(fields[1]), fields[0].decode(), int(fields[3]), int(fields[2])
         )  # fmt: skip
-    return table
+    return table, True
 
 
 def children_of(ppid: int) -> dict[int, tuple[str, int]]:

@@ -54,6 +54,7 @@ from docket.run.child import (
     cmdline_of,
     describe_exit,
     process_table,
+    process_table_until,
     reap_now,
 )
 from docket.run.isolation import DEAD, SIGNALS, cgroup_step, groups_of, next_step, run_tree
@@ -91,6 +92,7 @@ class OrphanSweep:
         self._ended: list[tuple[int, list[str], str, int | None, str | None]] = []
         self._isolation_errors: list[str] = []
         self.survivors: list[int] = []  # alive at the end's deadline: the isolation failed
+        self.look_cut = False  # a look at /proc did not finish by the deadline
 
     def note_children(self) -> None:
         """Before the spawn: the children this process has already, never ours to end."""
@@ -197,6 +199,11 @@ class OrphanSweep:
             why = leaf.remove()
             if why is not None:
                 self._isolation_errors.append(why)
+        if self.look_cut:
+            self._isolation_errors.append(
+                f"a look at /proc did not finish within {SWEEP_SECONDS:g} s: "
+                "processes of the run it did not reach may be alive"
+            )
         if survivors or self._isolation_errors:
             await self._record_isolation(sorted(survivors))
 
@@ -235,8 +242,11 @@ class OrphanSweep:
         stop_sent: set[int] = set()
         session = os.getsid(0)
         while True:
-            table = process_table()
+            table, whole = process_table_until(lambda: trio.current_time() >= deadline)
             members = self._tree(agent, table)
+            if not whole:  # what it saw is alive; what it did not see may be too
+                self.look_cut = True
+                return sorted(p for p, state in members.items() if state not in DEAD)
             self._reap_zombies(members)
             self._note(members)
             step = next_step(members, frozenset(stop_sent), trio.current_time(), deadline)
@@ -294,11 +304,16 @@ class OrphanSweep:
         for pid in list(self._seen):
             self._settle(pid, None, f"not reaped within {SWEEP_SECONDS:g} s")
 
+    @property
+    def isolation_failed(self) -> bool:
+        """Processes of the run may have outlived it: named ones, or unseen ones."""
+        return bool(self.survivors) or self.look_cut
+
     async def _record_isolation(self, survivors: list[int]) -> None:
         """Survivors: the run's isolation failed, and the record says so by pid."""
         self.survivors = survivors
         fields: dict[str, object] = {"isolation": self.isolation}
-        if survivors:
+        if survivors or self.look_cut:
             fields["survivors"] = survivors[:MAX_SURVIVORS_LISTED]
             fields["survivors_count"] = len(survivors)
             reason = (

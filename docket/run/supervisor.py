@@ -417,14 +417,15 @@ class Supervisor:
     def verdict(self, status: int | None) -> tuple[int, str, str | None]:
         """The run's exit status, why, and the cap that stopped it (if one did)."""
         status, reason, cap = self._verdict(status)
-        survivors = self.control.sweep.survivors
-        if survivors:
+        sweep = self.control.sweep
+        if sweep.isolation_failed:
             # Evidence lost of another kind: processes of the run outlived it.
+            survivors = sweep.survivors
             shown = ", ".join(map(str, survivors[:8])) + (", ..." if len(survivors) > 8 else "")
-            reason += (
-                f"; isolation failed: {len(survivors)} process(es) of the run outlived it "
-                f"(pids {shown})"
-            )
+            reason += f"; isolation failed: {len(survivors)} process(es) of the run outlived it"
+            reason += f" (pids {shown})" if survivors else ""
+            if sweep.look_cut:
+                reason += ", and a look at /proc was cut short: there may be more"
             status = EXIT_EVIDENCE_LOST
         return status, reason, cap
 
