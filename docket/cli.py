@@ -21,8 +21,9 @@ EPILOG = """exit codes:
       restore a conflict) or, for diff, the two runs differ
   2   usage or input error (missing, empty, binary or malformed input)
   42  a supervised run was stopped by a cap or a ledger ceiling
-  43  a supervised run lost evidence: fail_fast_evidence stopped it, or its receipt
-      could not be written in the run's folder (it went to stderr and ledger.fallback_dir)
+  43  a supervised run lost evidence: fail_fast_evidence stopped it, its receipt
+      could not be written in the run's folder (it went to stderr and ledger.fallback_dir),
+      or processes of the run outlived it (its isolation failed: the ledger names them)
   70  internal error (a bug in docket: please report it)
 """
 
@@ -403,6 +404,14 @@ def _host_flags(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["run"]:
+        # A supervisor holds provider keys: closed to same-user processes before
+        # anything here reads one (the environment is read from the Supervisor on).
+        # The run's hardening asks again and records what the kernel said.
+        from docket.run.hardening import make_non_dumpable
+
+        make_non_dumpable()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -20,6 +20,7 @@ from chaos.attack import (
     inputs,
     mutations,
     numbers,
+    orphans,
     secrets,
     snapshot,
 )
@@ -86,3 +87,9 @@ def test_connection_exhaustion_leaves_real_calls_answered_and_each_episode_recor
 
 def test_the_snapshot_store_and_restore_hold_against_a_same_user_agent(tmp_path):
     assert_all_good(snapshot.run(tmp_path, quick=True), at_least=17)
+
+
+def test_nothing_an_agent_leaves_outlives_its_run(tmp_path):
+    figures = orphans.run(tmp_path, quick=True)
+    assert_all_good(figures, at_least=3)
+    assert figures.extra["outlived"] == 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
+import subprocess
 import sys
 
 import trio
@@ -13,7 +15,17 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.attack import Figures, diskfull, http, inputs, mutations, numbers, rig, secrets
+from chaos.attack import (
+    Figures,
+    diskfull,
+    http,
+    inputs,
+    mutations,
+    numbers,
+    orphans,
+    rig,
+    secrets,
+)
 from docket.ledger.chain import ChainVerifier
 from docket.ledger.reader import iter_lines
 
@@ -263,3 +275,34 @@ def test_the_numbers_judge_wants_agreement_no_exit_70_and_the_spec_verdict():
     assert "no answer" in numbers.judge(case, {"python": (Answer(None), 120.0)})
     ok = Answer(0, "ok", events=1, head="0" * 64, bytes=9)
     assert "caught" in numbers.judge(case, {"python": (ok, 0.1)})
+
+
+# ---------------------------------------------------------------- orphans
+
+
+def test_orphans_finds_a_marked_process_even_stopped_and_ends_it():
+    mark = "probe-" + os.urandom(4).hex()
+    env = dict(os.environ, **{orphans.MARK_ENV: mark})
+    sleeper = subprocess.Popen(["sleep", "30"], env=env)
+    try:
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        assert orphans.marked(mark) == [sleeper.pid]
+        assert orphans.marked(mark + "-other") == []
+        assert orphans.stop_all(mark) == []
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=10)
+    assert orphans.marked(mark) == []  # a zombie is not alive
+
+
+def test_orphans_reads_the_ledgers_account(tmp_path):
+    lines = [
+        {"type": "session.start", "hardening": {"isolation": "cgroup"}},
+        {"type": "process.orphan", "pid": 7, "found": "running"},
+        {"type": "process.orphan", "unlisted": 40},
+        {"type": "process.orphan", "survivors": [9, 10], "survivors_count": 2},
+    ]
+    (tmp_path / "ledger.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    assert orphans.ledger_account(tmp_path) == (41, [9, 10], "cgroup")
+    assert orphans.ledger_account(tmp_path / "none") == (0, [], None)

@@ -162,6 +162,8 @@ def test_an_unprivileged_agent_finds_no_key_anywhere_in_proc(shared_dir):
     }
     # the open-file limit raised to the hard one (issue 23, 12)
     assert hardening["nofile"] == resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    # Not root: no cgroup of its own, so the freeze-then-kill loop (tests/test_orphans.py)
+    assert hardening["isolation"] == "signals" and hardening["isolation_error"]
     assert [seen["ppid"], "environ", errno.EACCES] in seen["refused"]  # the supervisor's
     assert seen["found"] == []
     assert "GEMINI_API_KEY" not in seen["env"] and "MY_GATEWAY_KEY" not in seen["env"]

@@ -17,6 +17,8 @@ the table; tests/test_attack.py runs each in its quick form. Families:
   snapshot   the snapshot store, the run folder's records and the tree attacked by
              an agent of the same user, against a real rollback and docket restore
   numbers    number forms in receipts and ledger lines, through all three verifiers
+  orphans    an agent's ways to outlive its run (fork chains and bombs, setsid,
+             SIGSTOP, SIGCONT, re-parenting, a /proc snooper for the next key)
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

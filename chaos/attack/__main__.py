@@ -48,6 +48,10 @@ FAMILIES = {
         "chaos.attack.numbers",
         "number forms on which the three verifiers agree, none exits 70, each within its bound",
     ),
+    "orphans": (
+        "chaos.attack.orphans",
+        "nothing of the run alive after docket run exits, no key read",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
@@ -74,6 +78,10 @@ NOTES = {
     "numbers": lambda x: (
         f"verifiers {x.get('verifiers')}, verdicts {x.get('verdicts')}, slowest "
         f"{x.get('slowest_s')}, skipped {x.get('skipped_verifiers')}"
+    ),
+    "orphans": lambda x: (
+        f"outlived {x.get('outlived')}, orphans recorded {x.get('orphans_recorded')}, "
+        f"isolation {x.get('isolation')}"
     ),
 }
 

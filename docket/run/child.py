@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 
 import trio
 
@@ -92,14 +93,22 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def children_of(ppid: int) -> dict[int, tuple[str, int]]:
-    """Our children by pid, each with its state letter and session id, read from /proc.
+def process_table() -> dict[int, tuple[int, str, int, int]]:
+    """Every process, by pid: (parent pid, state letter, session id, process group),
+    read from /proc."""
+    return process_table_until(None)[0]
 
-    With the supervisor a child subreaper (docket.run.hardening), this includes
-    every process the agent detached whose parent has gone.
-    """
-    children = {}
-    for entry in os.scandir("/proc"):
+
+def process_table_until(
+    cut: Callable[[], bool] | None,
+) -> tuple[dict[int, tuple[int, str, int, int]], bool]:
+    """process_table, and whether it is whole: the look stops early once `cut()` says
+    so (asked every 256 entries). Under a fork storm one look at /proc can take
+    seconds (each stat read contends with the forks), and a deadline must hold."""
+    table: dict[int, tuple[int, str, int, int]] = {}
+    for n, entry in enumerate(os.scandir("/proc")):
+        if cut is not None and n % 256 == 255 and cut():
+            return table, False
         if not entry.name.isdigit():
             continue
         try:
@@ -109,9 +118,23 @@ def children_of(ppid: int) -> dict[int, tuple[str, int]]:
             continue  # it exited (and was reaped) while we looked
         # pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
         fields = stat[stat.rindex(b")") + 2 :].split()
-        if int(fields[1]) == ppid:
-            children[int(entry.name)] = (fields[0].decode(), int(fields[3]))
-    return children
+        table[int(entry.name)] = (
+            int(fields[1]), fields[0].decode(), int(fields[3]), int(fields[2])
+        )  # fmt: skip
+    return table, True
+
+
+def children_of(ppid: int) -> dict[int, tuple[str, int]]:
+    """Our children by pid, each with its state letter and session id, read from /proc.
+
+    With the supervisor a child subreaper (docket.run.hardening), this includes
+    every process the agent detached whose parent has gone.
+    """
+    return {
+        pid: (state, sid)
+        for pid, (parent, state, sid, _) in process_table().items()
+        if parent == ppid
+    }
 
 
 def cmdline_of(pid: int) -> list[str]:

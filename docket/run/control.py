@@ -120,7 +120,10 @@ class ChildControl:
         self.sweep.note_children()
         report = self.sweep.open_report_pipe()  # the launcher writes its watcher's pid here
         launch = [sys.executable, "-m", "docket.run.launch", str(os.getpid())]
-        argv = [*launch, "--report-fd", str(report), "--", *command]
+        launch += ["--report-fd", str(report)]
+        if self.sweep.cgroup is not None:  # joined by the launcher before anything else
+            launch += ["--cgroup", str(self.sweep.cgroup.path)]
+        argv = [*launch, "--", *command]
         try:
             # Spawned here, in the thread that runs the whole supervisor, and not
             # through trio.lowlevel.open_process: that forks from a worker thread,

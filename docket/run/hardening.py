@@ -6,6 +6,10 @@ memory and in the environment it was started with, and /proc/<pid>/environ,
 agent included. A non-dumpable process's /proc files belong to root and
 ptrace needs CAP_SYS_PTRACE, so the agent (same user, no capabilities) can read
 none of them. Root on the same machine still can: that is a limit, not a bug.
+`docket run` asks for it first thing (docket.cli.main, before anything reads a
+key from the environment), so a process of an earlier run still polling /proc
+has no window to read the next run's key but the interpreter's own start-up;
+the supervisor asks again (a no-op then) to record what the kernel said.
 
 Child subreaper (PR_SET_CHILD_SUBREAPER): a process the agent detaches (setsid,
 a double fork) is re-parented to the nearest subreaper instead of init, so it

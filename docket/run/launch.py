@@ -16,6 +16,11 @@ started. So before the exec a small watcher is left behind (`keep_group`):
 when the supervisor dies, it SIGKILLs the agent's process group, and with it
 every process the agent started there.
 
+`--cgroup DIR` names the run's cgroup v2 leaf (docket.run.cgroup): the launcher
+moves itself into it first, so the watcher, the agent and all the agent starts
+are born inside it (and with the leaf named, the watcher kills the whole leaf
+when the supervisor dies, not the group only).
+
 `python -m docket.run.launch PID --report-fd N -- CMD ...` also writes the
 watcher's pid (a line) to file descriptor N, then closes it before the exec: the
 supervisor, a child subreaper, gets the watcher back as an orphan like any
@@ -52,8 +57,10 @@ def restore_default_signals() -> None:
 SUPERVISOR_SETTLE_MS = 200
 
 
-def keep_group(supervisor: int, report_fd: int | None = None) -> None:
-    """Leave a watcher that SIGKILLs this process's group if the supervisor dies.
+def keep_group(supervisor: int, report_fd: int | None = None, cgroup: str | None = None) -> None:
+    """Leave a watcher that SIGKILLs this process's group if the supervisor dies,
+    and the whole run's cgroup leaf with it when there is one (`cgroup`: what the
+    agent detached from the group too).
 
     It watches two pidfds, the supervisor's and this process's (the agent's, once
     exec'd), and ends with the agent. It is not in the group (a session of its own:
@@ -77,7 +84,7 @@ def keep_group(supervisor: int, report_fd: int | None = None) -> None:
             if watcher == 0:
                 if report_fd is not None:
                     os.close(report_fd)  # the supervisor reads to the end of the line only
-                _watch(group, supervisor_fd, agent_fd)
+                _watch(group, supervisor_fd, agent_fd, cgroup)
             if report_fd is not None:
                 os.write(report_fd, f"{watcher}\n".encode())
         finally:
@@ -87,7 +94,7 @@ def keep_group(supervisor: int, report_fd: int | None = None) -> None:
     os.close(agent_fd)
 
 
-def _watch(group: int, supervisor_fd: int, agent_fd: int) -> None:
+def _watch(group: int, supervisor_fd: int, agent_fd: int, cgroup: str | None) -> None:
     """The watcher's life (never returns): see keep_group."""
     try:
         os.setsid()
@@ -108,31 +115,63 @@ def _watch(group: int, supervisor_fd: int, agent_fd: int) -> None:
             try:
                 os.killpg(group, signal.SIGKILL)
             except ProcessLookupError:
-                return  # nothing of the agent's is left: nothing to stop
+                if cgroup is None:
+                    return  # nothing of the agent's is left: nothing to stop
+            if cgroup is not None:
+                # Every process of the run, this watcher last (it is in the leaf too).
+                fd = os.open(os.path.join(cgroup, "cgroup.kill"), os.O_WRONLY)
+                os.write(fd, b"1")
     finally:
         os._exit(0)
 
 
+USAGE = "usage: python -m docket.run.launch PID [--report-fd N] [--cgroup DIR] -- CMD ..."
+
+
+def join_cgroup(leaf: str) -> str | None:
+    """Move this process into the run's cgroup leaf (docket.run.cgroup): None, or why not."""
+    try:
+        fd = os.open(os.path.join(leaf, "cgroup.procs"), os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"cannot join the run's cgroup {leaf}: {exc.strerror or exc}"
+    return None
+
+
 def main(argv: list[str]) -> int:
-    report_fd = None
-    if len(argv) > 2 and argv[1] == "--report-fd" and argv[2].isdigit():
-        report_fd, argv = int(argv[2]), argv[:1] + argv[3:]
+    report_fd = cgroup = None
+    if argv[:1] and argv[0].isdigit():
+        while len(argv) > 2 and argv[1] in ("--report-fd", "--cgroup"):
+            if argv[1] == "--report-fd" and argv[2].isdigit():
+                report_fd = int(argv[2])
+            elif argv[1] == "--cgroup" and argv[2]:
+                cgroup = argv[2]
+            else:
+                break
+            argv = argv[:1] + argv[3:]
     if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
-        print(
-            "docket launch: usage: python -m docket.run.launch PID [--report-fd N] -- CMD ...",
-            file=sys.stderr,
-        )
+        print(f"docket launch: {USAGE}", file=sys.stderr)
         return 2
     supervisor, command = int(argv[0]), argv[2:]
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         print(f"docket launch: prctl failed: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
         return EXIT_CANNOT_EXEC
+    if cgroup is not None:
+        # Before anything is forked: the watcher and the agent are born inside, and
+        # all they start. An agent outside the leaf the run counts on is not started.
+        why = join_cgroup(cgroup)
+        if why is not None:
+            print(f"docket launch: {why}; not starting", file=sys.stderr)
+            return EXIT_CANNOT_EXEC
     if os.getppid() != supervisor:
         # The supervisor died before the death signal was armed: do not run orphaned.
         print(f"docket launch: supervisor {supervisor} is gone; not starting", file=sys.stderr)
         return EXIT_CANNOT_EXEC
-    keep_group(supervisor, report_fd)
+    keep_group(supervisor, report_fd, cgroup)
     if report_fd is not None:
         os.close(report_fd)  # not the agent's: it ends here, before the exec
     restore_default_signals()

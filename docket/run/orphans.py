@@ -1,21 +1,35 @@
-"""The processes the agent detached: back to the supervisor, ended with the run, recorded.
+"""The processes the agent left: ended with the run, whatever their fork rate, and recorded.
 
 An agent that starts a process with setsid (or a double fork) puts it out of
-reach of its process group, so killing the group at the end of the run missed
-it and it outlived the run. The supervisor is a child subreaper for the run
-(docket.run.hardening): when such a process's parent dies, the kernel hands it
-to the supervisor instead of init. Once the agent is reaped, every process it
-left is the supervisor's child or a descendant of one, in a session of its own
-(the agent's, or one it made), never the supervisor's. `OrphanSweep` finds
-them, SIGKILLs and reaps them, round after round (a process killed hands its
-own children over in turn), and records each as `process.orphan`: pid, argv
-(redacted), whether it was still running, and how it ended.
+reach of its process group, and one that forks faster than it is killed, or
+deeper than any number of rounds, outruns a sweep by pid: such a process
+outlived the run, and one that polled /proc read the next run's key. So every
+process of the run ends with it (docket.run.isolation decides, this module acts):
 
-Docket's own watcher (docket.run.launch.keep_group) comes back the same way; the
-launcher reports its pid on a pipe, and it is ended without being recorded as
-the agent's. Processes of the supervisor's own session (a harness running the
-supervisor in its process may have children of its own) and those that were
-its children before the spawn are never touched.
+- Where the machine allows it, the run has a cgroup v2 leaf of its own
+  (docket.run.cgroup), which the launcher joins before the agent exists: the
+  leaf is frozen, its members noted, killed with `cgroup.kill` and waited on
+  until empty, then removed.
+- Then, always, the freeze-then-kill loop over the run's process tree: the
+  supervisor is a child subreaper (docket.run.hardening), so a process whose
+  parent dies comes back to it instead of init; every process in the tree is
+  SIGSTOPped, by pid and by process group (a group signal reaches a child forked
+  meanwhile), until a look finds them all stopped (a stopped process cannot
+  fork), then SIGKILLed, and the tree looked at again until a look finds
+  nothing. Without a leaf this is the whole of it; with one, it ends what moved
+  itself out of the leaf.
+
+Both stop when nothing of the run is alive, or at SWEEP_SECONDS: what is alive
+then is recorded by pid (`process.orphan` with `survivors`: the run's isolation
+failed), and the run exits 43 (docket.run.supervisor). Every process seen is
+reaped and recorded as `process.orphan`: pid, argv (redacted), whether it was
+still running, and how it ended; sixteen are listed, the rest counted in one event.
+
+Docket's own watcher (docket.run.launch.keep_group) is ended the same way; the
+launcher reports its pid on a pipe, and it is not recorded as the agent's.
+Processes of the supervisor's own session (a harness running the supervisor in
+its process may have children of its own) and those that were its children
+before the spawn are never touched.
 
 While the agent runs, an orphan that exits is reaped on SIGCHLD and recorded
 (`found: exited`), so none piles up as a zombie in a long run.
@@ -33,13 +47,26 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from docket.guards.redact import redact_argv
-from docket.run.child import Child, children_of, cmdline_of, describe_exit, reap_now, reap_pid
+from docket.run.cgroup import RunCgroup
+from docket.run.child import (
+    Child,
+    children_of,
+    cmdline_of,
+    describe_exit,
+    process_table,
+    process_table_until,
+    reap_now,
+)
+from docket.run.isolation import DEAD, SIGNALS, cgroup_step, groups_of, next_step, run_tree
 
 MAX_ORPHAN_EVENTS = 16  # each listed; past this one event counts the rest (the ledger's
 # control reserve is for the end of the record, not for an agent's thousand daemons)
-MAX_ROUNDS = 64  # a tree deeper than this (or forking as fast as it is killed) is left
-REAP_SECONDS = 5.0  # for a round's SIGKILLed processes to be gone
+MAX_SURVIVORS_LISTED = 64  # pids named in the isolation failure; all are counted
+SWEEP_SECONDS = 5.0  # for the whole end: every process of the run gone, and reaped
+FREEZE_WAIT = 0.5  # for the cgroup freezer (for the record) before the kill goes anyway
+POLL_SECONDS = 0.002  # between looks: signals and the kernel's bookkeeping land meanwhile
 ARGV_ITEMS, ARGV_CHARS = 8, 200  # an orphan's argv, as recorded
+ARGV_NOTED = 4 * MAX_ORPHAN_EVENTS  # argvs read at the end (only sixteen are listed)
 
 
 # How an event reaches the ledger: the supervisor's append (redacted; a full ledger
@@ -57,6 +84,15 @@ class OrphanSweep:
         self._orphans_unlisted = 0
         self._report_fd: int | None = None  # the launcher's pipe: the watcher's pid
         self._watcher: int | None = None  # the pid read from it
+        self.cgroup: RunCgroup | None = None  # the run's leaf, when the machine allows one
+        self.isolation = SIGNALS  # how the run's processes are ended (docket.run.isolation)
+        self._seen: dict[int, tuple[list[str], str]] = {}  # pid -> (argv, found), unrecorded
+        self._argv_noted = 0
+        # Reaped by the end, recorded once it is over: (pid, argv, found, status, reason).
+        self._ended: list[tuple[int, list[str], str, int | None, str | None]] = []
+        self._isolation_errors: list[str] = []
+        self.survivors: list[int] = []  # alive at the end's deadline: the isolation failed
+        self.look_cut = False  # a look at /proc did not finish by the deadline
 
     def note_children(self) -> None:
         """Before the spawn: the children this process has already, never ours to end."""
@@ -118,17 +154,15 @@ class OrphanSweep:
             await self._record_orphan(pid, [], "exited", returncode)
 
     async def _record_orphan(
-        self, pid: int, argv: list[str], found: str, returncode: int | None
-    ) -> None:
+        self, pid: int, argv: list[str], found: str, returncode: int | None,
+        reason: str | None = None,
+    ) -> None:  # fmt: skip
         if self._orphans_listed >= MAX_ORPHAN_EVENTS:
             self._orphans_unlisted += 1
             return
         self._orphans_listed += 1
-        reason = (
-            describe_exit(returncode)
-            if returncode is not None
-            else f"not reaped within {REAP_SECONDS:g} s of SIGKILL"
-        )
+        if reason is None:
+            reason = describe_exit(returncode) if returncode is not None else "not reaped"
         await self._record(
             "process.orphan",
             pid=pid,
@@ -139,34 +173,166 @@ class OrphanSweep:
         )
 
     async def end_orphans(self, agent: int) -> None:
-        watcher = self._watcher_pid()
-        tried: set[int] = set()  # one that would not die is recorded once, not waited on again
-        for _ in range(MAX_ROUNDS):
-            found = {pid: s for pid, s in self._orphans(agent).items() if pid not in tried}
-            if not found:
-                break
-            tried.update(found)
-            argvs = {pid: cmdline_of(pid) for pid in found}  # before the kill empties it
-            for pid, state in found.items():
-                if state != "Z":
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        continue  # it exited meanwhile: reaped below all the same
-            deadline = trio.current_time() + REAP_SECONDS  # for the round: they die together
-            for pid, state in found.items():
-                returncode = await reap_pid(pid, max(deadline - trio.current_time(), 0))
-                if pid == watcher:
-                    continue  # docket's own, not the agent's
-                found_as = "exited" if state == "Z" else "running"
-                await self._record_orphan(pid, argvs[pid], found_as, returncode)
+        """After the agent is reaped: end every process of the run, reap and record
+        each, and name those still alive at the deadline (`survivors`)."""
+        deadline = trio.current_time() + SWEEP_SECONDS
+        survivors: set[int] = set()
+        leaf, self.cgroup = self.cgroup, None
+        if leaf is not None:
+            survivors.update(await self._end_leaf(leaf, deadline))
+        # Always, after the leaf: a process of ours outside it (one that moved itself
+        # out; every one, without a leaf) is ended by freezing and killing the tree.
+        survivors.update(await self._end_tree(agent, deadline))
+        await self._account(agent, deadline, survivors)
+        # Recorded once the end is over: the ledger's fsyncs never slow the loop down.
+        for pid, argv, found, returncode, reason in self._ended:
+            await self._record_orphan(pid, argv, found, returncode, reason)
+        self._ended.clear()
         unlisted = self._orphans_unlisted
         if unlisted:
             await self._record(
                 "process.orphan",
                 unlisted=unlisted,
-                reason=f"{unlisted} more orphan(s) ended and reaped, not listed one by one",
+                reason=f"{unlisted} more orphan(s) ended, not listed one by one",
             )
+        if leaf is not None and not survivors:
+            why = leaf.remove()
+            if why is not None:
+                self._isolation_errors.append(why)
+        if self.look_cut:
+            self._isolation_errors.append(
+                f"a look at /proc did not finish within {SWEEP_SECONDS:g} s: "
+                "processes of the run it did not reach may be alive"
+            )
+        if survivors or self._isolation_errors:
+            await self._record_isolation(sorted(survivors))
+
+    async def _end_leaf(self, leaf: RunCgroup, deadline: float) -> list[int]:
+        """Freeze, note, kill the run's cgroup until it is empty: [] or who is left."""
+        froze_at: float | None = None
+        noted = False
+        try:
+            while True:
+                now = trio.current_time()
+                froze_for = None if froze_at is None else now - froze_at
+                frozen = froze_at is not None and leaf.frozen()
+                step = cgroup_step(leaf.populated(), frozen, froze_for, now, deadline,
+                                   freeze_wait=FREEZE_WAIT)  # fmt: skip
+                if step.action == "done":
+                    return []
+                if step.action == "give_up":
+                    return leaf.members()
+                if step.action == "freeze":
+                    leaf.freeze()
+                    froze_at = now
+                elif step.action == "kill":
+                    if not noted:  # who was there, before the kill empties /proc
+                        self._note(dict.fromkeys(leaf.members(), "S"))
+                        noted = True
+                    leaf.kill()
+                await trio.sleep(POLL_SECONDS)
+        except OSError as exc:
+            # The leaf failed us (removed under us, a write refused): the tree loop
+            # that follows ends whatever of the run is still our descendant.
+            self._isolation_errors.append(f"the run's cgroup {leaf.path}: {exc.strerror or exc}")
+            return []
+
+    async def _end_tree(self, agent: int, deadline: float) -> list[int]:
+        """The freeze-then-kill loop over the run's process tree: [] or who is left."""
+        stop_sent: set[int] = set()
+        session = os.getsid(0)
+        while True:
+            table, whole = process_table_until(lambda: trio.current_time() >= deadline)
+            members = self._tree(agent, table)
+            if not whole:  # what it saw is alive; what it did not see may be too
+                self.look_cut = True
+                return sorted(p for p, state in members.items() if state not in DEAD)
+            self._reap_zombies(members)
+            self._note(members)
+            step = next_step(members, frozenset(stop_sent), trio.current_time(), deadline)
+            if step.action == "done":
+                return []
+            if step.action == "give_up":
+                return sorted(step.survivors)
+            for sig, pids in ((signal.SIGSTOP, step.stop), (signal.SIGKILL, step.kill)):
+                for group in groups_of(pids, table, session):
+                    _signal(os.killpg, group, sig)  # its forks meanwhile too
+                for pid in pids:
+                    _signal(os.kill, pid, sig)  # one that left its group meanwhile
+            stop_sent.update(step.stop)
+            await trio.sleep(POLL_SECONDS)  # for the signals to land
+
+    def _tree(self, agent: int, table: dict | None = None) -> dict[int, str]:
+        excluded = self._children_before | {agent}
+        table = process_table() if table is None else table
+        return run_tree(table, os.getpid(), os.getsid(0), excluded)
+
+    def _note(self, members: dict[int, str]) -> None:
+        """The first sight of each live process: its argv, before a kill empties it.
+        (One first seen dead, a zombie, is recorded as `found: exited` when reaped.)
+        Only the first ARGV_NOTED are read: only sixteen are listed, and reading a
+        process's cmdline waits on its memory map, which a forking bomb keeps busy."""
+        for pid, state in members.items():
+            if state not in DEAD and pid not in self._seen:
+                argv = cmdline_of(pid) if self._argv_noted < ARGV_NOTED else []
+                self._argv_noted += 1
+                self._seen[pid] = (argv, "running")
+
+    def _reap_zombies(self, members: dict[int, str]) -> None:
+        for pid, state in members.items():
+            if state in DEAD:
+                returncode = reap_now(pid)  # None: not ours yet (its parent is dying)
+                if returncode is not None:
+                    self._settle(pid, returncode)
+
+    def _settle(self, pid: int, returncode: int | None, reason: str | None = None) -> None:
+        argv, found = self._seen.pop(pid, ([], "exited"))
+        if pid != self._watcher_pid():  # docket's own is not the agent's
+            self._ended.append((pid, argv, found, returncode, reason))
+
+    async def _account(self, agent: int, deadline: float, survivors: set[int]) -> None:
+        """Every process seen is reaped and recorded: the dead ones in transit (a
+        zombie whose parent was killed with it comes back to us a moment later) are
+        waited for until the deadline; one reaped by its own parent is recorded so."""
+        for pid in survivors:
+            self._seen.pop(pid, None)  # named in the isolation failure, not here
+        while self._seen and trio.current_time() < deadline:
+            self._reap_zombies(self._tree(agent))
+            for pid in [p for p in self._seen if not os.path.exists(f"/proc/{p}")]:
+                self._settle(pid, None, "ended; reaped by its parent, a process of the run")
+            await trio.sleep(POLL_SECONDS)
+        for pid in list(self._seen):
+            self._settle(pid, None, f"not reaped within {SWEEP_SECONDS:g} s")
+
+    @property
+    def isolation_failed(self) -> bool:
+        """Processes of the run may have outlived it: named ones, or unseen ones."""
+        return bool(self.survivors) or self.look_cut
+
+    async def _record_isolation(self, survivors: list[int]) -> None:
+        """Survivors: the run's isolation failed, and the record says so by pid."""
+        self.survivors = survivors
+        fields: dict[str, object] = {"isolation": self.isolation}
+        if survivors or self.look_cut:
+            fields["survivors"] = survivors[:MAX_SURVIVORS_LISTED]
+            fields["survivors_count"] = len(survivors)
+            reason = (
+                f"isolation failed: {len(survivors)} process(es) of the run still alive "
+                f"{SWEEP_SECONDS:g} s after the end began; they may outlive the run"
+            )
+        else:
+            reason = "the run's processes were all ended, but not cleanly"
+        if self._isolation_errors:
+            fields["isolation_errors"] = self._isolation_errors
+            reason += " (" + "; ".join(self._isolation_errors) + ")"
+        await self._record("process.orphan", **fields, reason=reason)
+
+
+def _signal(send: Callable[[int, int], None], target: int, sig: int) -> None:
+    try:
+        send(target, sig)
+    except ProcessLookupError:
+        return  # it exited meanwhile: reaped on a later look
 
 
 async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:

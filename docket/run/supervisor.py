@@ -21,8 +21,10 @@ The parts (docket/run/):
                  StopLatch): spawn from the main thread (ADR 0004), reap,
                  forward signals, grace then SIGKILL, the wall-clock cap,
                  stragglers; RunHandleOf, the hooks' handle
-  orphans.py     OrphanSweep, ChildControl's: what the child detached, reaped
-                 as the subreaper
+  orphans.py     OrphanSweep, ChildControl's: every process of the run ended
+                 with it, reaped and recorded (as the subreaper)
+  isolation.py   its decisions: which way, the freeze-then-kill loop, when to stop
+  cgroup.py      the run's cgroup v2 leaf, where the machine allows one
   hardening.py   prctl: non-dumpable, child subreaper
   launch.py      the child's first process (`python -m docket.run.launch`)
   hooks.py       RunHooks, what a harness may hand a run
@@ -53,12 +55,14 @@ from docket.clock import Clock, rfc3339
 from docket.errors import EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
 from docket.guards.redact import Redactor, redact_argv
 from docket.run.cache_store import open_shared_cache, shared_cache
+from docket.run.cgroup import RunCgroup
 from docket.run.child import (
     describe_exit,
 )
 from docket.run.control import ChildControl, StopLatch
 from docket.run.hardening import make_non_dumpable, raise_nofile, set_subreaper
 from docket.run.hooks import RunHooks
+from docket.run.isolation import mechanism
 from docket.run.values import Outcome, RunOptions
 
 if TYPE_CHECKING:
@@ -144,9 +148,11 @@ class Supervisor:
         self._snapshots = SnapshotSession(options, self.policy)
 
     def _harden(self) -> None:
-        """Close this process's environ and memory to the agent, and make it the
-        reaper of the agent's orphans (hardening.py); where the kernel cannot,
-        say why (session.start's hardening, and a warning line)."""
+        """Close this process's environ and memory to the agent, make it the reaper
+        of the agent's orphans (hardening.py), and make the run's cgroup leaf
+        (docket.run.cgroup); where the kernel cannot, say why (session.start's
+        hardening; a warning line for the first two: without a leaf the run's
+        processes are still ended, by the freeze-then-kill loop)."""
         if self.hardening:
             return  # done already (docket run does it before the run, to warn at start)
         for name, ask in (("non_dumpable", make_non_dumpable), ("subreaper", set_subreaper)):
@@ -160,6 +166,12 @@ class Supervisor:
         self.hardening["nofile"] = now
         if before != now:
             self.hardening["nofile_raised_from"] = before
+        sweep = self.control.sweep
+        sweep.cgroup, why = RunCgroup.create(self.run_id)
+        sweep.isolation = mechanism(why)
+        self.hardening["isolation"] = sweep.isolation
+        if why is not None:
+            self.hardening["isolation_error"] = why
 
     def _check_keys(self) -> None:
         """A key that cannot go into a header is refused now (exit 2), never at the
@@ -212,7 +224,12 @@ class Supervisor:
             with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
                 return await self._run(signals)
         finally:
-            self.control.sweep.close_report_fd()  # the launcher's pipe, if a run ended without its sweep
+            sweep = self.control.sweep
+            sweep.close_report_fd()  # the launcher's pipe, if a run ended without its sweep
+            if sweep.cgroup is not None:  # the run ended before its sweep: the leaf is empty
+                why = sweep.cgroup.remove()
+                if why is not None:
+                    print(f"docket: warning: {why}", file=sys.stderr)
             if self.hardening.get("subreaper"):
                 # The run is over (its orphans ended): a harness that runs the
                 # supervisor in its own process gets its process back as it was.
@@ -396,6 +413,20 @@ class Supervisor:
 
     def verdict(self, status: int | None) -> tuple[int, str, str | None]:
         """The run's exit status, why, and the cap that stopped it (if one did)."""
+        status, reason, cap = self._verdict(status)
+        sweep = self.control.sweep
+        if sweep.isolation_failed:
+            # Evidence lost of another kind: processes of the run outlived it.
+            survivors = sweep.survivors
+            shown = ", ".join(map(str, survivors[:8])) + (", ..." if len(survivors) > 8 else "")
+            reason += f"; isolation failed: {len(survivors)} process(es) of the run outlived it"
+            reason += f" (pids {shown})" if survivors else ""
+            if sweep.look_cut:
+                reason += ", and a look at /proc was cut short: there may be more"
+            status = EXIT_EVIDENCE_LOST
+        return status, reason, cap
+
+    def _verdict(self, status: int | None) -> tuple[int, str, str | None]:
         stop = self.stop_requested
         if stop is not None:
             return stop.exit_status, stop.reason, stop.cap
