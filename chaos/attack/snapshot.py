@@ -18,8 +18,10 @@ is named (`failed` or `differences`); and where the probe says what must come of
 (restorable: verified; not: named), that. For a restore: it ended within the
 deadline, nothing outside changed (nor anything made where an edited record
 pointed), and its outcome is the one wanted (refused with one line, or done).
-The full form adds a real `docket run` whose agent turns the store's objects into
-FIFOs: it must end with its receipt within the deadline.
+A store (or its objects/ or tmp/) planted as a link out before the next run: the
+snapshot is refused and nothing is written there. The full form adds a real
+`docket run` whose agent turns the store's objects into FIFOs: it must end with its
+receipt within the deadline.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from pathlib import Path
 
 from chaos.attack import Figures
 
-DEADLINE = 30.0  # seconds a probe may take; each takes well under one here
+DEADLINE = 60.0  # seconds a probe may take: each takes under 5 here, a hang forever
 
 
 def fingerprint(root: Path) -> dict[bytes, tuple]:
@@ -480,6 +482,26 @@ def try_restore(base: Path, probe: Restore) -> tuple[bool, str]:
     return True, said
 
 
+# ------------------------------------------------------------------ the next run's store
+
+
+def try_planted_store(base: Path, where: str) -> tuple[bool, str]:
+    """A previous run's agent makes the shared store (or its objects/ or tmp/) a link to
+    elsewhere: the next snapshot must be refused before it copies anything there."""
+    from docket.snapshot.run import take
+    from docket.snapshot.store import StoreError
+
+    tree, elsewhere, store = make_tree(base / "tree"), base / "elsewhere", base / "store"
+    elsewhere.mkdir()
+    if where:
+        store.mkdir()
+    os.symlink(elsewhere, store / where if where else store)
+    how, result = bounded(take, 0, str(tree), base / "run", store)
+    written = sorted(p.name for p in elsewhere.iterdir())
+    ok = how == "raised" and isinstance(result, StoreError) and not written
+    return ok, f"{how} {result!r}, written there: {written[:3]}"
+
+
 # ------------------------------------------------------------------ one real docket run
 
 FIFO_AGENT = r"""
@@ -555,7 +577,7 @@ def run(folder: Path, quick: bool) -> Figures:
     figures = Figures("snapshot")
     _raise_nofile()
     folder.mkdir(parents=True, exist_ok=True)
-    held = {"rollback": 0, "restore": 0, "docket run": 0}
+    held = {"rollback": 0, "restore": 0, "store planted": 0, "docket run": 0}
     for n, rb in enumerate(p for p in ROLLBACKS if p.quick or not quick):
         base = folder / f"rollback{n:02d}"
         try:
@@ -576,6 +598,14 @@ def run(folder: Path, quick: bool) -> Figures:
             _clean(base)
         held["restore"] += good
         figures.add(good, f"snapshot restore: {rs.name} -> {said}")
+    for where in ("", "objects") if quick else ("", "objects", "tmp"):
+        base = folder / f"planted-{where or 'root'}"
+        try:
+            good, said = try_planted_store(base, where)
+        finally:
+            _clean(base)
+        held["store planted"] += good
+        figures.add(good, f"snapshot store planted as a link ({where or 'the store'}) -> {said}")
     if not quick:
         base = folder / "docket-run"
         try:
