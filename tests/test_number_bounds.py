@@ -74,19 +74,31 @@ number_texts = st.builds(
 )
 
 
-@given(text=number_texts)
-def test_a_number_is_read_exactly_when_it_is_within_the_bounds(text):
+# Where a number can stand, with the whitespace JSON allows around it; the cheap
+# prefilter (strict_json.maybe_out_of_bounds) must never miss one past the bounds.
+CONTEXTS = (
+    b'{"n":[%s]}',
+    b'{"n": [ \t%s\r\n]}',
+    b'{"prev":"%s","n":[0,%s]}',
+    b'{"s":"e000 ,:[","n":[\n%s ]}',
+)
+
+
+@given(text=number_texts, context=st.sampled_from(CONTEXTS))
+def test_a_number_is_read_exactly_when_it_is_within_the_bounds(text, context):
     expected = within_bounds(text)
+    data = context.replace(b"%s", text.encode())
+    if not expected:
+        assert strict_json.maybe_out_of_bounds(data), data
     for parsers in filter(None, (strict_json.JITER, strict_json.STDLIB)):
         for exact in (True, False):
-            data = b'{"n":[' + text.encode() + b"]}"
             try:
                 value = parsers[exact](data)
             except strict_json.AmbiguousJSON:
                 assert not expected, text
                 continue
             assert expected, text
-            (n,) = value["n"]  # type: ignore[index]
+            n = value["n"][-1]  # type: ignore[index]
             assert n == Decimal(text) if exact else True
             # Within the bounds a double holds it as a finite number, 0 only when it is 0.
             as_float = float(n)
