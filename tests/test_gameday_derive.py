@@ -17,6 +17,7 @@ from chaos.gameday.derive import (
     mono,
     percentile,
     stub_match,
+    stub_match_all,
     stub_rate,
     stub_rate_all,
 )
@@ -144,6 +145,7 @@ def test_derive_names():
         "stub_rate",
         "stub_rate_all",
         "stub_match",
+        "stub_match_all",
         "in_flight",
         "backoffs",
         "breaker",
@@ -202,8 +204,10 @@ def test_in_flight_counts_open_calls_by_call_id():
         req(4, "a", "x", "c4"),
         ev(5, 5, "model.error", call_id="c3"),
     ]
-    assert in_flight(events) == {"max": 3, "open_at_end": 2}
-    assert in_flight([]) == {"max": 0, "open_at_end": 0}
+    assert in_flight(events) == {"max": 3, "open_at_end": 2, "by_provider": {"a": 3}}
+    assert in_flight([]) == {"max": 0, "open_at_end": 0, "by_provider": {}}
+    two = [req(0, "a", "x", "c1"), req(1, "b", "x", "c2"), req(2, "b", "y", "c3")]
+    assert in_flight(two)["by_provider"] == {"a": 1, "b": 2}
 
 
 def test_backoffs_measure_the_wait_by_the_next_attempt_per_provider():
@@ -219,3 +223,22 @@ def test_backoffs_measure_the_wait_by_the_next_attempt_per_provider():
     assert first["next_attempt_s"] == {"hammer": 0.295, "other": 0.795, "polite": 1.0}
     assert (first["seq"], first["wait_s"], first["retry_after"]) == (1, 1.0, 1.0)
     assert last["next_attempt_s"] == {}  # nothing after it: an assertion on it finds null
+
+
+def test_stub_match_compares_the_stub_with_the_bytes_forwarded_when_they_differ():
+    # A streaming call without stream_options: the boundary adds include_usage, so the
+    # stub sees other bytes than the agent sent; model.request then carries the digest
+    # of what was forwarded (forwarded_sha256), and that is what the stub must match.
+    events = [
+        req(0, "a", "sent-1") | {"forwarded_sha256": "wire-1"},
+        req(1, "a", "same"),  # forwarded unchanged: no forwarded_sha256
+    ]
+    logs = {"a": [{"method": "POST", "body_sha256": h} for h in ("wire-1", "same")]}
+    assert stub_match(events, logs)["a"] == {
+        "forwarded": 2, "seen": 2, "only_in_ledger": 0, "only_in_stub": 0,
+    }  # fmt: skip
+    # and over every provider at once (an invariant that reads every route)
+    assert stub_match_all(stub_match(events, logs)) == {
+        "forwarded": 2, "seen": 2, "only_in_ledger": 0, "only_in_stub": 0,
+    }  # fmt: skip
+    assert stub_match_all({"a": None, "b": {"forwarded": 1}}) is None

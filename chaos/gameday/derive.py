@@ -141,14 +141,18 @@ def stub_rate_all(stub_logs: Mapping[str, Sequence[Mapping]]) -> dict | None:
 
 def stub_match(events: Iterable[Mapping], stub_logs: Mapping[str, Sequence[Mapping]]) -> dict:
     """Per provider, the ledger's forwarded calls against the calls its stub logged,
-    matched by the SHA-256 of the request body (the ledger's `request_sha256`, the
-    stub's `body_sha256`) as multisets: `only_in_ledger` were recorded as forwarded but
+    matched by the SHA-256 of the request body as multisets: the stub's `body_sha256`
+    against the digest of the bytes the boundary forwarded, which is the ledger's
+    `forwarded_sha256` when the boundary changed the body on the way (a stream without
+    `stream_options` gets `include_usage`), else `request_sha256` (the agent's bytes,
+    forwarded as they came): `only_in_ledger` were recorded as forwarded but
     never arrived, `only_in_stub` arrived without a record (a refused call that leaked,
     or a retry). Null for a provider whose records lack the hashes."""
     forwarded: dict[str, list] = {}
     for e in events:
         if e.get("type") == "model.request":
-            forwarded.setdefault(str(e.get("provider")), []).append(e.get("request_sha256"))
+            digest = e.get("forwarded_sha256") or e.get("request_sha256")
+            forwarded.setdefault(str(e.get("provider")), []).append(digest)
     seen = {
         name: [e.get("body_sha256") for e in model_calls(entries)]
         for name, entries in stub_logs.items()
@@ -169,20 +173,39 @@ def stub_match(events: Iterable[Mapping], stub_logs: Mapping[str, Sequence[Mappi
     return out
 
 
+def stub_match_all(by_provider: Mapping[str, Mapping | None]) -> dict | None:
+    """stub_match added up over every provider: "each stub request matches exactly one
+    forwarded call, body for body" as one invariant over all the routes of a run,
+    whoever made the calls. Null when a provider's records lack the digests."""
+    keys = ("forwarded", "seen", "only_in_ledger", "only_in_stub")
+    out = dict.fromkeys(keys, 0)
+    for match in by_provider.values():
+        if match is None or not all(_number(match.get(k)) for k in keys):
+            return None
+        for k in keys:
+            out[k] += match[k]
+    return out
+
+
 def in_flight(events: Iterable[Mapping]) -> dict:
     """How many forwarded calls were open at once (a model.request whose closing event,
-    by call_id, had not come yet), at most, in the ledger's order; and how many never
-    closed (calls cut off by the end of the run)."""
-    open_calls: set = set()
+    by call_id, had not come yet), at most, in the ledger's order, over every route and
+    per route (`by_provider`: one agent's calls, when each agent has routes of its own);
+    and how many never closed (calls cut off by the end of the run)."""
+    open_calls: dict = {}
     most = 0
+    by_provider: dict[str, int] = {}
     for e in events:
         kind = e.get("type")
         if kind == "model.request":
-            open_calls.add(e.get("call_id"))
+            provider = str(e.get("provider"))
+            open_calls[e.get("call_id")] = provider
             most = max(most, len(open_calls))
+            mine = sum(1 for p in open_calls.values() if p == provider)
+            by_provider[provider] = max(by_provider.get(provider, 0), mine)
         elif kind in CLOSING:
-            open_calls.discard(e.get("call_id"))
-    return {"max": most, "open_at_end": len(open_calls)}
+            open_calls.pop(e.get("call_id"), None)
+    return {"max": most, "open_at_end": len(open_calls), "by_provider": by_provider}
 
 
 def backoffs(events: Sequence[Mapping]) -> list[dict]:
@@ -352,7 +375,8 @@ def derive(evidence: Mapping, upstreams: Iterable[str] = ()) -> dict:
         "stub_calls": stub_calls(stubs),
         "stub_rate": stub_rate(stubs),
         "stub_rate_all": stub_rate_all(stubs),
-        "stub_match": stub_match(events, stubs),
+        "stub_match": (matched := stub_match(events, stubs)),
+        "stub_match_all": stub_match_all(matched),
         "in_flight": in_flight(events),
         "backoffs": backoffs(events),
         "breaker": breaker(events, stubs, upstreams),

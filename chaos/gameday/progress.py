@@ -115,7 +115,7 @@ def your_agent_lines(result: PhaseResult) -> list[str]:
     view = result.your_agent
     if not view:
         return []
-    if not view.get("replaced"):
+    if not view.get("beside"):
         return [f"your agent: not in this phase ({view['why_not']})"] if view.get("why_not") else []
     out = []
     for run in result.runs:
