@@ -580,3 +580,20 @@ def test_a_broken_boundary_check_is_dockets_failure_in_junit():
     suite = {s.get("name"): s for s in ET.fromstring(render_junit(day))}["circuit-breaker"]
     message = suite.find("testcase/failure").get("message")
     assert message == "Docket's failure (a boundary invariant broke): got 2"
+
+
+def test_the_summary_line_says_whose_failure_it_is():
+    import io
+
+    from rich.console import Console
+
+    from chaos.gameday.progress import Progress
+    from chaos.gameday.report import Written
+
+    out = io.StringIO()
+    progress = Progress(2, console=Console(file=out, highlight=False))
+    progress.summary(_day("fail"), Written(None, None, None))
+    assert "  whose failure: your agent's: 1 finding (--agent-findings fail); Docket's boundary checks held\n" in out.getvalue()
+    quiet = io.StringIO()
+    Progress(2, console=Console(file=quiet)).summary(_day("warn"), Written(None, None, None))
+    assert "whose failure" not in quiet.getvalue()

@@ -91,6 +91,9 @@ class Progress:
             head += " (interrupted: the phases not listed did not run)"
         out = self.console.file
         print(head, file=out)
+        whose = result.whose()
+        if whose:  # who has to act: the Docket team, or the team that owns the agent
+            print(f"  whose failure: {whose}", file=out)
         for label, path in (
             ("report", written.html),
             ("json", written.json),
