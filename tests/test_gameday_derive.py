@@ -126,6 +126,29 @@ def test_a_stub_call_inside_an_open_window_is_counted():
     assert breaker(events, logs)["requests_while_open"] == 1
 
 
+def test_a_call_forwarded_before_the_opening_may_reach_the_stub_after_it():
+    # A fan-out agent: two calls in flight when the third failure opens the breaker.
+    # The one still in flight was forwarded before the opening (the ledger's order says
+    # so) and reaches the stub a millisecond after it by the stub's clock: not a leak.
+    # A stub call no in-flight call explains is still one.
+    events = [
+        ev(0, 0, "model.request", provider="openai", call_id="a", request_sha256="A"),
+        ev(1, 0, "model.request", provider="openai", call_id="b", request_sha256="B"),
+        ev(2, 10, "model.error", provider="openai", call_id="a"),
+        ev(3, 11, "breaker.state", upstream="openai", to="open", **{"from": "closed"}),
+        ev(4, 15, "model.response", provider="openai", call_id="b"),
+        ev(5, 300, "breaker.state", upstream="openai", to="half_open", **{"from": "open"}),
+    ]
+    late = {**stub(13), "body_sha256": "B"}
+    out = breaker(events, {"openai": [{**stub(1), "body_sha256": "A"}, late]})
+    assert out["stub_calls_while_open"] == 0
+    assert out["open_windows"][0]["in_flight_at_open"] == 1
+    leak = {**stub(20), "body_sha256": "C"}
+    assert breaker(events, {"openai": [late, leak]})["stub_calls_while_open"] == 1
+    twice = breaker(events, {"openai": [late, {**stub(21), "body_sha256": "B"}]})
+    assert twice["stub_calls_while_open"] == 1  # one in-flight call explains one arrival
+
+
 def test_a_breaker_open_at_the_end_runs_to_the_last_event():
     events, logs = _cycle([5, 250])
     out = breaker(events[:4], logs)

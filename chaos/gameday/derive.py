@@ -273,15 +273,25 @@ def breaker(
     `x-docket.breaker-open` events, and `stub_calls` the model calls its stub
     logged between the two events' wall times (`ts`: the stub is another
     clock's process, so the two records meet on the wall clock, at millisecond
-    resolution, which is why a call at the very instant of opening is not counted).
+    resolution, which is why a call at the very instant of opening is not counted),
+    less the arrivals explained by calls forwarded before the opening and still in
+    flight then (`in_flight_at_open`, matched by the forwarded body's digest): with
+    several calls at once, one forwarded a moment before the third failure opens the
+    breaker reaches the stub a moment after it, and was never a leak.
     """
     sequence: dict[str, list[str]] = {str(name): ["closed"] for name in upstreams}
     for name in stub_logs:
         sequence.setdefault(str(name), ["closed"])
     windows: list[dict] = []
     current: dict[str, dict] = {}
+    flying: dict[object, tuple[str, object]] = {}  # call_id -> (provider, forwarded digest)
     for e in events:
         kind = e.get("type")
+        if kind == "model.request":
+            digest = e.get("forwarded_sha256") or e.get("request_sha256")
+            flying[e.get("call_id")] = (str(e.get("provider")), digest)
+        elif kind in CLOSING:
+            flying.pop(e.get("call_id"), None)
         if kind == "breaker.state":
             upstream = str(e.get("upstream"))
             states = sequence.setdefault(upstream, [str(e.get("from", "closed"))])
@@ -301,6 +311,7 @@ def breaker(
                     "ended": "end of ledger",
                     "requests": 0,
                     "refusals": 0,
+                    "flying": [d for p, d in flying.values() if p == upstream],
                 }
                 current[upstream] = window
                 windows.append(window)
@@ -314,10 +325,13 @@ def breaker(
                 window["refusals"] += 1
     last_ts = events[-1].get("ts") if events else None
     for window in windows:
+        flying_then = window.pop("flying")
+        window["in_flight_at_open"] = len(flying_then)
         window["stub_calls"] = _stub_calls_between(
             stub_logs.get(window["upstream"], ()),
             wall_ms(window["opened_ts"]),
             wall_ms(window["closed_ts"] if window["closed_ts"] is not None else last_ts),
+            flying_then,
         )
     return {
         "sequence": {name: ">".join(states) for name, states in sorted(sequence.items())},
@@ -332,13 +346,28 @@ def breaker(
     }
 
 
-def _stub_calls_between(entries: Sequence[Mapping], start: float | None, end: float | None):
+def _stub_calls_between(
+    entries: Sequence[Mapping], start: float | None, end: float | None, flying: Sequence = ()
+):
+    """Model calls the stub logged strictly between two wall times, less those that a
+    call in flight at `start` explains (one arrival per in-flight call, same digest)."""
     if start is None or end is None:
         return None
-    stamps = [wall_ms(e.get("ts")) for e in model_calls(entries)]
+    calls = model_calls(entries)
+    stamps = [wall_ms(e.get("ts")) for e in calls]
     if not _none_free(stamps):
         return None
-    return sum(1 for s in stamps if start < s < end)
+    explained = Counter(d for d in flying if isinstance(d, str))
+    count = 0
+    for entry, stamp in zip(calls, stamps, strict=True):
+        if not start < stamp < end:
+            continue
+        digest = entry.get("body_sha256")
+        if explained.get(digest, 0) > 0:
+            explained[digest] -= 1
+            continue
+        count += 1
+    return count
 
 
 def _total(values: Iterable[int | None]) -> int | None:

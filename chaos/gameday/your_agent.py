@@ -87,6 +87,7 @@ class Declaration:
 
 
 NOT_DECLARED = Declaration(why_not="the phase file does not say where a user agent may run")
+USER_ROOM_S = 10.0  # per run, over max_wall_clock: the stop's grace, set-up and the aftermath
 YOURS = "yours"  # the user's agent's name in the run (agents/yours.out, .err, .exit)
 # The user's agent's own routes: one of each shape, so either SDK is driven alike.
 YOUR_PROVIDERS = (("your-openai", "openai"), ("your-anthropic", "anthropic"))
@@ -296,6 +297,13 @@ def for_user(phase, user: UserAgent):
     if beside:
         skipped = tuple(e.assertion.name for e in expect if getattr(e, "about", "") == "agent")
         expect = tuple(e for e in expect if getattr(e, "about", "") != "agent")
+    budget = phase.budget_s
+    if beside:
+        # A user's agent may run until each run's max_wall_clock stops it (SIGTERM, the
+        # grace period, SIGKILL), where the reference agents finish early: a phase whose
+        # budget is its runs' max_wall_clock would be cut off first, its checks unknown.
+        walls = sum(getattr(r.scenario, "max_wall_clock", 0) or 0 for r in runs)
+        budget = max(budget, walls + USER_ROOM_S * len(runs))
     view = {
         "beside": [decl.workload] if beside else [],
         "providers": [name for name, _ in YOUR_PROVIDERS] if beside else [],
@@ -305,7 +313,9 @@ def for_user(phase, user: UserAgent):
         "policy": user.policy_source,
         "command": user.shown,
     }
-    return dataclasses.replace(phase, runs=tuple(runs), expect=expect, user_view=view)
+    return dataclasses.replace(
+        phase, runs=tuple(runs), expect=expect, user_view=view, budget_s=budget
+    )
 
 
 def with_your_agent(scenario, workload: str, command: Sequence[str]):
