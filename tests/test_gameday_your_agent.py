@@ -335,7 +335,7 @@ def test_user_agent_inputs_are_checked_without_a_process():
 def test_an_agent_that_cannot_start_is_a_finding_naming_its_error_not_an_unknown(tmp_path):
     # An agent whose SDK is not installed: the reference agents still drive the phase,
     # so Docket's checks are judged, and the agent's own error is the finding.
-    agent = f"{sys.executable} -c \"import anthropic_sdk_not_installed\""
+    agent = f'{sys.executable} -c "import anthropic_sdk_not_installed"'
     done, data, _ = game_day(tmp_path, "--phase", "upstream-latency", "--agent-command", agent)
     assert done.returncode == 0, done.stdout + done.stderr  # warn: the boundary held
     (phase,) = data["phases"]
@@ -445,7 +445,9 @@ def test_a_streaming_openai_agent_keeps_body_for_body(tmp_path: Path):
     run = phase["runs"][0]
     ledger = Path(run["evidence_dir"]) / "ledger.jsonl"
     events = [json.loads(line) for line in ledger.read_text().splitlines()]
-    streamed = [e for e in events if e["type"] == "model.request" and e["provider"] == "your-openai"]
+    streamed = [
+        e for e in events if e["type"] == "model.request" and e["provider"] == "your-openai"
+    ]
     assert streamed and all(e["stream"] for e in streamed)
     if not any("forwarded_sha256" in e for e in streamed):
         pytest.xfail("the boundary does not record forwarded_sha256 yet (issue 24 item 4)")
@@ -530,7 +532,10 @@ def test_findings_in_json_junit_and_html():
     message = failed.find("testcase/failure").get("message")
     assert message.startswith("your agent's finding, not Docket's: 1 of 10 calls"), message
     assert fail.whose_failures() == {"docket": [], "agent": ["circuit-breaker: max_attempts"]}
-    assert fail.whose() == "your agent's: 1 finding (--agent-findings fail); Docket's boundary checks held"
+    assert (
+        fail.whose()
+        == "your agent's: 1 finding (--agent-findings fail); Docket's boundary checks held"
+    )
     assert warn.whose() == "" and "Whose failure" in render_html(fail, rows=[])
     html = render_html(warn, rows=[])
     assert 'href="#your-agent"' in html and "one layer" in html and "a shared route" in html
@@ -595,7 +600,10 @@ def test_the_summary_line_says_whose_failure_it_is():
     out = io.StringIO()
     progress = Progress(2, console=Console(file=out, highlight=False))
     progress.summary(_day("fail"), Written(None, None, None))
-    assert "  whose failure: your agent's: 1 finding (--agent-findings fail); Docket's boundary checks held\n" in out.getvalue()
+    assert (
+        "  whose failure: your agent's: 1 finding (--agent-findings fail); Docket's boundary checks held\n"
+        in out.getvalue()
+    )
     quiet = io.StringIO()
     Progress(2, console=Console(file=quiet)).summary(_day("warn"), Written(None, None, None))
     assert "whose failure" not in quiet.getvalue()

@@ -363,7 +363,7 @@ def _stub_calls_between(
         if not start < stamp < end:
             continue
         digest = entry.get("body_sha256")
-        if explained.get(digest, 0) > 0:
+        if isinstance(digest, str) and explained.get(digest, 0) > 0:
             explained[digest] -= 1
             continue
         count += 1

@@ -351,9 +351,7 @@ def with_your_agent(scenario, workload: str, command: Sequence[str]):
         timeout=model.timeout,
         max_tokens=model.max_tokens,
     )
-    return dataclasses.replace(
-        scenario, providers=providers, agents=(*scenario.agents, yours)
-    )
+    return dataclasses.replace(scenario, providers=providers, agents=(*scenario.agents, yours))
 
 
 def _provider_data(provider) -> dict:
@@ -490,7 +488,9 @@ def _why_little(events: Sequence[Mapping], providers: Sequence[str], facts, call
     status = facts.exit_status
     exited = "its exit status is unknown" if status is None else f"your agent exited {status}"
     if calls == 0:
-        return f"{exited} without a call" + (f" ({facts.last_stderr[:120]})" if facts.last_stderr else "")
+        return f"{exited} without a call" + (
+            f" ({facts.last_stderr[:120]})" if facts.last_stderr else ""
+        )
     at = f" at seq {last.get('seq')}" if last is not None else ""
     return f"{exited} after {calls} call{'' if calls == 1 else 's'}, the last{at}"
 
