@@ -267,3 +267,44 @@ def test_odd_events_never_raise():
     facts = ac.Facts(providers=P, exit_status=None)
     for name in ac.CHECKS:
         assert ac.run_check(name, odd, facts, 3).verdict in ac.VERDICTS
+
+
+def test_runs_to_the_end_names_the_exit_the_call_and_the_last_stderr_line():
+    led = Ledger("your-openai").call("a").call("b").call("c", status=503)
+    led.call("x", provider="openai")  # the reference agent's call: not the user's
+    gave_up = ac.runs_to_the_end(
+        led.events, ["your-openai"], exit_status=1, last_stderr="line 2: HTTP 503; giving up"
+    )
+    assert gave_up.verdict == FINDING
+    assert gave_up.summary == (
+        "your agent exited 1 after 3 calls, its last at seq 4 "
+        "(failed, upstream_status 503): line 2: HTTP 503; giving up"
+    )
+    assert gave_up.seqs == ((4, 5),) and "retry what is retryable" in gave_up.advice
+    done = ac.runs_to_the_end(led.events, ["your-openai"], exit_status=0)
+    assert (done.verdict, done.summary) == (OK, "exited 0 after 3 calls")
+    # stopped by the run (its wall clock, a cap's kill): not giving up
+    led._add(type="signal.forwarded", signal="SIGTERM", reason="wall-clock cap reached")
+    assert ac.runs_to_the_end(led.events, ["your-openai"], exit_status=143).verdict == OK
+    assert ac.runs_to_the_end(led.events, ["your-openai"], exit_status=None).verdict == NOT_SHOWN
+
+
+def test_an_agent_that_never_called_is_a_finding_naming_its_own_error():
+    led = Ledger().call("a")  # only the reference agent called
+    said = "ModuleNotFoundError: No module named 'anthropic'"
+    found = ac.runs_to_the_end(led.events, ["your-anthropic"], exit_status=1, last_stderr=said)
+    assert found.verdict == FINDING
+    assert found.summary == f"your agent made no call and exited 1: {said}"
+
+
+def test_mechanisms_met_say_not_exercised_with_the_reason_from_the_record():
+    from chaos.gameday.your_agent import mechanisms_met
+
+    led = Ledger("your-openai").call("a").call("b", status=503)
+    facts = ac.Facts(providers=("your-openai",), exit_status=1, last_stderr="giving up")
+    met = mechanisms_met(led.events, ("your-openai",), facts, 2)
+    assert met == {
+        "upstream failures": 1,
+        "breaker openings": "not exercised: your agent exited 1 after 2 calls, the last at seq 2",
+        "refusals": "not exercised: your agent exited 1 after 2 calls, the last at seq 2",
+    }
