@@ -283,9 +283,15 @@ def test_runs_to_the_end_names_the_exit_the_call_and_the_last_stderr_line():
     assert gave_up.seqs == ((4, 5),) and "retry what is retryable" in gave_up.advice
     done = ac.runs_to_the_end(led.events, ["your-openai"], exit_status=0)
     assert (done.verdict, done.summary) == (OK, "exited 0 after 3 calls")
-    # stopped by the run (its wall clock, a cap's kill): not giving up
-    led._add(type="signal.forwarded", signal="SIGTERM", reason="wall-clock cap reached")
-    assert ac.runs_to_the_end(led.events, ["your-openai"], exit_status=143).verdict == OK
+    # stopped by the run (its wall clock, a cap's kill, fail_fast_evidence: a stop the
+    # ledger may not hold): not giving up
+    stopped = ac.runs_to_the_end(led.events, ["your-openai"], exit_status=143)
+    assert (stopped.verdict, stopped.summary) == (
+        OK,
+        "stopped by SIGTERM (the run's stop) after 3 calls",
+    )
+    assert ac.runs_to_the_end(led.events, ["your-openai"], exit_status=137).verdict == OK
+    assert ac.runs_to_the_end(led.events, ["your-openai"], exit_status=139).verdict == FINDING
     assert ac.runs_to_the_end(led.events, ["your-openai"], exit_status=None).verdict == NOT_SHOWN
 
 

@@ -40,6 +40,7 @@ RETRY_AFTER_SLACK_S = 0.05  # the ledger stamps each end of a wait within a few 
 IMMEDIATE_S = 0.01  # a retry sooner than this after a failure did not back off at all
 CUT_REASONS = ("reset", "stream_cut", "truncated")  # a closing model.error for a cut stream
 SIGKILL_STATUS = 128 + 9
+SIGTERM_STATUS = 128 + 15
 
 
 @dataclass(frozen=True)
@@ -536,14 +537,14 @@ def runs_to_the_end(
     said = f": {last_stderr[:200]}" if last_stderr else ""
     if exit_status is None:
         return Finding(name, NOT_SHOWN, "its exit status was not written (the run was killed)")
-    stopped = any(
-        e.get("type") == "signal.forwarded" and e.get("signal") in ("SIGTERM", "SIGKILL")
-        for e in events
-    )
     if exit_status == 0:
         return Finding(name, OK, f"exited 0 after {_calls(len(attempts))}")
-    if stopped and exit_status in (128 + 15, SIGKILL_STATUS):
-        return Finding(name, OK, f"stopped by the run's signal after {_calls(len(attempts))}")
+    if exit_status in (SIGTERM_STATUS, SIGKILL_STATUS):
+        # The run's stop (its wall clock, a cap's kill, fail_fast_evidence), which the
+        # ledger may not hold: after a lost write under fail_fast_evidence nothing more
+        # is written, not even the signal. An agent does not TERM or KILL itself.
+        how = "SIGTERM" if exit_status == SIGTERM_STATUS else "SIGKILL"
+        return Finding(name, OK, f"stopped by {how} (the run's stop) after {_calls(len(attempts))}")
     if not attempts:
         return Finding(
             name,
