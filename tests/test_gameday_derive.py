@@ -231,6 +231,8 @@ def test_in_flight_counts_open_calls_by_call_id():
     assert in_flight([]) == {"max": 0, "open_at_end": 0, "by_provider": {}}
     two = [req(0, "a", "x", "c1"), req(1, "b", "x", "c2"), req(2, "b", "y", "c3")]
     assert in_flight(two)["by_provider"] == {"a": 1, "b": 2}
+    # a configured upstream with no call at all is an observation (0), not a null
+    assert in_flight([], ["openai"])["by_provider"] == {"openai": 0}
 
 
 def test_backoffs_measure_the_wait_by_the_next_attempt_per_provider():

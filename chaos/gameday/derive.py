@@ -187,14 +187,15 @@ def stub_match_all(by_provider: Mapping[str, Mapping | None]) -> dict | None:
     return out
 
 
-def in_flight(events: Iterable[Mapping]) -> dict:
+def in_flight(events: Iterable[Mapping], upstreams: Iterable[str] = ()) -> dict:
     """How many forwarded calls were open at once (a model.request whose closing event,
     by call_id, had not come yet), at most, in the ledger's order, over every route and
-    per route (`by_provider`: one agent's calls, when each agent has routes of its own);
-    and how many never closed (calls cut off by the end of the run)."""
+    per route (`by_provider`: one agent's calls, when each agent has routes of its own;
+    every configured upstream is there, 0 when it had no call); and how many never
+    closed (calls cut off by the end of the run)."""
     open_calls: dict = {}
     most = 0
-    by_provider: dict[str, int] = {}
+    by_provider: dict[str, int] = dict.fromkeys((str(u) for u in upstreams), 0)
     for e in events:
         kind = e.get("type")
         if kind == "model.request":
@@ -406,7 +407,7 @@ def derive(evidence: Mapping, upstreams: Iterable[str] = ()) -> dict:
         "stub_rate_all": stub_rate_all(stubs),
         "stub_match": (matched := stub_match(events, stubs)),
         "stub_match_all": stub_match_all(matched),
-        "in_flight": in_flight(events),
+        "in_flight": in_flight(events, upstreams),
         "backoffs": backoffs(events),
         "breaker": breaker(events, stubs, upstreams),
     }
