@@ -139,20 +139,41 @@ def stub_rate_all(stub_logs: Mapping[str, Sequence[Mapping]]) -> dict | None:
     }
 
 
+# A forwarded call whose bytes may never have reached the upstream: the connection was
+# never made (connect, pool_timeout), or the agent left and the exchange was cancelled
+# (client_abort), or it never closed (the run ended under it). Its absence from the
+# stub's log is no discrepancy; an arrival the ledger does not explain always is.
+UNSURE_DELIVERY = ("connect", "pool_timeout", "client_abort")
+
+
 def stub_match(events: Iterable[Mapping], stub_logs: Mapping[str, Sequence[Mapping]]) -> dict:
     """Per provider, the ledger's forwarded calls against the calls its stub logged,
     matched by the SHA-256 of the request body as multisets: the stub's `body_sha256`
     against the digest of the bytes the boundary forwarded, which is the ledger's
     `forwarded_sha256` when the boundary changed the body on the way (a stream without
     `stream_options` gets `include_usage`), else `request_sha256` (the agent's bytes,
-    forwarded as they came): `only_in_ledger` were recorded as forwarded but
-    never arrived, `only_in_stub` arrived without a record (a refused call that leaked,
-    or a retry). Null for a provider whose records lack the hashes."""
+    forwarded as they came): `only_in_stub` arrived without a record (a refused call
+    that leaked, or a retry); `only_in_ledger` were recorded as forwarded but never
+    arrived, less the `unsure` ones (UNSURE_DELIVERY, or never closed), which may
+    not have. Null for a provider whose records lack the hashes."""
     forwarded: dict[str, list] = {}
+    digest_of: dict[object, tuple[str, object]] = {}
+    unsure_ids: set = set()
+    closed: set = set()
     for e in events:
-        if e.get("type") == "model.request":
+        kind = e.get("type")
+        if kind == "model.request":
             digest = e.get("forwarded_sha256") or e.get("request_sha256")
             forwarded.setdefault(str(e.get("provider")), []).append(digest)
+            digest_of[e.get("call_id")] = (str(e.get("provider")), digest)
+        elif kind in CLOSING:
+            closed.add(e.get("call_id"))
+            if kind == "model.error" and e.get("reason") in UNSURE_DELIVERY:
+                unsure_ids.add(e.get("call_id"))
+    unsure: dict[str, Counter] = {}
+    for call_id, (provider, digest) in digest_of.items():
+        if call_id in unsure_ids or call_id not in closed:
+            unsure.setdefault(provider, Counter())[digest] += 1
     seen = {
         name: [e.get("body_sha256") for e in model_calls(entries)]
         for name, entries in stub_logs.items()
@@ -164,11 +185,14 @@ def stub_match(events: Iterable[Mapping], stub_logs: Mapping[str, Sequence[Mappi
             out[name] = None
             continue
         sent_n, got_n = Counter(sent), Counter(got)
+        missing = sent_n - got_n
+        excused = Counter({d: min(n, unsure.get(name, Counter())[d]) for d, n in missing.items()})
         out[name] = {
             "forwarded": len(sent),
             "seen": len(got),
-            "only_in_ledger": sum((sent_n - got_n).values()),
+            "only_in_ledger": sum((missing - excused).values()),
             "only_in_stub": sum((got_n - sent_n).values()),
+            "unsure_unseen": sum(excused.values()),
         }
     return out
 
@@ -177,7 +201,7 @@ def stub_match_all(by_provider: Mapping[str, Mapping | None]) -> dict | None:
     """stub_match added up over every provider: "each stub request matches exactly one
     forwarded call, body for body" as one invariant over all the routes of a run,
     whoever made the calls. Null when a provider's records lack the digests."""
-    keys = ("forwarded", "seen", "only_in_ledger", "only_in_stub")
+    keys = ("forwarded", "seen", "only_in_ledger", "only_in_stub", "unsure_unseen")
     out = dict.fromkeys(keys, 0)
     for match in by_provider.values():
         if match is None or not all(_number(match.get(k)) for k in keys):
