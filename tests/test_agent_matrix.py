@@ -85,7 +85,8 @@ SHAPES: dict[str, Shape] = {
     ),
     "openai-sdk-stream": Shape(
         "openai_sdk_stream.py",
-        "openai SDK, stream=True on every call, no stream_options",
+        "openai SDK, stream=True on every call, no stream_options; a cut stream is an "
+        "APIConnectionError, which its except catches",
         earns=GOES_ON,
         maybe={"honours_retry_after": SDK_HINT},
     ),
@@ -97,8 +98,14 @@ SHAPES: dict[str, Shape] = {
     ),
     "anthropic-sdk-stream": Shape(
         "anthropic_sdk_stream.py",
-        "anthropic SDK, messages.stream",
-        earns=GOES_ON,
+        "anthropic SDK, messages.stream, `except anthropic.APIError` like the openai one",
+        # upstream-failure cuts its first stream: this SDK raises the transport's own
+        # RemoteProtocolError, which its except does not catch, and the program crashes
+        earns={
+            **GOES_ON,
+            "handles_cut_stream": ("upstream-failure",),
+            "runs_to_the_end": ("upstream-failure",),
+        },
         maybe={"honours_retry_after": SDK_HINT},
     ),
     "httpx-retry": Shape(
@@ -118,6 +125,10 @@ SHAPES: dict[str, Shape] = {
                 "circuit-breaker",
                 "runaway-loop",
             ),
+        },
+        maybe={
+            "runs_to_the_end": "wherever else an error meets it first (partition's black "
+            "hole, when its calls fall in the window)",
         },  # fmt: skip
     ),
     "fixed-time": Shape(
