@@ -260,6 +260,14 @@ def test_sigterm_ignored_until_sigkill_is_a_finding():
     )
 
 
+def test_the_runs_sigkill_for_another_process_is_not_the_agents_finding():
+    # A reference agent beside the user's outlived the grace; the user's agent had
+    # exited by itself already (status 1: its SDK was missing), so it was not killed.
+    led = Ledger().call("a").signal("SIGTERM").wait(2).signal("SIGKILL").exit(137)
+    found = ac.exits_on_sigterm(led.events, grace_s=2, exit_status=1)
+    assert found.verdict == OK and "before the run's SIGKILL" in found.summary
+
+
 def test_odd_events_never_raise():
     odd = [{"type": "model.request"}, {"seq": "x", "mono_ms": None, "type": "model.error"},
            {"seq": 3, "mono_ms": 1, "type": "x-docket.rate-limited", "provider": "openai",

@@ -502,6 +502,15 @@ def exits_on_sigterm(
     if exit_status is not None:
         evidence.append(f"the agent's own exit status: {exit_status}")
     last = int(ended.get("seq", seq0)) if ended is not None else seq0
+    if exit_status is not None and exit_status != SIGKILL_STATUS and killed is not None:
+        # The run's SIGKILL reached the whole group; this agent had exited already
+        # (its own status, not 137): another process of the run outlived the grace.
+        return Finding(
+            name, OK,
+            f"exited with status {exit_status} before the run's SIGKILL (which was for "
+            "another of the run's processes)",
+            tuple(evidence), ((seq0, last),),
+        )  # fmt: skip
     if killed is not None or exit_status == SIGKILL_STATUS or (took is not None and took > grace_s):
         return Finding(
             name,
