@@ -128,7 +128,7 @@ SHAPES: dict[str, Shape] = {
         },
         maybe={
             "runs_to_the_end": "wherever else an error meets it first (partition's black "
-            "hole, when its calls fall in the window)",
+            "hole, retry-storm's 429, when its calls fall in their window)",
         },  # fmt: skip
     ),
     "fixed-time": Shape(
@@ -159,13 +159,14 @@ SHAPES: dict[str, Shape] = {
                 "circuit-breaker",
                 "retry-storm",
             ),
-            "max_attempts": ("circuit-breaker", "retry-storm"),
             "no_retry_on_cap_denial": ("runaway-loop",),
         },  # fmt: skip
         maybe={
             "backs_off_with_jitter": "its retries come at once, but most of its failures "
             "carry a Retry-After, which this check leaves to honours_retry_after",
-            "max_attempts": "ten tries: a finding wherever one call fails five times running",
+            "max_attempts": "ten tries, but a call's attempts are counted up to its last "
+            "forwarded one (a refusal carries no body digest): a finding only where five of "
+            "one call's tries were forwarded and failed (seen in partition, circuit-breaker)",
         },
     ),
 }
