@@ -128,6 +128,23 @@ def gameday(session: nox.Session) -> None:
     session.run("docket", "game-day", "--report", "gameday-report", *session.posargs)
 
 
+@nox.session(name="gameday-agents")
+def gameday_agents(session: nox.Session) -> None:
+    """Agents as teams write them (examples/agents/: the openai and anthropic SDKs,
+    streaming or not, raw httpx, a fan-out of 8, a hammer...) x the nine phases, with
+    `--agent-findings warn`: no Docket check FAILs for any of them, and each agent's
+    findings are the ones its code earns (tests/test_agent_matrix.py). Prints the table
+    and leaves it, with every run's report, in .nox/gameday-agents/tmp/agent-matrix/
+    (agent-matrix.md, agent-matrix.json)."""
+    session.install("-e", ".[test]")
+    out = os.path.join(session.create_tmp(), "agent-matrix")
+    session.run(
+        "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/test_agent_matrix.py",
+        "-k", "full_matrix", *session.posargs,
+        env={"DOCKET_AGENT_MATRIX": "full", "DOCKET_AGENT_MATRIX_OUT": out},
+    )  # fmt: skip
+
+
 @nox.session(name="gameday-toxiproxy")
 def gameday_toxiproxy(session: nox.Session) -> None:
     """The game day and a chaos scenario against the real Toxiproxy server (Shopify's

@@ -261,6 +261,14 @@ def test_sigterm_ignored_until_sigkill_is_a_finding():
     )
 
 
+def test_the_runs_sigkill_for_another_process_is_not_the_agents_finding():
+    # A reference agent beside the user's outlived the grace; the user's agent had
+    # exited by itself already (status 1: its SDK was missing), so it was not killed.
+    led = Ledger().call("a").signal("SIGTERM").wait(2).signal("SIGKILL").exit(137)
+    found = ac.exits_on_sigterm(led.events, grace_s=2, exit_status=1)
+    assert found.verdict == OK and "before the run's SIGKILL" in found.summary
+
+
 def test_odd_events_never_raise():
     odd = [{"type": "model.request"}, {"seq": "x", "mono_ms": None, "type": "model.error"},
            {"seq": 3, "mono_ms": 1, "type": "x-docket.rate-limited", "provider": "openai",
@@ -268,3 +276,50 @@ def test_odd_events_never_raise():
     facts = ac.Facts(providers=P, exit_status=None)
     for name in ac.CHECKS:
         assert ac.run_check(name, odd, facts, 3).verdict in ac.VERDICTS
+
+
+def test_runs_to_the_end_names_the_exit_the_call_and_the_last_stderr_line():
+    led = Ledger("your-openai").call("a").call("b").call("c", status=503)
+    led.call("x", provider="openai")  # the reference agent's call: not the user's
+    gave_up = ac.runs_to_the_end(
+        led.events, ["your-openai"], exit_status=1, last_stderr="line 2: HTTP 503; giving up"
+    )
+    assert gave_up.verdict == FINDING
+    assert gave_up.summary == (
+        "your agent exited 1 after 3 calls, its last at seq 4 "
+        "(failed, upstream_status 503): line 2: HTTP 503; giving up"
+    )
+    assert gave_up.seqs == ((4, 5),) and "retry what is retryable" in gave_up.advice
+    done = ac.runs_to_the_end(led.events, ["your-openai"], exit_status=0)
+    assert (done.verdict, done.summary) == (OK, "exited 0 after 3 calls")
+    # stopped by the run (its wall clock, a cap's kill, fail_fast_evidence: a stop the
+    # ledger may not hold): not giving up
+    stopped = ac.runs_to_the_end(led.events, ["your-openai"], exit_status=143)
+    assert (stopped.verdict, stopped.summary) == (
+        OK,
+        "stopped by SIGTERM (the run's stop) after 3 calls",
+    )
+    assert ac.runs_to_the_end(led.events, ["your-openai"], exit_status=137).verdict == OK
+    assert ac.runs_to_the_end(led.events, ["your-openai"], exit_status=139).verdict == FINDING
+    assert ac.runs_to_the_end(led.events, ["your-openai"], exit_status=None).verdict == NOT_SHOWN
+
+
+def test_an_agent_that_never_called_is_a_finding_naming_its_own_error():
+    led = Ledger().call("a")  # only the reference agent called
+    said = "ModuleNotFoundError: No module named 'anthropic'"
+    found = ac.runs_to_the_end(led.events, ["your-anthropic"], exit_status=1, last_stderr=said)
+    assert found.verdict == FINDING
+    assert found.summary == f"your agent made no call and exited 1: {said}"
+
+
+def test_mechanisms_met_say_not_exercised_with_the_reason_from_the_record():
+    from chaos.gameday.your_agent import mechanisms_met
+
+    led = Ledger("your-openai").call("a").call("b", status=503)
+    facts = ac.Facts(providers=("your-openai",), exit_status=1, last_stderr="giving up")
+    met = mechanisms_met(led.events, ("your-openai",), facts, 2)
+    assert met == {
+        "upstream failures": 1,
+        "breaker openings": "not exercised: your agent exited 1 after 2 calls, the last at seq 2",
+        "refusals": "not exercised: your agent exited 1 after 2 calls, the last at seq 2",
+    }

@@ -1,4 +1,4 @@
-"""The oracle itself is tested: seven regressions, each planted in the code a game-day
+"""The oracle itself is tested: nine regressions, each planted in the code a game-day
 phase exercises, must each end that phase as FAIL with exit 1, naming the checks that
 caught it, never as "unknown" (exit 2) and never as a pass.
 
@@ -114,6 +114,41 @@ def timeout_passes_data(monkeypatch):
     monkeypatch.setattr(Timeout, "pipe", pipe)
 
 
+def open_breaker_leaks(monkeypatch):
+    """An open breaker lets every other call through to the upstream (still "open")."""
+    from docket.guards import breaker as brk
+
+    real = brk.CircuitBreaker.before_call
+    leaked = [0]
+
+    def before_call(self, now):
+        verdict = real(self, now)
+        if verdict.refusal is not None and self.state == brk.OPEN:
+            leaked[0] += 1
+            if leaked[0] % 2:
+                return brk.Verdict(ticket=self._issue(probe=False), refusal=None)
+        return verdict
+
+    monkeypatch.setattr(brk.CircuitBreaker, "before_call", before_call)
+
+
+def boundary_resends_silently(monkeypatch):
+    """The boundary sends each call upstream twice, the first time without a record
+    (a hidden "warm-up" or retry): the dependency sees twice the load the ledger shows."""
+    from docket.boundary.forward import ModelCall
+
+    real = ModelCall._attempt_once
+
+    async def attempt_once(self, pool, target, out_headers, body, respond, strip):
+        async with pool.request(
+            "POST", target, out_headers, body, wait_timeout=pool.connect_timeout
+        ) as resp:
+            await resp.read(limit=1 << 20)
+        await real(self, pool, target, out_headers, body, respond, strip)
+
+    monkeypatch.setattr(ModelCall, "_attempt_once", attempt_once)
+
+
 @dataclasses.dataclass(frozen=True)
 class Mutant:
     plant: object
@@ -177,6 +212,26 @@ MUTANTS = [
         "partition",
         frozenset({"the black hole shows as calls that timed out at the boundary"}),
     ),
+    Mutant(
+        open_breaker_leaks,
+        "circuit-breaker",
+        frozenset(
+            {
+                "no call was forwarded while the breaker was open (the ledger's order)",
+                "the stub saw nothing while the breaker was open (the stub's own log)",
+            }
+        ),
+    ),
+    Mutant(
+        boundary_resends_silently,
+        "upstream-failure",
+        frozenset(
+            {
+                "calls forwarded equal calls the stubs logged (no amplification)",
+                "each stub logged exactly the calls the ledger forwarded to it, body for body",
+            }
+        ),
+    ),
 ]
 
 
@@ -196,3 +251,37 @@ def test_a_planted_regression_fails_its_phase(mutant, monkeypatch):
     assert mutant.catches <= by_verdict[FAIL], shown
     # A regression is read as an observation: nothing in these phases is left unjudged.
     assert by_verdict[UNKNOWN] == set(), shown
+
+
+GIVES_UP = (
+    "import os, sys, httpx\n"
+    "base, key = os.environ['OPENAI_BASE_URL'], os.environ['OPENAI_API_KEY']\n"
+    "with httpx.Client(base_url=base, headers={'authorization': 'Bearer ' + key}) as http:\n"
+    "    for i in range(10):\n"
+    "        body = {'model': 'gpt-4o-mini', 'max_tokens': 4,\n"
+    "                'messages': [{'role': 'user', 'content': f'line {i}'}]}\n"
+    "        if http.post('/chat/completions', json=body).status_code != 200:\n"
+    "            sys.exit(1)\n"
+)
+
+
+def test_a_leaking_breaker_is_dockets_failure_whatever_the_users_agent_did(monkeypatch):
+    # With a user's agent beside the reference agent (one that gives up at its first
+    # 503), the breaker's invariants are still judged over every route, so a planted
+    # leak is caught, and the day says the failure is Docket's, not the agent's.
+    import sys
+
+    from chaos.gameday.your_agent import UserAgent, for_user
+
+    (phase,) = load_phases(["circuit-breaker"])
+    mine = for_user(phase, UserAgent(command=(sys.executable, "-c", GIVES_UP), findings="fail"))
+    open_breaker_leaks(monkeypatch)
+    result = game_day([mine], agent_findings="fail")
+    (judged,) = result.phases
+    shown = {c.check.name: (c.verdict, c.check.reason) for c in judged.checks}
+    assert result.exit_code == EXIT_FAIL and judged.verdict == FAIL, shown
+    leaked = "no call was forwarded while the breaker was open (the ledger's order)"
+    assert shown[leaked][0] == FAIL, shown
+    blame = result.whose_failures()
+    assert f"circuit-breaker: {leaked}" in blame["docket"], blame
+    assert "circuit-breaker: runs_to_the_end" in blame["agent"], blame  # and the agent's own

@@ -210,7 +210,11 @@ def test_junit_has_a_testcase_per_assertion_grouped_by_phase():
     assert [len(s.findall("testcase")) for s in suites.values()] == [2, 2, 1, 1]
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("6", "1", "2")
     failed = suites["partition"].findall("testcase")[1]
-    assert failed.get("name") == "shed" and failed.find("failure").get("message") == "observed 0"
+    message = failed.find("failure").get("message")  # whose failure it is, then why
+    assert (
+        failed.get("name") == "shed"
+        and message == "Docket's failure (a boundary invariant broke): observed 0"
+    )
     assert suites["evidence-loss"].find("testcase/error").get("type") == UNKNOWN
     props = {p.get("name"): p.get("value") for p in suites["partition"].iter("property")}
     assert props["seed"] == "7" and props["fmea"] == "F04 F17"

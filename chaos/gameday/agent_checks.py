@@ -40,6 +40,7 @@ RETRY_AFTER_SLACK_S = 0.05  # the ledger stamps each end of a wait within a few 
 IMMEDIATE_S = 0.01  # a retry sooner than this after a failure did not back off at all
 CUT_REASONS = ("reset", "stream_cut", "truncated")  # a closing model.error for a cut stream
 SIGKILL_STATUS = 128 + 9
+SIGTERM_STATUS = 128 + 15
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ TITLES = {
     "max_attempts": "bounded attempts per logical call",
     "handles_cut_stream": "handles a cut stream",
     "exits_on_sigterm": "exits within the grace period on SIGTERM",
+    "runs_to_the_end": "does its work to the end (no give-up, no crash)",
 }
 
 ADVICE = {
@@ -98,6 +100,9 @@ ADVICE = {
     "retry it once (or report it) and carry on, never crash or hang.",
     "exits_on_sigterm": "Handle SIGTERM: stop starting calls, flush, and exit well inside the "
     "grace period, before SIGKILL takes the chance away.",
+    "runs_to_the_end": "Treat a failed call as a result, not the end of the job: retry what "
+    "is retryable (408, 429, 5xx, a cut stream) a bounded number of times, report the rest "
+    "and carry on; install the SDK and read the key your agent needs from the environment.",
 }
 
 
@@ -497,6 +502,15 @@ def exits_on_sigterm(
     if exit_status is not None:
         evidence.append(f"the agent's own exit status: {exit_status}")
     last = int(ended.get("seq", seq0)) if ended is not None else seq0
+    if exit_status is not None and exit_status != SIGKILL_STATUS and killed is not None:
+        # The run's SIGKILL reached the whole group; this agent had exited already
+        # (its own status, not 137): another process of the run outlived the grace.
+        return Finding(
+            name, OK,
+            f"exited with status {exit_status} before the run's SIGKILL (which was for "
+            "another of the run's processes)",
+            tuple(evidence), ((seq0, last),),
+        )  # fmt: skip
     if killed is not None or exit_status == SIGKILL_STATUS or (took is not None and took > grace_s):
         return Finding(
             name,
@@ -516,6 +530,70 @@ def exits_on_sigterm(
     )  # fmt: skip
 
 
+def runs_to_the_end(
+    events: Sequence[Mapping],
+    providers: Iterable[str],
+    *,
+    exit_status: int | None,
+    last_stderr: str = "",
+) -> Finding:
+    """Whether the agent did its work to the end: a finding when it exited non-zero by
+    itself (gave up at an error, crashed, or never started: a missing module, a key it
+    did not find), naming its exit status, the call it stopped at and its last stderr
+    line; ok when it exited 0, or was stopped by the run (its SIGTERM, a cap's kill)."""
+    name = "runs_to_the_end"
+    attempts = attempts_of(events, providers)
+    said = f": {last_stderr[:200]}" if last_stderr else ""
+    if exit_status is None:
+        return Finding(name, NOT_SHOWN, "its exit status was not written (the run was killed)")
+    if exit_status == 0:
+        return Finding(name, OK, f"exited 0 after {_calls(len(attempts))}")
+    if exit_status in (SIGTERM_STATUS, SIGKILL_STATUS):
+        # The run's stop (its wall clock, a cap's kill, fail_fast_evidence), which the
+        # ledger may not hold: after a lost write under fail_fast_evidence nothing more
+        # is written, not even the signal. An agent does not TERM or KILL itself.
+        how = "SIGTERM" if exit_status == SIGTERM_STATUS else "SIGKILL"
+        return Finding(name, OK, f"stopped by {how} (the run's stop) after {_calls(len(attempts))}")
+    if not attempts:
+        return Finding(
+            name,
+            FINDING,
+            f"your agent made no call and exited {exit_status}{said}",
+            (f"exit status {exit_status}", *((last_stderr[:300],) if last_stderr else ())),
+            (),
+            ADVICE[name],
+        )
+    last = attempts[-1]
+    how = _outcome(last)
+    return Finding(
+        name,
+        FINDING,
+        f"your agent exited {exit_status} after {_calls(len(attempts))}, its last at seq "
+        f"{last.seq} ({how}){said}",
+        (
+            f"seq {last.seq}: {last.type} on {last.provider} ({how})",
+            f"exit status {exit_status}",
+            *((last_stderr[:300],) if last_stderr else ()),
+        ),
+        ((last.seq, last.end_seq or last.seq),),
+        ADVICE[name],
+    )
+
+
+def _calls(n: int) -> str:
+    return f"{n} call" + ("" if n == 1 else "s")
+
+
+def _outcome(a: Attempt) -> str:
+    if a.type != "model.request":
+        return f"refused, {a.type}" + (f" {a.status}" if a.status else "")
+    if a.ok:
+        return "answered"
+    if a.end_seq is None:
+        return "never closed"
+    return f"failed, {a.reason or 'status'}" + (f" {a.status}" if a.status else "")
+
+
 # ---------------------------------------------------------------- by name
 
 
@@ -526,6 +604,7 @@ class Facts:
     providers: tuple[str, ...]
     exit_status: int | None = None  # the agent's own
     grace_s: float = 2.0
+    last_stderr: str = ""  # the agent's last stderr line
 
 
 CHECKS: dict[str, Callable[[Sequence[Mapping], Facts, int | None], Finding]] = {
@@ -539,7 +618,11 @@ CHECKS: dict[str, Callable[[Sequence[Mapping], Facts, int | None], Finding]] = {
     "exits_on_sigterm": lambda ev, f, n: exits_on_sigterm(
         ev, grace_s=f.grace_s, exit_status=f.exit_status
     ),
+    "runs_to_the_end": lambda ev, f, n: runs_to_the_end(
+        ev, f.providers, exit_status=f.exit_status, last_stderr=f.last_stderr
+    ),
 }
+ALWAYS = ("runs_to_the_end",)  # judged for every user agent, whatever the phase declares
 NEEDS_NUMBER = ("max_attempts",)  # declared as `max_attempts: N`
 
 

@@ -8,7 +8,10 @@ LITELLM_API_BASE pointing at a real provider. This drops every variable whose
 value is a URL to anywhere but the boundary, says which on stderr, and then
 execs the command (same pid, so the launcher's pidfile and signals stay right).
 What is left can only reach the boundary, whose egress allows only the phase's
-stubs.
+stubs. It also lowers the agent's CPU priority a little (NICENESS): the reference
+agents beside it must drive each phase's mechanism in time (a cap at 5 s of wall
+clock, a breaker within its cooldown), and a user agent importing a large SDK on a
+busy two-core runner must not starve them; the user's agent still runs, only second.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
+NICENESS = 5
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_EXEC = 126
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -62,6 +66,10 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
             flush=True,
         )
+    try:
+        os.nice(NICENESS)
+    except OSError as exc:  # not allowed here (a container's seccomp): said, then on
+        print(f"docket game-day: agent left at its priority: {exc.strerror}", file=sys.stderr)
     try:
         os.execvpe(argv[0], argv, env)
     except FileNotFoundError:

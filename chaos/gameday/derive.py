@@ -139,16 +139,41 @@ def stub_rate_all(stub_logs: Mapping[str, Sequence[Mapping]]) -> dict | None:
     }
 
 
+# A forwarded call whose bytes may never have reached the upstream: the connection was
+# never made (connect, pool_timeout), or the agent left and the exchange was cancelled
+# (client_abort), or it never closed (the run ended under it). Its absence from the
+# stub's log is no discrepancy; an arrival the ledger does not explain always is.
+UNSURE_DELIVERY = ("connect", "pool_timeout", "client_abort")
+
+
 def stub_match(events: Iterable[Mapping], stub_logs: Mapping[str, Sequence[Mapping]]) -> dict:
     """Per provider, the ledger's forwarded calls against the calls its stub logged,
-    matched by the SHA-256 of the request body (the ledger's `request_sha256`, the
-    stub's `body_sha256`) as multisets: `only_in_ledger` were recorded as forwarded but
-    never arrived, `only_in_stub` arrived without a record (a refused call that leaked,
-    or a retry). Null for a provider whose records lack the hashes."""
+    matched by the SHA-256 of the request body as multisets: the stub's `body_sha256`
+    against the digest of the bytes the boundary forwarded, which is the ledger's
+    `forwarded_sha256` when the boundary changed the body on the way (a stream without
+    `stream_options` gets `include_usage`), else `request_sha256` (the agent's bytes,
+    forwarded as they came): `only_in_stub` arrived without a record (a refused call
+    that leaked, or a retry); `only_in_ledger` were recorded as forwarded but never
+    arrived, less the `unsure` ones (UNSURE_DELIVERY, or never closed), which may
+    not have. Null for a provider whose records lack the hashes."""
     forwarded: dict[str, list] = {}
+    digest_of: dict[object, tuple[str, object]] = {}
+    unsure_ids: set = set()
+    closed: set = set()
     for e in events:
-        if e.get("type") == "model.request":
-            forwarded.setdefault(str(e.get("provider")), []).append(e.get("request_sha256"))
+        kind = e.get("type")
+        if kind == "model.request":
+            digest = e.get("forwarded_sha256") or e.get("request_sha256")
+            forwarded.setdefault(str(e.get("provider")), []).append(digest)
+            digest_of[e.get("call_id")] = (str(e.get("provider")), digest)
+        elif kind in CLOSING:
+            closed.add(e.get("call_id"))
+            if kind == "model.error" and e.get("reason") in UNSURE_DELIVERY:
+                unsure_ids.add(e.get("call_id"))
+    unsure: dict[str, Counter] = {}
+    for call_id, (provider, digest) in digest_of.items():
+        if call_id in unsure_ids or call_id not in closed:
+            unsure.setdefault(provider, Counter())[digest] += 1
     seen = {
         name: [e.get("body_sha256") for e in model_calls(entries)]
         for name, entries in stub_logs.items()
@@ -160,29 +185,52 @@ def stub_match(events: Iterable[Mapping], stub_logs: Mapping[str, Sequence[Mappi
             out[name] = None
             continue
         sent_n, got_n = Counter(sent), Counter(got)
+        missing = sent_n - got_n
+        excused = Counter({d: min(n, unsure.get(name, Counter())[d]) for d, n in missing.items()})
         out[name] = {
             "forwarded": len(sent),
             "seen": len(got),
-            "only_in_ledger": sum((sent_n - got_n).values()),
+            "only_in_ledger": sum((missing - excused).values()),
             "only_in_stub": sum((got_n - sent_n).values()),
+            "unsure_unseen": sum(excused.values()),
         }
     return out
 
 
-def in_flight(events: Iterable[Mapping]) -> dict:
+def stub_match_all(by_provider: Mapping[str, Mapping | None]) -> dict | None:
+    """stub_match added up over every provider: "each stub request matches exactly one
+    forwarded call, body for body" as one invariant over all the routes of a run,
+    whoever made the calls. Null when a provider's records lack the digests."""
+    keys = ("forwarded", "seen", "only_in_ledger", "only_in_stub", "unsure_unseen")
+    out = dict.fromkeys(keys, 0)
+    for match in by_provider.values():
+        if match is None or not all(_number(match.get(k)) for k in keys):
+            return None
+        for k in keys:
+            out[k] += match[k]
+    return out
+
+
+def in_flight(events: Iterable[Mapping], upstreams: Iterable[str] = ()) -> dict:
     """How many forwarded calls were open at once (a model.request whose closing event,
-    by call_id, had not come yet), at most, in the ledger's order; and how many never
+    by call_id, had not come yet), at most, in the ledger's order, over every route and
+    per route (`by_provider`: one agent's calls, when each agent has routes of its own;
+    every configured upstream is there, 0 when it had no call); and how many never
     closed (calls cut off by the end of the run)."""
-    open_calls: set = set()
+    open_calls: dict = {}
     most = 0
+    by_provider: dict[str, int] = dict.fromkeys((str(u) for u in upstreams), 0)
     for e in events:
         kind = e.get("type")
         if kind == "model.request":
-            open_calls.add(e.get("call_id"))
+            provider = str(e.get("provider"))
+            open_calls[e.get("call_id")] = provider
             most = max(most, len(open_calls))
+            mine = sum(1 for p in open_calls.values() if p == provider)
+            by_provider[provider] = max(by_provider.get(provider, 0), mine)
         elif kind in CLOSING:
-            open_calls.discard(e.get("call_id"))
-    return {"max": most, "open_at_end": len(open_calls)}
+            open_calls.pop(e.get("call_id"), None)
+    return {"max": most, "open_at_end": len(open_calls), "by_provider": by_provider}
 
 
 def backoffs(events: Sequence[Mapping]) -> list[dict]:
@@ -250,15 +298,25 @@ def breaker(
     `x-docket.breaker-open` events, and `stub_calls` the model calls its stub
     logged between the two events' wall times (`ts`: the stub is another
     clock's process, so the two records meet on the wall clock, at millisecond
-    resolution, which is why a call at the very instant of opening is not counted).
+    resolution, which is why a call at the very instant of opening is not counted),
+    less the arrivals explained by calls forwarded before the opening and still in
+    flight then (`in_flight_at_open`, matched by the forwarded body's digest): with
+    several calls at once, one forwarded a moment before the third failure opens the
+    breaker reaches the stub a moment after it, and was never a leak.
     """
     sequence: dict[str, list[str]] = {str(name): ["closed"] for name in upstreams}
     for name in stub_logs:
         sequence.setdefault(str(name), ["closed"])
     windows: list[dict] = []
     current: dict[str, dict] = {}
+    flying: dict[object, tuple[str, object]] = {}  # call_id -> (provider, forwarded digest)
     for e in events:
         kind = e.get("type")
+        if kind == "model.request":
+            digest = e.get("forwarded_sha256") or e.get("request_sha256")
+            flying[e.get("call_id")] = (str(e.get("provider")), digest)
+        elif kind in CLOSING:
+            flying.pop(e.get("call_id"), None)
         if kind == "breaker.state":
             upstream = str(e.get("upstream"))
             states = sequence.setdefault(upstream, [str(e.get("from", "closed"))])
@@ -278,6 +336,7 @@ def breaker(
                     "ended": "end of ledger",
                     "requests": 0,
                     "refusals": 0,
+                    "flying": [d for p, d in flying.values() if p == upstream],
                 }
                 current[upstream] = window
                 windows.append(window)
@@ -291,10 +350,13 @@ def breaker(
                 window["refusals"] += 1
     last_ts = events[-1].get("ts") if events else None
     for window in windows:
+        flying_then = window.pop("flying")
+        window["in_flight_at_open"] = len(flying_then)
         window["stub_calls"] = _stub_calls_between(
             stub_logs.get(window["upstream"], ()),
             wall_ms(window["opened_ts"]),
             wall_ms(window["closed_ts"] if window["closed_ts"] is not None else last_ts),
+            flying_then,
         )
     return {
         "sequence": {name: ">".join(states) for name, states in sorted(sequence.items())},
@@ -309,13 +371,28 @@ def breaker(
     }
 
 
-def _stub_calls_between(entries: Sequence[Mapping], start: float | None, end: float | None):
+def _stub_calls_between(
+    entries: Sequence[Mapping], start: float | None, end: float | None, flying: Sequence = ()
+):
+    """Model calls the stub logged strictly between two wall times, less those that a
+    call in flight at `start` explains (one arrival per in-flight call, same digest)."""
     if start is None or end is None:
         return None
-    stamps = [wall_ms(e.get("ts")) for e in model_calls(entries)]
+    calls = model_calls(entries)
+    stamps = [wall_ms(e.get("ts")) for e in calls]
     if not _none_free(stamps):
         return None
-    return sum(1 for s in stamps if start < s < end)
+    explained = Counter(d for d in flying if isinstance(d, str))
+    count = 0
+    for entry, stamp in zip(calls, stamps, strict=True):
+        if not start < stamp < end:
+            continue
+        digest = entry.get("body_sha256")
+        if isinstance(digest, str) and explained.get(digest, 0) > 0:
+            explained[digest] -= 1
+            continue
+        count += 1
+    return count
 
 
 def _total(values: Iterable[int | None]) -> int | None:
@@ -352,8 +429,9 @@ def derive(evidence: Mapping, upstreams: Iterable[str] = ()) -> dict:
         "stub_calls": stub_calls(stubs),
         "stub_rate": stub_rate(stubs),
         "stub_rate_all": stub_rate_all(stubs),
-        "stub_match": stub_match(events, stubs),
-        "in_flight": in_flight(events),
+        "stub_match": (matched := stub_match(events, stubs)),
+        "stub_match_all": stub_match_all(matched),
+        "in_flight": in_flight(events, upstreams),
         "backoffs": backoffs(events),
         "breaker": breaker(events, stubs, upstreams),
     }

@@ -91,6 +91,9 @@ class Progress:
             head += " (interrupted: the phases not listed did not run)"
         out = self.console.file
         print(head, file=out)
+        whose = result.whose()
+        if whose:  # who has to act: the Docket team, or the team that owns the agent
+            print(f"  whose failure: {whose}", file=out)
         for label, path in (
             ("report", written.html),
             ("json", written.json),
@@ -115,7 +118,7 @@ def your_agent_lines(result: PhaseResult) -> list[str]:
     view = result.your_agent
     if not view:
         return []
-    if not view.get("replaced"):
+    if not view.get("beside"):
         return [f"your agent: not in this phase ({view['why_not']})"] if view.get("why_not") else []
     out = []
     for run in result.runs:

@@ -374,7 +374,9 @@ def render_junit(result: GameDayResult) -> str:
             )
             if check.verdict == FAIL:
                 counts["failures"] += 1
-                ET.SubElement(case, "failure", type=FAIL, message=check.reason).text = detail
+                ET.SubElement(
+                    case, "failure", type=FAIL, message=f"{DOCKETS} {check.reason}"
+                ).text = detail
             elif check.verdict == UNKNOWN:
                 counts["errors"] += 1
                 ET.SubElement(case, "error", type=UNKNOWN, message=check.reason).text = detail
@@ -397,6 +399,10 @@ def render_junit(result: GameDayResult) -> str:
 
 
 YOUR_AGENT_SUITE = "your-agent"
+# Whose failure a JUnit <failure> is, at the head of its message: a CI log line then
+# says who has to act (the Docket team, or the team that owns the agent).
+DOCKETS = "Docket's failure (a boundary invariant broke):"
+AGENTS = "your agent's finding, not Docket's:"
 
 
 def _your_agent_suite(root: ET.Element, result: GameDayResult) -> dict[str, int]:
@@ -410,7 +416,7 @@ def _your_agent_suite(root: ET.Element, result: GameDayResult) -> dict[str, int]
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for phase in result.phases:
         view = phase.your_agent
-        if not view.get("replaced"):
+        if not view.get("beside"):
             case = ET.SubElement(
                 suite, "testcase", classname=f"your_agent.{phase.name}", name="(your agent)"
             )
@@ -436,6 +442,7 @@ def _your_agent_suite(root: ET.Element, result: GameDayResult) -> dict[str, int]
                 if finding.get("verdict") == "finding":
                     message = f"{finding.get('summary')} (advice: {finding.get('advice')})"
                     if result.agent_findings == "fail":
+                        message = f"{AGENTS} {message}"
                         counts["failures"] += 1
                         ET.SubElement(
                             case, "failure", type="finding", message=message

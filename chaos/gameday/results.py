@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from chaos.gameday.assertions import PASS, UNKNOWN, Check, expectation, worst
+from chaos.gameday.assertions import FAIL, PASS, UNKNOWN, Check, expectation, worst
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -153,7 +153,8 @@ class PhaseResult:
     budget_s: float
     checks: tuple[CheckResult, ...]
     runs: tuple[PhaseRun, ...]  # one, or the phase's `runs:` in the order they ran
-    # with --agent-command / --policy: which agents the user's replaced (or why none),
+    # with --agent-command / --policy: the reference agent the user's runs beside (or why
+    # none),
     # the checks about the reference agent left unjudged, the agent checks, the policy
     your_agent: Mapping = field(default_factory=dict)
 
@@ -251,6 +252,42 @@ class GameDayResult:
             return UNKNOWN
         return worst(p.verdict for p in self.phases)
 
+    def whose_failures(self) -> dict[str, list[str]]:
+        """Whose failure each FAIL is: Docket's (a boundary check, an invariant over every
+        call of the run, broke: "PHASE: CHECK") or the agent's (a finding about the
+        user's agent, a failure only under --agent-findings fail: "PHASE: CHECK")."""
+        docket = [
+            f"{p.name}: {(c.run + ': ') if p.several_runs else ''}{c.check.name}"
+            for p in self.phases
+            for c in p.checks
+            if c.check.verdict == FAIL
+        ]
+        agent = [
+            f"{p.name}: {(r.name + ': ') if p.several_runs else ''}{f.get('check')}"
+            for p in self.phases
+            for r in p.runs
+            for f in r.findings
+        ]
+        return {"docket": docket, "agent": agent if self.agent_findings == "fail" else []}
+
+    def whose(self) -> str:
+        """One line for the report's head: whose failure the day's FAIL is, or ""."""
+        blame = self.whose_failures()
+        parts = []
+        if blame["docket"]:
+            n = len(blame["docket"])
+            parts.append(f"Docket's: {n} boundary check{'' if n == 1 else 's'} broke")
+        if blame["agent"]:
+            n = len(blame["agent"])
+            parts.append(
+                f"your agent's: {n} finding{'' if n == 1 else 's'} (--agent-findings fail)"
+            )
+        if not parts:
+            return ""
+        if not blame["docket"]:
+            parts.append("Docket's boundary checks held")
+        return "; ".join(parts)
+
     @property
     def exit_code(self) -> int:
         if self.agent_findings == "fail" and self.findings():
@@ -275,7 +312,11 @@ class GameDayResult:
             "counts": self.counts(),
             "phases": [p.to_json() for p in self.phases],
         } | (
-            {"agent_findings": self.agent_findings, "findings": self.findings()}
+            {
+                "agent_findings": self.agent_findings,
+                "findings": self.findings(),
+                "whose_failures": self.whose_failures(),
+            }
             if self.agent_findings is not None
             else {}
         )

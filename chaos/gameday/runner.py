@@ -326,16 +326,16 @@ async def run_one(
             outcome.evidence = complete_evidence(outcome.evidence, spec.scenario)
         except Exception as exc:  # noqa: BLE001 - a bug in a derivation: unknown, with why
             outcome = Outcome(None, f"deriving facts failed: {type(exc).__name__}: {exc}")
-    if outcome.evidence is not None and phase.user_view.get("replaced"):
-        from chaos.gameday.your_agent import findings_for_run, no_call_reason
+    if outcome.evidence is not None and phase.user_view.get("beside"):
+        # The reference agents drove the phase beside the user's agent, so its checks
+        # are judged whatever the user's agent did; an agent that crashed at start or
+        # gave up is a finding about it (runs_to_the_end), never a Docket UNKNOWN.
+        from chaos.gameday.your_agent import findings_for_run
         from chaos.run.here import GRACE_SECONDS
 
         outcome.your_agent = findings_for_run(
             phase, spec, outcome.evidence, folder / "run", GRACE_SECONDS
         )
-        silent = no_call_reason(outcome.your_agent)
-        if silent is not None:  # nothing was asked of the boundary: unknown, not failed
-            outcome.evidence, outcome.error = None, silent
     outcome.duration_s = time.monotonic() - started
     if kept:
         outcome.evidence_dir = str(folder / "run")

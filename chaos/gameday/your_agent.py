@@ -1,22 +1,30 @@
 """Game days with the team's own agent and policy (`docket game-day --agent-command CMD`).
 
-A phase file says whether a user agent may take a place in it, and which checks
-then become findings about that agent:
+Every phase takes the user's agent, BESIDE Docket's reference agents, never in their
+place: the reference agents (`docket agent`) still drive each mechanism the phase
+must show working (the breaker opens, the cap is reached, the stream is cut,
+whatever the user's agent does), and the user's agent lives through the same
+faults on the same boundary and is judged on its own. It gets two routes of its
+own, an OpenAI-shaped one (`your-openai`) and an Anthropic-shaped one
+(`your-anthropic`), each to a stub of its own behind the same fault proxy, so the
+ledger's `provider` tells its calls from the reference agents' exactly, the
+reference agents' exact counts still hold on theirs, and an agent on either SDK is
+driven and judged alike. A phase file names the reference agent whose workload the
+user's agent is given as a hint (DOCKET_AGENT_CALLS, ...) and the agent checks:
 
     your_agent:
-      replaces: [polite]          # agents of the phase's runs the user's command replaces
+      workload: polite            # the DOCKET_AGENT_* hints come from this agent
       checks: [honours_retry_after, backs_off_with_jitter, {max_attempts: 3}]
 
-or, where the phase's claims need Docket's reference agents (exact call counts,
-a crash between two writes), says why not, and runs as it always does:
-
-    your_agent:
-      none: the assertions count the reference agent's exact calls
-
-An `expect:` item marked `about: agent` is a claim about the reference agent's
-behaviour (its report, its waits): with a user agent in its place it is not
-judged (the report lists it as skipped); every other check is a boundary check
-and keeps its verdict. The agent checks are chaos.gameday.agent_checks.
+An `expect:` item marked `about: agent` is a claim that holds only while the
+reference agents have the boundary to themselves (an exact count under a cap, a
+rate limit or ledger seqs that every route shares, the run's exit status that the
+user's agent's own exit moves): beside the user's agent it is not judged (the
+report lists it as skipped); every other check is a boundary invariant, judged
+over all the calls of the run, the user's included. The agent checks are
+chaos.gameday.agent_checks; whatever the phase declares, the user's agent also gets
+a finding when it gives up or crashes (its exit status, the call it stopped at,
+its last stderr line).
 
 The user's command runs under `python -m chaos.gameday.agent_env`, which drops
 any URL in its environment that does not point at the boundary, so an agent
@@ -35,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.gameday.agent_checks import (
+    ALWAYS,
     CHECKS,
     NEEDS_NUMBER,
     Facts,
@@ -64,19 +73,25 @@ class CheckDecl:
 
 @dataclass(frozen=True)
 class Declaration:
-    """A phase's `your_agent:`: the agents a user agent may replace, and its checks;
-    or, with no agents, why a user agent has no place in this phase."""
+    """A phase's `your_agent:`: the reference agent whose workload the user's agent gets
+    as its hint, and the agent checks; or, with no workload, why a user agent has no
+    place in this phase (a phase file outside gamedays/ may still say so)."""
 
-    replaces: tuple[str, ...] = ()
+    workload: str = ""
     checks: tuple[CheckDecl, ...] = ()
     why_not: str = ""
 
     @property
-    def replaceable(self) -> bool:
-        return bool(self.replaces)
+    def takes_agent(self) -> bool:
+        return bool(self.workload)
 
 
 NOT_DECLARED = Declaration(why_not="the phase file does not say where a user agent may run")
+USER_ROOM_S = 30.0  # per run, over max_wall_clock: the stop's grace, set-up and the aftermath
+# (on a runner at load 13, 16 s beyond a run stopped at its wall clock were measured)
+YOURS = "yours"  # the user's agent's name in the run (agents/yours.out, .err, .exit)
+# The user's agent's own routes: one of each shape, so either SDK is driven alike.
+YOUR_PROVIDERS = (("your-openai", "openai"), ("your-anthropic", "anthropic"))
 
 
 # ---------------------------------------------------------------- the phase file's key
@@ -86,7 +101,7 @@ def declaration_from_data(value: object, where: Where, runs: Sequence) -> Declar
     """Check a phase's `your_agent:` against its runs (chaos.gameday.phase.RunSpec)."""
     at = (KEY,)
     if not isinstance(value, dict):
-        raise where.error(at, "your_agent must be a mapping: {replaces, checks} or {none: why}")
+        raise where.error(at, "your_agent must be a mapping: {workload, checks} or {none: why}")
     if "none" in value:
         if set(value) != {"none"}:
             raise where.error(at, "your_agent: `none: why` stands alone")
@@ -95,42 +110,28 @@ def declaration_from_data(value: object, where: Where, runs: Sequence) -> Declar
             raise where.error((*at, "none"), "say why a user agent has no place in this phase")
         return Declaration(why_not=why.strip())
     for key in value:
-        if key not in ("replaces", "checks"):
-            raise where.error((*at, key), f"unknown key {key!r} (replaces, checks, or none)")
-    replaces = value.get("replaces")
-    if isinstance(replaces, str):
-        replaces = [replaces]
-    if (
-        not isinstance(replaces, list)
-        or not replaces
-        or not all(isinstance(n, str) for n in replaces)
-    ):
-        raise where.error((*at, "replaces"), "replaces names the phase's agents, e.g. [looper]")
-    if len(set(replaces)) != len(replaces):
-        raise where.error((*at, "replaces"), "replaces names an agent twice")
-    for name in replaces:
-        if not any(a.name == name for r in runs for a in r.scenario.agents):
-            raise where.error((*at, "replaces"), f"no agent named {name!r} in this phase's runs")
+        if key not in ("workload", "checks"):
+            raise where.error((*at, key), f"unknown key {key!r} (workload, checks, or none)")
+    workload = value.get("workload")
+    if not isinstance(workload, str) or not workload:
+        raise where.error(
+            (*at, "workload"),
+            "workload names the reference agent whose DOCKET_AGENT_* hints your agent gets",
+        )
     for spec in runs:
-        _check_routes(spec, replaces, where, at)
-    checks = _checks(value.get("checks", []), where, (*at, "checks"))
-    return Declaration(replaces=tuple(replaces), checks=checks)
-
-
-def _check_routes(spec, replaces: Sequence[str], where: Where, at: tuple) -> None:
-    """A replaced agent's provider route is no other calling agent's: the ledger's
-    `provider` then tells the user agent's calls apart, exactly."""
-    scenario = spec.scenario
-    mine = {scenario.provider(a.provider).name for a in scenario.agents if a.name in replaces}
-    for agent in scenario.agents:
-        if agent.name in replaces or agent.mode is None:
-            continue  # a command agent of the phase (a sleeper) makes no calls
-        if scenario.provider(agent.provider).name in mine:
+        if not any(a.name == workload and a.mode is not None for a in spec.scenario.agents):
             raise where.error(
-                (*at, "replaces"),
-                f"agent {agent.name!r} calls through the same provider route as a replaced "
-                "agent: the user agent's calls could not be told apart (replace it too)",
+                (*at, "workload"),
+                f"no reference agent named {workload!r} in run {spec.name!r} of this phase",
             )
+        taken = {p.name for p in spec.scenario.providers} | {a.name for a in spec.scenario.agents}
+        for name in (YOURS, *(n for n, _ in YOUR_PROVIDERS)):
+            if name in taken:
+                raise where.error(
+                    (*at, "workload"), f"{name!r} is the user's agent's own name: rename yours"
+                )
+    checks = _checks(value.get("checks", []), where, (*at, "checks"))
+    return Declaration(workload=workload, checks=checks)
 
 
 def _checks(value: object, where: Where, at: tuple) -> tuple[CheckDecl, ...]:
@@ -267,12 +268,12 @@ def wrapped(command: Sequence[str]) -> tuple[str, ...]:
 
 
 def for_user(phase, user: UserAgent):
-    """The phase as it runs with the user's policy and agent (chaos.gameday.phase.Phase)."""
-    from chaos.scenario import AgentSpec
+    """The phase as it runs with the user's policy and agent (chaos.gameday.phase.Phase):
+    the user's agent is added beside the reference agents, on routes of its own."""
     from docket.policy import policy_from_dict
 
     decl: Declaration = getattr(phase, "your_agent", None) or NOT_DECLARED
-    replace = bool(user.command) and decl.replaceable
+    beside = bool(user.command) and decl.takes_agent
     runs = []
     for spec in phase.runs:
         scenario = spec.scenario
@@ -287,39 +288,85 @@ def for_user(phase, user: UserAgent):
                 ) from None
             scenario = dataclasses.replace(scenario, policy=policy)
             data["policy"] = policy
-        if replace:
-            agents = tuple(
-                AgentSpec(
-                    name=a.name,
-                    mode=None,
-                    command=wrapped(user.command),
-                    provider=a.provider,
-                    calls=a.calls,
-                    concurrency=a.concurrency,
-                    timeout=a.timeout,
-                    max_tokens=a.max_tokens,
-                )
-                if a.name in decl.replaces
-                else a
-                for a in scenario.agents
-            )
-            scenario = dataclasses.replace(scenario, agents=agents)
-            data["agents"] = [_agent_data(a) for a in agents]
+        if beside:
+            scenario = with_your_agent(scenario, decl.workload, wrapped(user.command))
+            data["providers"] = [_provider_data(p) for p in scenario.providers]
+            data["agents"] = [_agent_data(a) for a in scenario.agents]
         runs.append(dataclasses.replace(spec, scenario=scenario, data=data))
     expect = phase.expect
     skipped: tuple[str, ...] = ()
-    if replace:
+    if beside:
         skipped = tuple(e.assertion.name for e in expect if getattr(e, "about", "") == "agent")
         expect = tuple(e for e in expect if getattr(e, "about", "") != "agent")
+    budget = phase.budget_s
+    if beside:
+        # A user's agent may run until each run's max_wall_clock stops it (SIGTERM, the
+        # grace period, SIGKILL), where the reference agents finish early: a phase whose
+        # budget is its runs' max_wall_clock would be cut off first, its checks unknown.
+        walls = sum(getattr(r.scenario, "max_wall_clock", 0) or 0 for r in runs)
+        budget = max(budget, walls + USER_ROOM_S * len(runs))
     view = {
-        "replaced": list(decl.replaces) if replace else [],
-        "why_not": "" if replace or not user.command else decl.why_not,
+        "beside": [decl.workload] if beside else [],
+        "providers": [name for name, _ in YOUR_PROVIDERS] if beside else [],
+        "why_not": "" if beside or not user.command else decl.why_not,
         "skipped_checks": list(skipped),
-        "checks": [c.shown for c in decl.checks] if replace else [],
+        "checks": [c.shown for c in decl.checks] if beside else [],
         "policy": user.policy_source,
         "command": user.shown,
     }
-    return dataclasses.replace(phase, runs=tuple(runs), expect=expect, user_view=view)
+    return dataclasses.replace(
+        phase, runs=tuple(runs), expect=expect, user_view=view, budget_s=budget
+    )
+
+
+def with_your_agent(scenario, workload: str, command: Sequence[str]):
+    """The scenario with the user's agent added last (the launcher's exit status is the
+    first non-zero one in plan order: the reference agents' come first) and its two
+    routes added last too: docket.run.child.child_env points OPENAI_BASE_URL and
+    ANTHROPIC_BASE_URL at the last provider of each kind, so both of the agent's SDK
+    variables name its own routes, while each reference agent is given its route's
+    URL by the launcher. The routes' stubs have the workload agent's stub's delays and
+    meet the same faults (each stub counts its own calls)."""
+    from chaos.scenario import AgentSpec, ProviderSpec
+
+    model = next(a for a in scenario.agents if a.name == workload)
+    like = scenario.provider(model.provider)
+    providers = tuple(scenario.providers) + tuple(
+        ProviderSpec(
+            name=name,
+            kind=kind,
+            latency=like.latency,
+            token_delay=like.token_delay,
+            via_proxy=like.via_proxy,
+            faults=like.faults,
+        )
+        for name, kind in YOUR_PROVIDERS
+    )
+    yours = AgentSpec(
+        name=YOURS,
+        mode=None,
+        command=tuple(command),
+        provider=YOUR_PROVIDERS[0][0],
+        calls=model.calls,
+        concurrency=model.concurrency,
+        timeout=model.timeout,
+        max_tokens=model.max_tokens,
+    )
+    return dataclasses.replace(scenario, providers=providers, agents=(*scenario.agents, yours))
+
+
+def _provider_data(provider) -> dict:
+    """A ProviderSpec as a scenario block writes it (a subprocess phase hands it on)."""
+    out: dict = {"name": provider.name, "kind": provider.kind}
+    if provider.latency:
+        out["latency"] = f"{provider.latency * 1000:g}ms"
+    if provider.token_delay:
+        out["token_delay"] = f"{provider.token_delay * 1000:g}ms"
+    if not provider.via_proxy:
+        out["via_proxy"] = False
+    if not provider.faults:
+        out["faults"] = False
+    return out
 
 
 def _agent_data(agent) -> dict:
@@ -364,40 +411,89 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> list[str]:
     return [line[:300] for line in text.splitlines()[-lines:]]
 
 
-def no_call_reason(view: Mapping) -> str | None:
-    """Why the run says nothing about the boundary: the user's agent made no call at all
-    (it crashed at start, or could not reach the boundary). Its checks are then unknown,
-    not failed: nothing was asked of the boundary, so it cannot have regressed."""
-    if not view or view.get("calls"):
-        return None
-    exits = ", ".join(f"{n} exit {s}" for n, s in view.get("exit", {}).items())
-    said = next((lines[-1] for lines in view.get("stderr_tail", {}).values() if lines), "")
-    return f"your agent made no call ({exits}{': ' + said[:200] if said else ''})"
-
-
 def findings_for_run(phase, spec, evidence: Mapping, run_dir: Path, grace_s: float) -> dict:
-    """The user agent's part of one run: its checks' findings, exit codes, stderr tails."""
+    """The user agent's part of one run: its checks' findings (the declared ones, and
+    runs_to_the_end for every run), its exit code, its stderr tail and what it did: how
+    many calls it made on its routes, and which of the run's mechanisms met its calls."""
     decl: Declaration = getattr(phase, "your_agent", None) or NOT_DECLARED
-    replaced = [a for a in spec.scenario.agents if a.name in decl.replaces]
-    if not replaced:
+    if not any(a.name == YOURS for a in spec.scenario.agents):
         return {}
     exits = agent_exits(run_dir / "agents")
-    providers = tuple(sorted({spec.scenario.provider(a.provider).name for a in replaced}))
-    statuses = [exits.get(a.name) for a in replaced]
-    worst = next((s for s in statuses if s not in (None, 0)), statuses[0] if statuses else None)
-    facts = Facts(providers=providers, exit_status=worst, grace_s=grace_s)
+    providers = tuple(name for name, _ in YOUR_PROVIDERS)
+    tail = stderr_tail(run_dir / "agents" / f"{YOURS}.err")
+    facts = Facts(
+        providers=providers,
+        exit_status=exits.get(YOURS),
+        grace_s=grace_s,
+        last_stderr=last_said(tail),
+    )
     events = list(evidence.get("events") or [])
-    findings: list[Finding] = [run_check(c.name, events, facts, c.number) for c in decl.checks]
+    declared = [c for c in decl.checks if c.name not in ALWAYS]
+    findings: list[Finding] = [run_check(c.name, events, facts, c.number) for c in declared]
+    findings += [run_check(name, events, facts, None) for name in ALWAYS]
+    calls = attempts_of(events, providers)
     return {
-        "calls": len(attempts_of(events, providers)),
-        "agents": [a.name for a in replaced],
+        "calls": len(calls),
+        "calls_by_route": {p: sum(1 for a in calls if a.provider == p) for p in providers},
+        "agents": [YOURS],
+        "beside": decl.workload,
         "providers": list(providers),
-        "exit": {a.name: exits.get(a.name) for a in replaced},
-        "stderr_tail": {
-            a.name: stderr_tail(run_dir / "agents" / f"{a.name}.err") for a in replaced
-        },
+        "exit": {YOURS: exits.get(YOURS)},
+        "stderr_tail": {YOURS: tail},
+        "met": mechanisms_met(events, providers, facts, len(calls)),
         "findings": [f.to_json() for f in findings],
     }
+
+
+def last_said(lines: Sequence[str]) -> str:
+    """The agent's last stderr line worth quoting: not the environment guard's own note."""
+    for line in reversed(lines):
+        if line.strip() and not line.startswith("docket game-day: not passed"):
+            return line.strip()
+    return ""
+
+
+def mechanisms_met(events: Sequence[Mapping], providers: Sequence[str], facts, calls: int) -> dict:
+    """Which of the boundary's mechanisms met the user's agent's own calls, each a count
+    from the ledger, or "not exercised" with the reason from the record (the reference
+    agents drive every mechanism the phase must show working; this says what the
+    user's agent itself went through)."""
+    mine = set(providers)
+    counted = {
+        "upstream failures": sum(
+            1 for e in events if e.get("type") == "model.error" and e.get("provider") in mine
+        ),
+        "breaker openings": sum(
+            1
+            for e in events
+            if e.get("type") == "breaker.state" and e.get("upstream") in mine and e.get("to") == "open"
+        ),
+        "refusals": sum(
+            1
+            for e in events
+            if e.get("type") in ("policy.denied", "x-docket.rate-limited", "x-docket.breaker-open",
+                                 "load.shed")
+            and (e.get("provider") or e.get("upstream")) in mine
+        ),
+    }  # fmt: skip
+    reason = _why_little(events, providers, facts, calls)
+    return {k: (v if v else f"not exercised: {reason}") for k, v in counted.items()}
+
+
+def _why_little(events: Sequence[Mapping], providers: Sequence[str], facts, calls: int) -> str:
+    last = next(
+        (e for e in reversed(events) if e.get("type") == "model.request"
+         and e.get("provider") in providers),
+        None,
+    )  # fmt: skip
+    status = facts.exit_status
+    exited = "its exit status is unknown" if status is None else f"your agent exited {status}"
+    if calls == 0:
+        return f"{exited} without a call" + (
+            f" ({facts.last_stderr[:120]})" if facts.last_stderr else ""
+        )
+    at = f" at seq {last.get('seq')}" if last is not None else ""
+    return f"{exited} after {calls} call{'' if calls == 1 else 's'}, the last{at}"
 
 
 __all__ = [
@@ -406,11 +502,16 @@ __all__ = [
     "KEY",
     "CheckDecl",
     "Declaration",
+    "USER_ROOM_S",
+    "YOURS",
+    "YOUR_PROVIDERS",
     "UserAgent",
     "about_from_data",
     "declaration_from_data",
     "findings_for_run",
     "for_user",
+    "mechanisms_met",
     "merged_policy",
     "user_agent_from_args",
+    "with_your_agent",
 ]
