@@ -408,11 +408,6 @@ def _openai_sdk_through_an_open_breaker() -> list[dict]:
     ]  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chaos/gameday/agent_checks.attempts_of reads client_attempt on model.request "
-    "only: a refused FIRST try of a new call joins the previous call as an immediate retry",
-)
 def test_a_refused_first_try_is_a_new_call_not_a_retry():
     """Found by the matrix (openai-sdk x circuit-breaker: a false backs_off_with_jitter
     finding, 'retry 3 at seq 16: 0.003 s after the failure at seq 14'). The SDK gave up
@@ -423,12 +418,6 @@ def test_a_refused_first_try_is_a_new_call_not_a_retry():
     assert found.verdict != FINDING, found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chaos/gameday/agent_checks.attempts_of takes every policy.denied naming a cap "
-    "for a denial, the 429 docket_caps_pending deferral (retry: it fits once the calls in "
-    "flight settle) included",
-)
 def test_a_deferral_retried_is_not_a_cap_denial_retried():
     """Found by the matrix (httpx-retry x runaway-loop deny, its ledger's seqs 324 and 330):
     the agent's call was deferred (429, would_fit_after_settle), it waited and retried as

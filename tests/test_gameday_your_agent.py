@@ -450,8 +450,7 @@ def test_a_streaming_openai_agent_keeps_body_for_body(tmp_path: Path):
         e for e in events if e["type"] == "model.request" and e["provider"] == "your-openai"
     ]
     assert streamed and all(e["stream"] for e in streamed)
-    if not any("forwarded_sha256" in e for e in streamed):
-        pytest.xfail("the boundary does not record forwarded_sha256 yet (issue 24 item 4)")
+    assert all(e["forwarded_changes"] == ["stream_options.include_usage"] for e in streamed)
     bad = [c for c in phase["checks"] if c["verdict"] != "pass"]
     assert phase["verdict"] == "pass" and done.returncode == 0, bad
 

@@ -183,19 +183,25 @@ def attempts_of(events: Sequence[Mapping], providers: Iterable[str]) -> list[Att
             continue
         if kind in ATTEMPTS and provider in routes:
             attempt = Attempt(seq=seq, mono_ms=mono, type=str(kind), provider=str(provider))
+            # The SDK's attempt marker is on refusals too: a refused first try (0) starts a
+            # new call, not a retry of the one before it.
+            ca = e.get("client_attempt")
+            attempt.client_attempt = ca if isinstance(ca, int) and ca >= 0 else None
             if kind == "model.request":
                 sha = e.get("request_sha256")
                 attempt.sha = sha if isinstance(sha, str) else None
-                ca = e.get("client_attempt")
-                attempt.client_attempt = ca if isinstance(ca, int) and ca >= 0 else None
                 open_calls[e.get("call_id")] = attempt
             else:  # a refusal: decided at once
                 attempt.end_ms, attempt.end_seq = mono, seq
                 attempt.hint_s = hint_seconds(e.get("retry_after_s"))
                 status = e.get("status")
                 attempt.status = status if isinstance(status, int) else None
-                if kind == "policy.denied" and (
-                    e.get("cap") or str(e.get("rule", "")).startswith("caps.")
+                # A cap's denial (403), not its deferral (429 docket_caps_pending: the
+                # call fits once the calls in flight settle, so retrying it is right).
+                if (
+                    kind == "policy.denied"
+                    and (e.get("cap") or str(e.get("rule", "")).startswith("caps."))
+                    and e.get("would_fit_after_settle") is not True
                 ):
                     attempt.cap = str(e.get("cap") or e.get("rule"))
             out.append(attempt)
@@ -227,7 +233,24 @@ def logical_calls(attempts: Sequence[Attempt]) -> tuple[list[LogicalCall], str]:
     for a in attempts:
         target: LogicalCall | None = None
         if a.client_attempt is not None:
-            target = latest_failed(a.sha) if a.client_attempt > 0 else None
+            if a.client_attempt > 0:  # the client's own retry of its failed call
+                target = latest_failed(a.sha)
+                if target is not None and target.sha is None and a.sha is not None:
+                    # A refused first try (no body digest) and now its retry: the body says
+                    # whether the app was resending an earlier failed call's body.
+                    earlier = next(
+                        (c for c in reversed(calls)
+                         if c is not target and c.sha == a.sha and c.failed_last),
+                        None,
+                    )  # fmt: skip
+                    if earlier is not None:
+                        earlier.attempts.extend(target.attempts)
+                        calls.remove(target)
+                        target = earlier
+            elif a.sha is not None:  # a first try: new, unless the app resends a failed body
+                target = next(
+                    (c for c in reversed(calls) if c.sha == a.sha and c.failed_last), None
+                )
         elif a.sha is not None:
             target = next(
                 (c for c in reversed(calls) if c.sha == a.sha and c.failed_last), None
