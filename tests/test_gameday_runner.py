@@ -247,3 +247,14 @@ def test_ctrl_c_during_an_in_process_run_stops_the_day(tmp_path: Path):
     assert list(tmp_path.glob("docket-gameday-*")) == []  # nothing left in a temporary folder
     # the cut phase's evidence is kept beside the report, for a reader to see how far it got
     assert list(report.glob("evidence/upstream-latency/run/run/ledger.jsonl"))
+
+
+def test_a_run_that_could_not_run_names_the_exception_inside_the_group():
+    """A nursery's ExceptionGroup is said by what it holds (the matrix once saw only
+    "ExceptionGroup: Exceptions from Trio nursery (1 sub-exception)")."""
+    from chaos.gameday.runner import _leaves
+
+    group = ExceptionGroup("Exceptions from Trio nursery", [OSError(24, "Too many open files")])
+    nested = BaseExceptionGroup("outer", [group, ValueError("bad")])
+    assert _leaves(group) == "OSError: [Errno 24] Too many open files"
+    assert _leaves(nested) == "OSError: [Errno 24] Too many open files; ValueError: bad"

@@ -320,7 +320,7 @@ async def run_one(
         assert outcome.evidence is not None
         await add_aftermath(outcome.evidence)
     except Exception as exc:  # noqa: BLE001 - one run's crash is its verdict, not the day's end
-        outcome = Outcome(None, f"the run could not run: {type(exc).__name__}: {exc}")
+        outcome = Outcome(None, f"the run could not run: {_leaves(exc)}")
     if outcome.evidence is not None:
         try:
             outcome.evidence = complete_evidence(outcome.evidence, spec.scenario)
@@ -627,3 +627,11 @@ __all__ = [
     "run_phase",
     "run_phases",
 ]
+
+
+def _leaves(exc: BaseException) -> str:
+    """What went wrong, in words: an exception group (a trio nursery's) as the exceptions
+    inside it, so the cause is said rather than "Exceptions from Trio nursery (1 sub-exception)"."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_leaves(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
