@@ -271,7 +271,10 @@ def pytest_collection_modifyitems(config, items) -> None:
     its nine phases mostly wait (agents' timeouts, breaker cooldowns, budgets), so they run
     beside the other tests instead of holding a worker when the first reader asks. One
     worker (gw0, or the only process) starts it; the fixture waits on the same lock."""
-    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+    # Its readers go last (a stable sort, the same in every worker, as xdist requires), so
+    # by the time one asks, the day has had the whole rest of the suite to finish.
+    items.sort(key=lambda item: "gameday_run" in getattr(item, "fixturenames", ()))
+    if config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
         return
     if not any("gameday_run" in getattr(item, "fixturenames", ()) for item in items):
         return

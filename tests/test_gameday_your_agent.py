@@ -477,7 +477,13 @@ with httpx.Client(base_url=base, headers={"authorization": f"Bearer {key}"}, tim
 def test_an_agent_that_ignores_sigterm_is_a_finding(tmp_path: Path):
     script = tmp_path / "stubborn.py"
     script.write_text(IGNORES_SIGTERM)
-    agent = f"{sys.executable} {script}"
+    # Ignored from its first instant (a disposition of SIG_IGN survives exec): with the
+    # reference agents beside it the ledger can fill while Python is still importing, and
+    # a SIGTERM then ended it before its own signal.signal line ran (exit 143, no finding).
+    launcher = tmp_path / "stubborn.sh"
+    launcher.write_text(f"#!/bin/sh\ntrap '' TERM\nexec {sys.executable} {script}\n")
+    launcher.chmod(0o755)
+    agent = str(launcher)
     done, data, _ = game_day(tmp_path, "--phase", "ledger-pressure", "--agent-command", agent)
     assert done.returncode == 0, done.stdout + done.stderr  # the boundary held; warn
     (phase,) = data["phases"]
