@@ -323,3 +323,11 @@ def test_mechanisms_met_say_not_exercised_with_the_reason_from_the_record():
         "breaker openings": "not exercised: your agent exited 1 after 2 calls, the last at seq 2",
         "refusals": "not exercised: your agent exited 1 after 2 calls, the last at seq 2",
     }
+
+
+def test_jitter_one_near_zero_draw_of_full_jitter_is_no_finding():
+    """Full jitter draws each wait from [0, cap): one of four under 10 ms is chance
+    (examples/agents/httpx_retry.py x circuit-breaker drew 0.005 s once in the matrix)."""
+    waits = [[0.045, 0.21], [0.005, 0.4], [0.175, 0.33], [0.017, 0.52]]
+    found = ac.backs_off_with_jitter(_retries(waits).events, P)
+    assert found.verdict == OK, found
