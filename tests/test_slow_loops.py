@@ -40,8 +40,15 @@ async def kill_supervisor_at(seq: int, folder) -> None:
     assert result.exit_status == 128 + signal.SIGKILL, (seq, result.reason)
     assert result.receipt == {} and not result.receipt_path.exists()
     events = read_chain(result.ledger_path)  # every line whole, the chain intact
-    assert events[-1]["type"] == "fault.injected" and events[-1]["fault"] == fault, seq
-    assert events[-1]["ordinal"] == seq and events[-1]["seq"] > seq
+    (at,) = [i for i, e in enumerate(events) if e["type"] == "fault.injected"]
+    injected = events[at]
+    assert injected["fault"] == fault and injected["ordinal"] == seq and injected["seq"] > seq
+    # The kill follows the fault's durable record at once; what may follow it in the file is
+    # what the writer already had in hand (the one agent's call in flight, appended by
+    # another task into that batch or the next one being written): two events at most,
+    # never the run's end. A CI dry run under xdist saw a model.response there once.
+    after = [e["type"] for e in events[at + 1 :]]
+    assert len(after) <= 2 and set(after) <= {"model.request", "model.response"}, (seq, after)
     assert "session.end" not in [e["type"] for e in events]
     assert holder_pid(result.ledger_path) is None, seq  # the dead writer's lock is gone
     spawn = next(e for e in events if e["type"] == "process.spawn")
