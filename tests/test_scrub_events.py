@@ -62,3 +62,15 @@ def test_events_it_leaves_to_the_byte_scan():
     assert _text_delta(b"data: {}\ndata: {}") == (None, None)  # two data lines
     obj, path = _text_delta(b'data: {"delta": {"text": "hi"}}')
     assert path == ("delta", "text") and obj == {"delta": {"text": "hi"}}
+
+
+def test_a_tail_that_could_start_a_key_waits_for_the_end_and_then_goes_as_it_was():
+    out, found = run(delta("a prefix that stops at " + KEY[:6]))  # "sk-pro": held, then no key
+    assert joined(out) == "a prefix that stops at " + KEY[:6] and found == []
+
+
+def test_no_key_to_look_for_leaves_every_byte_as_it_came():
+    from docket.guards.scrub import Scrubber, scrub_piece
+
+    assert scrub_piece(SecretForms([]), b"held ", b"and more", final=True).out == b"held and more"
+    assert Scrubber(()).whole(b"sk-anything-at-all-0123456789") == b"sk-anything-at-all-0123456789"
