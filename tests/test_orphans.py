@@ -31,6 +31,7 @@ from test_keys_agent import (
 from test_supervisor import READY, TIMEOUT, assert_verifies, assert_well_ended, docket_argv, of_type
 
 from docket.run.cgroup import cgroup2_mount, own_cgroup
+from docket.run.child import reap_exited
 
 # A chain of N processes, each in a session of its own (out of the agent's group, so
 # the group kill misses it) and each the parent of the next: when one is killed its
@@ -143,6 +144,134 @@ def test_without_a_cgroup_the_freeze_then_kill_loop_leaves_no_survivor(
     events = assert_chain_accounted(folder, pids)
     hardening = events[0]["hardening"]
     assert hardening["isolation"] == "signals" and hardening["isolation_error"], hardening
+
+
+# A bomb grown to N members, each in a session of its own, then churning: every member
+# forks its replacement and exits, again and again (thousands of exits a second, each a
+# zombie handed to the supervisor). Each process carries MARK in its environment.
+CHURN = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    out, n = Path(sys.argv[1]), int(sys.argv[2])
+    if os.fork():  # the agent: leave once the bomb is grown
+        deadline = time.monotonic() + 20
+        while not (out / "ready").exists():
+            if time.monotonic() > deadline:
+                sys.exit(99)
+            time.sleep(0.01)
+        sys.exit(0)
+    os.setsid()
+    for member in range(n - 1):
+        if os.fork() == 0:
+            os.setsid()
+            break
+    else:
+        (out / "ready").write_text("")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if os.fork():
+            os._exit(0)
+        time.sleep(0.005)
+    os._exit(0)
+    """
+)
+CHURN_MARK = "DOCKET_CHURN_MARK"
+
+
+def marked(mark: str) -> list[int]:
+    """Live processes whose environment holds CHURN_MARK=mark."""
+    needle = f"{CHURN_MARK}={mark}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read() and running(int(entry)):
+                    found.append(int(entry))
+        except OSError:
+            continue  # gone while we looked, or closed to us
+    return found
+
+
+def stop_marked(mark: str) -> None:
+    """Cleanup: freeze, then kill, every marked process until none is left (bounded)."""
+    deadline = time.monotonic() + 10
+    while (pids := marked(mark)) and time.monotonic() < deadline:
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    continue  # gone meanwhile
+        time.sleep(0.01)
+
+
+def test_reap_exited_reaps_the_runs_exited_children_and_stops_at_one_not_ours():
+    # In a forked process of its own: the test process's other children are not ours.
+    read, write = os.pipe()
+    tester = os.fork()
+    if tester == 0:
+        os.close(read)
+        try:
+            kids = [os.fork() or os._exit(7) for _ in range(3)]
+            stranger = os.fork() or os._exit(9)  # the drain must not reap this one
+            deadline = time.monotonic() + 10
+            while not all(Path(f"/proc/{k}/stat").read_bytes().split(b") ")[1][:1] == b"Z"
+                          for k in [*kids, stranger]):  # fmt: skip
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            reaped, whole = reap_exited(lambda pid: pid != stranger)
+            left = os.waitpid(stranger, os.WNOHANG)  # still there to be reaped by its owner
+            again = reap_exited(lambda pid: True)
+            os.write(write, json.dumps([kids, reaped, whole, left[1], again]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        kids, reaped, whole, stranger_status, again = json.loads(f.read())
+    os.waitpid(tester, 0)
+    # The kernel shows exited children in fork order: ours, up to the stranger.
+    assert reaped == [[kid, 7] for kid in kids] and not whole
+    assert os.waitstatus_to_exitcode(stranger_status) == 9
+    assert again == [[], True]  # none left: every one reaped, by the drain or its owner
+
+
+@pytest.mark.slow  # a bomb of 12,000 forks a second starves whatever runs beside it
+@needs_root
+def test_without_a_cgroup_a_churning_fork_bomb_leaves_no_survivor(
+    shared_dir,  # noqa: F811 - the fixture
+):
+    # As uid 65534 (no cgroup): each look at /proc once walked thousands of zombies the
+    # churn handed the supervisor, slower than they came, until the 5 s deadline cut it
+    # short ("isolation failed", exit 43) and members outlived the run.
+    folder, out = shared_dir / "run", shared_dir / "out"
+    out.mkdir()
+    os.chown(out, NOBODY, NOBODY)
+    script = shared_dir / "churn.py"
+    script.write_text(CHURN)
+    python = python_for_nobody(shared_dir)
+    mark = os.urandom(8).hex()
+    argv = ["setpriv", *as_nobody(python), "-m", "docket", "run", "--ledger-dir", str(folder)]
+    try:
+        with (out / "stderr").open("wb") as err:
+            done = subprocess.run(
+                [*argv, "--", python, str(script), str(out), "60"], stdout=err, stderr=err,
+                env={**with_keys(None), CHURN_MARK: mark}, timeout=TIMEOUT, cwd=shared_dir,
+            )  # fmt: skip
+        alive = marked(mark)
+    finally:
+        stop_marked(mark)
+    assert alive == [], f"{len(alive)} churning member(s) outlived the run"
+    assert done.returncode == 0, (out / "stderr").read_text()
+    events = read_events(folder / "ledger.jsonl")
+    assert events[0]["hardening"]["isolation"] == "signals", events[0]["hardening"]
+    assert not [e for e in events if "survivors" in e or "isolation_errors" in e]
+    orphans = of_type(events, "process.orphan")
+    ended = sum(e.get("unlisted", 0) for e in orphans) + len([e for e in orphans if "pid" in e])
+    assert ended >= 60, ended  # every member at least, and the replacements reaped meanwhile
+    assert_well_ended(folder, events, 0)
 
 
 # Run 1's agent leaves a snooper behind the reach of a fixed number of sweep rounds

@@ -17,7 +17,14 @@ process of the run ends with it (docket.run.isolation decides, this module acts)
   meanwhile), until a look finds them all stopped (a stopped process cannot
   fork), then SIGKILLed, and the tree looked at again until a look finds
   nothing. Without a leaf this is the whole of it; with one, it ends what moved
-  itself out of the leaf.
+  itself out of the leaf. Two things keep it ahead of a bomb that churns (each
+  member forks its replacement and exits, thousands of times a second): exited
+  children are reaped straight from the kernel before each look
+  (docket.run.child.reap_exited), so a look never walks a pile of zombies that
+  grows faster than it reads; and each group about to be stopped is first set to
+  the lowest CPU priority (nice 19, which needs no privilege), so the bomb cannot
+  take the cores the loop needs. (Once told `isolation failed` at 60 members as
+  uid 65534; the attack family `orphans` tries 60 and 250.)
 
 Both stop when nothing of the run is alive, or at SWEEP_SECONDS: what is alive
 then is recorded by pid (`process.orphan` with `survivors`: the run's isolation
@@ -55,6 +62,7 @@ from docket.run.child import (
     describe_exit,
     process_table,
     process_table_until,
+    reap_exited,
     reap_now,
 )
 from docket.run.isolation import DEAD, SIGNALS, cgroup_step, groups_of, next_step, run_tree
@@ -142,7 +150,30 @@ class OrphanSweep:
                 async for _ in sigchld:
                     await self._reap_exited(child)
 
+    def _ours(self, agent: int) -> Callable[[int], bool]:
+        """Whether an exited child is the run's to reap here: not the agent (its own
+        wait reaps it), not a child from before the spawn, not of our own session."""
+        excluded, session = self._children_before | {agent}, os.getsid(0)
+
+        def ours(pid: int) -> bool:
+            try:
+                return pid not in excluded and os.getsid(pid) != session
+            except OSError:
+                return False  # gone: whoever reaped it is its owner
+
+        return ours
+
     async def _reap_exited(self, child: Child) -> None:
+        if child.exited.is_set():
+            return  # the sweep takes over: it reaps and records
+        # Without a look at /proc first: a churning bomb's zombies come faster than a
+        # look walks them (docket.run.child.reap_exited).
+        reaped, whole = reap_exited(self._ours(child.pid))
+        for pid, status in reaped:
+            if pid != self._watcher_pid():
+                await self._record_orphan(pid, [], "exited", status)
+        if whole:
+            return
         for pid, state in self._orphans(child.pid).items():
             # No await between the check and the reap: the sweep, once the agent has
             # exited, never finds a pid half taken by this task.
@@ -242,6 +273,7 @@ class OrphanSweep:
         stop_sent: set[int] = set()
         session = os.getsid(0)
         while True:
+            self._drain(agent)  # before the look: it need not walk the churn's zombies
             table, whole = process_table_until(lambda: trio.current_time() >= deadline)
             members = self._tree(agent, table)
             if not whole:  # what it saw is alive; what it did not see may be too
@@ -254,6 +286,10 @@ class OrphanSweep:
                 return []
             if step.action == "give_up":
                 return sorted(step.survivors)
+            for group in groups_of(step.stop, table, session):
+                # Last in line for the CPU first: a bomb that forks and churns as fast as
+                # it can otherwise takes the cores this loop needs to catch it.
+                _signal(_lowest_priority, group, 0)
             for sig, pids in ((signal.SIGSTOP, step.stop), (signal.SIGKILL, step.kill)):
                 for group in groups_of(pids, table, session):
                     _signal(os.killpg, group, sig)  # its forks meanwhile too
@@ -278,6 +314,11 @@ class OrphanSweep:
                 self._argv_noted += 1
                 self._seen[pid] = (argv, "running")
 
+    def _drain(self, agent: int) -> None:
+        """Reap every exited child of the run the kernel shows, without a look."""
+        for pid, returncode in reap_exited(self._ours(agent))[0]:
+            self._settle(pid, returncode)
+
     def _reap_zombies(self, members: dict[int, str]) -> None:
         for pid, state in members.items():
             if state in DEAD:
@@ -297,6 +338,7 @@ class OrphanSweep:
         for pid in survivors:
             self._seen.pop(pid, None)  # named in the isolation failure, not here
         while self._seen and trio.current_time() < deadline:
+            self._drain(agent)
             self._reap_zombies(self._tree(agent))
             for pid in [p for p in self._seen if not os.path.exists(f"/proc/{p}")]:
                 self._settle(pid, None, "ended; reaped by its parent, a process of the run")
@@ -326,6 +368,10 @@ class OrphanSweep:
             fields["isolation_errors"] = self._isolation_errors
             reason += " (" + "; ".join(self._isolation_errors) + ")"
         await self._record("process.orphan", **fields, reason=reason)
+
+
+def _lowest_priority(group: int, _: int) -> None:
+    os.setpriority(os.PRIO_PGRP, group, 19)  # raising a nice value needs no privilege
 
 
 def _signal(send: Callable[[int, int], None], target: int, sig: int) -> None:
