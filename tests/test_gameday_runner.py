@@ -1,8 +1,8 @@
 """The game-day runner end to end: real phases through `docket game-day`, judged from the evidence.
 
-The full nine run in the nox `gameday` session; here two quick ones (one
-in-process, one a `docket chaos` child killed by its own fault), plus hand-made
-phases whose assertions fail or cannot be evaluated, to see the exit codes.
+The nine are the session's one game day (tests/conftest.py `gameday_run`), read here as
+a user reads it; plus hand-made phases whose assertions fail or cannot be evaluated,
+to see the exit codes.
 """
 
 from __future__ import annotations
@@ -35,12 +35,15 @@ def game_day(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, d
     return done, data
 
 
-def test_two_real_phases_pass_and_are_reported(tmp_path: Path):
-    done, data = game_day(tmp_path, "--phase", "runaway-loop", "--phase", "supervisor-killed")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert [p["name"] for p in data["phases"]] == ["runaway-loop", "supervisor-killed"]
-    assert all(p["verdict"] == "pass" for p in data["phases"])
-    killed, torn = data["phases"][1]["runs"]  # supervisor-killed: between writes, mid-write
+def test_the_nine_real_phases_pass_and_are_reported(gameday_run):
+    # The session's one game day (tests/conftest.py gameday_run: `docket game-day --keep`
+    # over the nine shipped phases), read as a user reads it: the command's exit and
+    # words, gameday.json, junit.xml.
+    data = json.loads((gameday_run.report / "gameday.json").read_text())
+    phases = {p["name"]: p for p in data["phases"]}
+    assert gameday_run.returncode == 0, gameday_run.output
+    assert len(data["phases"]) == 9 and all(p["verdict"] == "pass" for p in data["phases"])
+    killed, torn = phases["supervisor-killed"]["runs"]  # between writes, mid-write
     for run in (killed, torn):
         assert run["exit_status"] == 137 and run["facts"]["orphans"] == []
         assert run["facts"]["verify"]["verdict"] == "clean"  # the (repaired) prefix
@@ -48,7 +51,7 @@ def test_two_real_phases_pass_and_are_reported(tmp_path: Path):
         "clean",
         "torn_tail",
     )
-    deny, kill = data["phases"][0]["runs"]  # runaway-loop holds two runs, run in order
+    deny, kill = phases["runaway-loop"]["runs"]  # runaway-loop holds two runs, run in order
     assert (deny["name"], deny["exit_status"], kill["name"], kill["exit_status"]) == (
         "deny",
         0,
@@ -58,14 +61,13 @@ def test_two_real_phases_pass_and_are_reported(tmp_path: Path):
     assert kill["repro"] == "docket game-day --phase runaway-loop:kill --seed 606"
     assert any(t["type"] == "cap.exceeded" for t in kill["timeline"])
     assert deny["facts"]["stub_match"]["openai"]["only_in_stub"] == 0
-    assert {c["run"] for c in data["phases"][0]["checks"]} == {"deny", "kill"}
-    suites = ET.parse(tmp_path / "report" / "junit.xml").getroot()
+    assert {c["run"] for c in phases["runaway-loop"]["checks"]} == {"deny", "kill"}
+    suites = ET.parse(gameday_run.report / "junit.xml").getroot()
     assert suites.get("failures") == "0" and suites.get("errors") == "0"
     assert int(suites.get("tests")) == sum(len(p["checks"]) for p in data["phases"])
-    assert "PASS" in done.stdout and "game day pass" in done.stdout
-    # every phase ran in a temporary folder of its own, removed afterwards
+    assert "PASS" in gameday_run.output and "game day pass" in gameday_run.output
+    # every phase ran in a temporary folder of its own, removed afterwards (--keep copies)
     assert not list(Path("/tmp").glob("docket-gameday-runaway-loop-*/run/ledger.jsonl"))
-
 
 PHASE = """\
 # A hand-made phase whose assertions fail or cannot be evaluated.

@@ -90,9 +90,11 @@ def run_load(tmp_path, *args: str) -> tuple[int, dict[str, load.PhaseTally]]:
     return code, load.tally(days)
 
 
-def test_the_partition_phase_passes_under_two_cpu_hogs(tmp_path):
-    code, tallies = run_load(tmp_path, "--runs", "1", "--hogs", "2", "--phase", "partition")
-    assert dict(tallies["partition"].verdicts) == {"pass": 1}, load.table(tallies, 1, 2)
+def test_the_partition_phase_passes_beside_a_cpu_hog(tmp_path):
+    # The short form: one phase, one hog (the suite's other worker is the second);
+    # `nox -s slow` and `nox -s gameday-load` run the nine under two.
+    code, tallies = run_load(tmp_path, "--runs", "1", "--hogs", "1", "--phase", "partition")
+    assert dict(tallies["partition"].verdicts) == {"pass": 1}, load.table(tallies, 1, 1)
     assert code == 0
 
 
