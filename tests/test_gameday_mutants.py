@@ -13,7 +13,12 @@ No test hook in the harness is needed; a phase whose run were in a child process
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import signal
+import time
+from pathlib import Path
 
 import pytest
 
@@ -149,11 +154,192 @@ def boundary_resends_silently(monkeypatch):
     monkeypatch.setattr(ModelCall, "_attempt_once", attempt_once)
 
 
+# ---- upstream-latency (F02: a slow upstream is cut at the read timeout; F13: the
+# wall-clock cap runs on the monotonic clock, whatever the recorder's clock does)
+
+
+def read_timeout_not_applied(monkeypatch):
+    """Each route's pool is made without the policy's upstream_timeout, so it waits
+    for a slow upstream as long as the pool's own default (120 s) allows."""
+    from docket.boundary import app
+
+    made = app.make_route
+
+    def make_route(provider, *, read_timeout, **kw):
+        return made(provider, read_timeout=120.0, **kw)
+
+    monkeypatch.setattr(app, "make_route", make_route)
+
+
+def wall_cap_on_the_recorders_clock(monkeypatch):
+    """The wall-clock cap reads the elapsed time from the recorder's clock (the one
+    that stamps `ts` and `mono_ms`, which an NTP step moves) instead of trio's."""
+    import trio
+
+    from docket.clock import Clock
+    from docket.run import control
+    from docket.boundary.stop import StopRequest
+
+    made = control.ChildControl.__init__
+
+    def __init__(self, *a, **kw):
+        made(self, *a, **kw)
+        self._clock = self.hooks.clock or Clock()
+        self._clock_origin = self._clock.mono()  # before the ledger opens, before any fault
+
+    async def watch_wall_clock(self, boundary):
+        from docket.ledger.limits import EvidenceLost
+
+        hard = self.options.max_wall_clock
+        caps = boundary.caps
+        while True:
+            due = [t for t in (caps.next_wall_threshold(), hard) if t is not None]
+            if not due:
+                return
+            await trio.sleep_until(self.started + min(due))
+            elapsed = self._clock.mono() - self._clock_origin  # the regression
+            try:
+                await boundary.cap_events(caps.check_wall(elapsed))
+            except EvidenceLost:
+                return
+            if hard is not None and elapsed >= hard:
+                self.stop.request(StopRequest("wall-clock cap reached", cap="max_wall_seconds"))
+                return
+
+    monkeypatch.setattr(control.ChildControl, "__init__", __init__)
+    monkeypatch.setattr(control.ChildControl, "watch_wall_clock", watch_wall_clock)
+
+
+# ---- retry-storm (F05: the limiter refuses with 429 and Retry-After, so retries do
+# not amplify the load; F01: an error reaches the agent with its own status)
+
+
+def limiter_hint_says_now(monkeypatch):
+    """The limiter's refusal tells the caller to come back in 0 s, whatever the bucket
+    and the window say (the event and the 429's Retry-After both say 0)."""
+    import dataclasses
+
+    from docket.guards.limiter import RateLimiter
+
+    real = RateLimiter._refuse
+
+    def _refuse(self, *a, **kw):
+        return dataclasses.replace(real(self, *a, **kw), retry_after_s=0.0)
+
+    monkeypatch.setattr(RateLimiter, "_refuse", _refuse)
+
+
+def rate_limited_answered_as_503(monkeypatch):
+    """The boundary's rate-limit refusal goes out as a 503 (the breaker's and the
+    bulkhead's status), not the 429 SDKs read as "too many requests"."""
+    from docket.boundary.providers import base
+
+    monkeypatch.setitem(base.DOCKET_ERRORS, "docket_rate_limited", base.RefusalKind(503, True))
+
+
+# ---- partition (F17: the pool is the bulkhead, with a bounded queue)
+
+
+def bulkhead_queue_unbounded(monkeypatch):
+    """Each upstream's bulkhead queues every caller that finds its slots busy
+    (max_queue ignored): nothing is shed, callers wait on each other."""
+    from docket.boundary import wiring
+    from docket.guards.bulkhead import BulkheadCore
+
+    made = wiring.bulkhead_core_for
+
+    def bulkhead_core_for(upstream, resilience):
+        core = made(upstream, resilience)
+        return None if core is None else BulkheadCore(upstream, core.slots, 10**9)
+
+    monkeypatch.setattr(wiring, "bulkhead_core_for", bulkhead_core_for)
+
+
+# ---- ledger-pressure (F08: the ledger's ceilings stop the run)
+
+
+def event_ceiling_ignored(monkeypatch):
+    """The ledger's book forgets max_events (the byte ceiling still holds)."""
+    import dataclasses
+
+    from docket.ledger.book import LedgerBook
+
+    made = LedgerBook.__init__
+
+    def __init__(self, limits, **kw):
+        made(self, limits, **kw)
+        self.limits = dataclasses.replace(limits, max_events=None)
+
+    monkeypatch.setattr(LedgerBook, "__init__", __init__)
+
+
+# ---- evidence-loss (F09: lost events are counted and disclosed)
+
+
+def lost_events_not_counted(monkeypatch):
+    """The evidence guard writes its evidence.gap but leaves the lost events out of
+    the run's stats, so the receipt says ledger_complete: true."""
+    from docket.ledger.book import LedgerBook
+
+    real = LedgerBook.lose
+
+    def lose(self, items, error, **kw):
+        unwritten, by_type = self.unwritten, dict(self.unwritten_by_type)
+        real(self, items, error, **kw)
+        self.unwritten, self.unwritten_by_type = unwritten, by_type
+
+    monkeypatch.setattr(LedgerBook, "lose", lose)
+
+
+# ---- supervisor-killed (F10: no process outlives the supervisor). Its runs are in a
+# child process (`docket chaos` hands a run that kills its supervisor to `python -m
+# chaos.run.worker`), out of monkeypatch's reach: the regression is planted in that
+# child by a sitecustomize.py on the PYTHONPATH the children inherit (the harness
+# neither runs python -I nor scrubs the environment), applied at start-up only in
+# the process that runs the supervisor.
+
+WITHOUT_LAUNCHER = """\
+import sys
+
+if "chaos.run.worker" in getattr(sys, "orig_argv", ()):
+    import subprocess
+
+    from docket.run import control
+
+    class Popen(subprocess.Popen):
+        # the regression: the child is started as itself, not through
+        # `python -m docket.run.launch` (no death signal, no watcher, no cgroup leaf)
+        def __init__(self, argv, *a, **kw):
+            if "docket.run.launch" in argv:
+                argv = argv[argv.index("--") + 1 :]
+            super().__init__(argv, *a, **kw)
+
+    class Subprocess:
+        def __getattr__(self, name):
+            return getattr(subprocess, name)
+
+    Subprocess.Popen = Popen
+    control.subprocess = Subprocess()
+"""
+
+
+def supervisor_spawns_without_launcher(monkeypatch, folder):
+    """The supervisor starts its child directly, not through docket.run.launch: no
+    parent-death signal, no watcher to kill the group, no cgroup leaf."""
+    import os
+
+    (folder / "sitecustomize.py").write_text(WITHOUT_LAUNCHER, encoding="utf-8")
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", str(folder) + (os.pathsep + path if path else ""))
+
+
 @dataclasses.dataclass(frozen=True)
 class Mutant:
     plant: object
     phase: str
     catches: frozenset[str]  # checks that must fail (others may fail too)
+    claim: str = ""  # the FMEA row (docs/resilience.md) whose detector the phase stands for
+    in_child: bool = False  # planted in the phase's child process (a sitecustomize.py)
 
     @property
     def id(self) -> str:
@@ -232,16 +418,106 @@ MUTANTS = [
             }
         ),
     ),
+    Mutant(
+        read_timeout_not_applied,
+        "upstream-latency",
+        frozenset(
+            {
+                "each call past the timeout is a model.error with reason timeout",
+                "a timeout closes at the read timeout, not when the upstream would have answered",
+                "the slowest call as the boundary answered it is far inside the agent's 2 s deadline",
+            }
+        ),
+        claim="F02",
+    ),
+    Mutant(
+        wall_cap_on_the_recorders_clock,
+        "upstream-latency",
+        frozenset({"the wall-clock cap fired at 7 s of real (monotonic) time despite the step"}),
+        claim="F13",
+    ),
+    Mutant(
+        limiter_hint_says_now,
+        "retry-storm",
+        frozenset({"every refusal tells the caller when to come back"}),
+        claim="F05",
+    ),
+    Mutant(
+        rate_limited_answered_as_503,
+        "retry-storm",
+        frozenset({"TODO"}),
+        claim="F01",
+    ),
+    Mutant(
+        bulkhead_queue_unbounded,
+        "partition",
+        frozenset({"the bulkhead shed calls that could not get an upstream slot"}),
+        claim="F17",
+    ),
+    Mutant(
+        event_ceiling_ignored,
+        "ledger-pressure",
+        frozenset(
+            {
+                "the run stopped at the event ceiling, exit 42",
+                "the events that count against the ceiling stayed within it",
+            }
+        ),
+        claim="F08",
+    ),
+    Mutant(
+        lost_events_not_counted,
+        "evidence-loss",
+        frozenset(
+            {
+                "the receipt discloses that the ledger is incomplete",
+                "the receipt counts the unwritten events and the first failing seq",
+                "the receipt discloses the loss, from the first failing seq, after one failed write",
+            }
+        ),
+        claim="F09",
+    ),
+    Mutant(
+        supervisor_spawns_without_launcher,
+        "supervisor-killed",
+        frozenset(
+            {
+                "no process the run spawned outlived the supervisor",
+                "no process outlived the supervisor that died mid-line",
+            }
+        ),
+        claim="F10",
+        in_child=True,
+    ),
 ]
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.id)
-def test_a_planted_regression_fails_its_phase(mutant, monkeypatch):
+# The suite runs SHORT (each under ~5 s idle); `nox -s mutants` (DOCKET_MUTANTS=full)
+# runs every mutant. Chosen at collection, so the suite lists no skips for the rest.
+SHORT = ("caps_never_refuse", "limiter_hint_says_now", "event_ceiling_ignored")
+FULL = os.environ.get("DOCKET_MUTANTS") == "full"
+CHOSEN = MUTANTS if FULL else [m for m in MUTANTS if m.id in SHORT]
+
+
+def test_the_short_form_names_real_mutants():
+    assert set(SHORT) <= {m.id for m in MUTANTS}
+    assert len({m.id for m in MUTANTS}) == len(MUTANTS)
+
+
+@pytest.mark.parametrize("mutant", CHOSEN, ids=lambda m: m.id)
+def test_a_planted_regression_fails_its_phase(mutant, monkeypatch, tmp_path):
     (phase,) = load_phases([mutant.phase])
-    mutant.plant(monkeypatch)
-    result = game_day([phase])
+    if mutant.in_child:
+        mutant.plant(monkeypatch, tmp_path)
+    else:
+        mutant.plant(monkeypatch)
+    try:
+        result = game_day([phase])
+    finally:
+        monkeypatch.undo()  # before anything else runs in this process
     assert not result.interrupted
     (judged,) = result.phases
+    survivors = _stop_survivors(judged)
     by_verdict = {
         v: {c.check.name for c in judged.checks if c.verdict == v} for v in (FAIL, UNKNOWN)
     }
@@ -251,6 +527,33 @@ def test_a_planted_regression_fails_its_phase(mutant, monkeypatch):
     assert mutant.catches <= by_verdict[FAIL], shown
     # A regression is read as an observation: nothing in these phases is left unjudged.
     assert by_verdict[UNKNOWN] == set(), shown
+    assert all(not _alive(pid) for pid in survivors), survivors
+
+
+def _stop_survivors(judged) -> list[int]:
+    """The processes a check found outliving their run (`orphans`): this test started
+    them, so it ends them, by pid."""
+    pids = [
+        pid
+        for c in judged.checks
+        if c.check.query == "orphans" and isinstance(c.check.observed, list)
+        for pid in c.check.observed
+    ]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
 
 
 GIVES_UP = (
