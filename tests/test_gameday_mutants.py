@@ -273,6 +273,19 @@ def event_ceiling_ignored(monkeypatch):
     monkeypatch.setattr(LedgerBook, "__init__", __init__)
 
 
+def byte_ceiling_ignored(monkeypatch):
+    """The ledger's book forgets max_ledger_bytes (the event ceiling still holds)."""
+    from docket.ledger.book import LedgerBook
+
+    made = LedgerBook.__init__
+
+    def __init__(self, limits, **kw):
+        made(self, limits, **kw)
+        self._room_control = self._room_other = 1 << 60
+
+    monkeypatch.setattr(LedgerBook, "__init__", __init__)
+
+
 # ---- evidence-loss (F09: lost events are counted and disclosed)
 
 
@@ -445,7 +458,9 @@ MUTANTS = [
     Mutant(
         rate_limited_answered_as_503,
         "retry-storm",
-        frozenset({"TODO"}),
+        frozenset(
+            {"the limiter's refusals reached both agents as 429s, the status SDKs back off on"}
+        ),
         claim="F01",
     ),
     Mutant(
@@ -466,13 +481,23 @@ MUTANTS = [
         claim="F08",
     ),
     Mutant(
+        byte_ceiling_ignored,
+        "ledger-pressure",
+        frozenset(
+            {
+                "the run stopped at the byte ceiling, exit 42",
+                "the file never passed its byte ceiling (16 KiB)",
+            }
+        ),
+        claim="F08",
+    ),
+    Mutant(
         lost_events_not_counted,
         "evidence-loss",
         frozenset(
             {
                 "the receipt discloses that the ledger is incomplete",
                 "the receipt counts the unwritten events and the first failing seq",
-                "the receipt discloses the loss, from the first failing seq, after one failed write",
             }
         ),
         claim="F09",
