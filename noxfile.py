@@ -1,5 +1,6 @@
 """Sessions: `nox -s gameday` (the main job), `tests` (the suite), `lint`, `bench`,
 `report-check` (the game-day report in a headless browser), `demo`, `slow`, `attack`,
+`mutants` (a regression planted per game-day claim, each failing its phase),
 `gameday-load` (the nine phases N times under CPU load), `gameday-toxiproxy` (a game
 day and a chaos scenario against the real Toxiproxy server), `verifiers` (the Python,
 JavaScript and Go verifiers over the vectors and 1,000 mutations), `peers` (Docket's
@@ -126,6 +127,22 @@ def gameday(session: nox.Session) -> None:
     """
     session.install(".")
     session.run("docket", "game-day", "--report", "gameday-report", *session.posargs)
+
+
+@nox.session
+def mutants(session: nox.Session) -> None:
+    """The oracle tested: every regression in tests/test_gameday_mutants.py, one per
+    claim a game-day phase makes about Docket (the FMEA rows it stands for), each
+    planted in real code (docket/, or the harness's stub and proxy where the claim is
+    theirs) and run through its phase, which must end FAIL with exit 1 naming the
+    aimed checks, none unknown. One phase at a time: 2-10 s each, ~2 min in all
+    (docs/testing.md has the figures). The suite runs a short form of the three
+    cheapest (tests/test_gameday_mutants.py SHORT). `nox -s mutants -- -k partition`."""
+    session.install("-e", ".[test]")
+    session.run(
+        "pytest", "-q", "-p", "no:cacheprovider", "--durations=0",
+        "tests/test_gameday_mutants.py", *session.posargs, env={"DOCKET_MUTANTS": "full"},
+    )  # fmt: skip
 
 
 @nox.session(name="gameday-agents")

@@ -484,7 +484,10 @@ def test_an_agent_that_ignores_sigterm_is_a_finding(tmp_path: Path):
     launcher.write_text(f"#!/bin/sh\ntrap '' TERM\nexec {sys.executable} {script}\n")
     launcher.chmod(0o755)
     agent = str(launcher)
-    done, data, _ = game_day(tmp_path, "--phase", "ledger-pressure", "--agent-command", agent)
+    # One run (the event ceiling) shows it: each run holds the stubborn agent's grace period.
+    done, data, _ = game_day(
+        tmp_path, "--phase", "ledger-pressure:events", "--agent-command", agent
+    )
     assert done.returncode == 0, done.stdout + done.stderr  # the boundary held; warn
     (phase,) = data["phases"]
     assert phase["verdict"] == "pass"
