@@ -69,6 +69,7 @@ def test_the_nine_real_phases_pass_and_are_reported(gameday_run):
     # every phase ran in a temporary folder of its own, removed afterwards (--keep copies)
     assert not list(Path("/tmp").glob("docket-gameday-runaway-loop-*/run/ledger.jsonl"))
 
+
 PHASE = """\
 # A hand-made phase whose assertions fail or cannot be evaluated.
 name: probe
