@@ -316,8 +316,17 @@ async def test_breaker_opens_refuses_probes_doubles_and_closes(upstream_server, 
     # The cooldowns, as the upstream saw them: the first probe no sooner than 0.2 s
     # after the third failure, the second no sooner than 0.4 s after the first.
     third, probe_1, probe_2 = up.arrivals[2], up.arrivals[3], up.arrivals[4]
-    assert 0.2 <= probe_1 - third < 0.2 + 1.0
-    assert 0.4 <= probe_2 - probe_1 < 0.4 + 1.0
+    assert probe_1 - third >= 0.2 and probe_2 - probe_1 >= 0.4
+    # And no longer than that, as the boundary's own clock has it (the upstream's gaps
+    # also hold the test's polling, which a busy machine stretches by seconds): no
+    # refusal came once the cooldown had elapsed.
+    opened_at = None
+    for e in events:
+        if e["type"] == "breaker.state":
+            opened_at = (e["mono_ms"], e["cooldown_s"]) if e["to"] == "open" else None
+        elif e["type"] == "x-docket.breaker-open":
+            assert opened_at is not None, e
+            assert e["mono_ms"] - opened_at[0] < opened_at[1] * 1000, (e, opened_at)
     # Every refusal: a 503 with Retry-After (whole seconds, up), recorded with its rule.
     refusals = [e for e in events if e["type"] == "x-docket.breaker-open"]
     answered = [r for r in answers if error_type(r) == "docket_breaker_open"]
@@ -444,7 +453,13 @@ async def test_a_backoff_agent_never_exceeds_the_limit_at_the_upstream(stub_serv
     events = rig.events()
     assert summary["ok"] == 12 and summary["gave_up"] == {}
     assert len(arrivals) == 12 == len([e for e in events if e["type"] == "model.request"])
-    assert bucket_respected(arrivals, rate, slack_s=0.05)
+    # At the upstream, calls can come closer together than the boundary let them go
+    # by how much the hop from one to the other varied (each clock has its own zero,
+    # so the spread of the differences is the hop's jitter): a busy machine's, not a rule's.
+    sent = [e["mono_ms"] for e in events if e["type"] == "model.request"]
+    hops = [got - went for got, went in zip(sorted(arrivals), sent, strict=True)]
+    assert bucket_respected(sent, rate, slack_s=0.005)  # the boundary's own admissions
+    assert bucket_respected(arrivals, rate, slack_s=0.05 + (max(hops) - min(hops)) / 1000)
     limited = [e for e in events if e["type"] == "x-docket.rate-limited"]
     assert len(limited) == summary["refused"].get("429", 0) == summary["retries"] >= 1
     for e in limited:
