@@ -56,9 +56,9 @@ class Shape:
 
     script: str  # examples/agents/NAME
     about: str
-    # check -> the phases where its code earns that finding: in each, every run in which
-    # the agent made a call and the check was shown must say `finding` (and the full
-    # matrix must show it at least once)
+    # check -> the phases (or PHASE:RUN, one run of a phase) where its code earns that
+    # finding: in each, every run in which the agent made a call and the check was shown
+    # must say `finding` (and the full matrix must show it at least once)
     earns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # check -> why it may come out `finding` or not (timing, the phase), in any phase
     maybe: Mapping[str, str] = field(default_factory=dict)
@@ -117,18 +117,19 @@ SHAPES: dict[str, Shape] = {
         "gives_up.py",
         "raw httpx, raise_for_status: exit 1 at its first error",
         # its first 503 (upstream-failure, circuit-breaker), its first timeout
-        # (upstream-latency), the cap's refusal (runaway-loop)
+        # (upstream-latency), the cap's refusal (runaway-loop's deny run)
         earns={
             "runs_to_the_end": (
                 "upstream-failure",
                 "upstream-latency",
                 "circuit-breaker",
-                "runaway-loop",
+                "runaway-loop:deny",
             ),
         },
         maybe={
             "runs_to_the_end": "wherever else an error meets it first (partition's black "
-            "hole, retry-storm's 429, when its calls fall in their window)",
+            "hole, retry-storm's 429, when its calls fall in their window; runaway-loop's "
+            "kill run, where the cap's SIGTERM may reach it before any refusal does)",
         },  # fmt: skip
     ),
     "fixed-time": Shape(
@@ -274,14 +275,20 @@ def problems(cell: Cell) -> list[str]:
         out.append(f"{where}: {cell.verdict.upper()}: {why}"[:400])
     for run in cell.runs:
         at = where if run["run"] == "run" else f"{where} ({run['run']})"
+
+        here = (cell.phase, f"{cell.phase}:{run['run']}")  # the phase, or this run of it
+
+        def earned_in(phases: Sequence[str], here: tuple[str, str] = here) -> bool:
+            return any(p in phases for p in here)
+
         for check, verdict in run["checks"].items():
-            earned = cell.phase in shape.earns.get(check, ())
+            earned = earned_in(shape.earns.get(check, ()))
             if verdict == "finding" and not earned and check not in shape.maybe:
                 out.append(f"{at}: {check} is a finding its code does not earn ({run})")
         missing = [
             check
             for check, phases in shape.earns.items()
-            if cell.phase in phases
+            if earned_in(phases)
             and run["calls"]
             and run["checks"].get(check, "not_shown") not in ("finding", "not_shown")
         ]
@@ -364,7 +371,10 @@ SHORT = [
 def test_a_shape_through_a_phase(tmp_path: Path, name: str, phase: str):
     (cell,) = run_shape(name, [phase], tmp_path)
     assert problems(cell) == [], json.dumps(cell.to_json(), indent=1)
-    earned = {c for c, phases in SHAPES[name].earns.items() if phase in phases}
+    earned = {
+        c for c, phases in SHAPES[name].earns.items()
+        if phase in phases or any(p.startswith(f"{phase}:") for p in phases)
+    }  # fmt: skip
     ran = [r for r in cell.runs if r["calls"]]
     if earned and ran:  # what its code earns is named, and was found
         assert earned <= set(cell.findings), json.dumps(cell.to_json(), indent=1)
@@ -381,7 +391,8 @@ def test_every_shape_is_a_program_that_ends_by_itself():
 
     for name, shape in SHAPES.items():
         assert set(shape.earns) | set(shape.maybe) <= set(CHECKS), name
-        assert {p for phases in shape.earns.values() for p in phases} <= set(PHASES), name
+        named = {p.split(":")[0] for phases in shape.earns.values() for p in phases}
+        assert named <= set(PHASES), name
 
 
 def _openai_sdk_through_an_open_breaker() -> list[dict]:

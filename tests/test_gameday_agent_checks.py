@@ -211,6 +211,22 @@ def test_client_attempt_groups_exactly():
     assert found.verdict == FINDING and "x-stainless-retry-count" in found.evidence[-1]
 
 
+def test_concurrent_calls_refused_retries_join_a_call_with_as_many_tries_before():
+    # Eight calls in flight (fanout-8 x partition): each first try forwarded and failed,
+    # then two retries each refused while the breaker is open, all interleaved. A refusal
+    # carries no body digest, but its retry count says how many tries its call had.
+    led = Ledger()
+    for i in range(8):
+        led.call(f"task {i}", status=503, client_attempt=0)
+    for retry in (1, 2):
+        for _ in range(8):
+            led.refused("x-docket.breaker-open", client_attempt=retry)
+    found = ac.max_attempts(led.events, P, at_most=3)
+    assert found.verdict == OK, found  # once: one call of 18 attempts, a false finding
+    calls, _ = ac.logical_calls(ac.attempts_of(led.events, P))
+    assert sorted(len(c.attempts) for c in calls) == [3] * 8
+
+
 @settings(max_examples=io_examples(), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.booleans(), st.booleans()), max_size=30))
 def test_grouping_keeps_every_attempt_once_in_order(steps):

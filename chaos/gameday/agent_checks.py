@@ -224,17 +224,25 @@ def logical_calls(attempts: Sequence[Attempt]) -> tuple[list[LogicalCall], str]:
     exact = any(a.client_attempt is not None for a in attempts)
     calls: list[LogicalCall] = []
 
-    def latest_failed(sha: str | None) -> LogicalCall | None:
-        for call in reversed(calls):
-            if call.failed_last and (sha is None or call.sha in (None, sha)):
-                return call
-        return None
+    def latest_failed(sha: str | None, tries: int | None = None) -> LogicalCall | None:
+        """The latest call whose last attempt failed (and whose body can be `sha`); with
+        `tries`, the latest such call that has had exactly that many attempts, if any: a
+        retry's count says how many its call had, which tells calls in flight together
+        apart when a refusal carries no body digest (eight calls at once, each refused)."""
+        failed = [c for c in reversed(calls)
+                  if c.failed_last and (sha is None or c.sha in (None, sha))]  # fmt: skip
+        if tries is not None:
+            exact = [c for c in failed if len(c.attempts) == tries]
+            same_body = next((c for c in exact if sha is not None and c.sha == sha), None)
+            if same_body or exact:
+                return same_body or exact[0]
+        return failed[0] if failed else None
 
     for a in attempts:
         target: LogicalCall | None = None
         if a.client_attempt is not None:
             if a.client_attempt > 0:  # the client's own retry of its failed call
-                target = latest_failed(a.sha)
+                target = latest_failed(a.sha, a.client_attempt)
                 if target is not None and target.sha is None and a.sha is not None:
                     # A refused first try (no body digest) and now its retry: the body says
                     # whether the app was resending an earlier failed call's body.
