@@ -227,6 +227,26 @@ def test_concurrent_calls_refused_retries_join_a_call_with_as_many_tries_before(
     assert sorted(len(c.attempts) for c in calls) == [3] * 8
 
 
+def test_a_refused_retry_leaves_a_call_whose_body_its_own_retry_will_name():
+    # fanout-8 x partition, as its ledger had it: first tries forwarded (a, b, c) and
+    # shed (two, no body); a refused retry comes before c's own retry (count 1, body c).
+    # The refusal once took c's place, c's retry then joined a shed call and merged it
+    # into c: one call of 4 or more attempts where the SDK makes at most 3.
+    led = Ledger().call("a", status=503, client_attempt=0).call("b", status=503, client_attempt=0)
+    led.refused("load.shed", client_attempt=0).refused("load.shed", client_attempt=0)
+    led.call("c", status=503, client_attempt=0)
+    led.refused("x-docket.breaker-open", client_attempt=1)
+    led.call("c", status=503, client_attempt=1)
+    for _ in range(3):
+        led.refused("x-docket.breaker-open", client_attempt=1)
+    led.call("a", client_attempt=2).call("b", client_attempt=2)
+    led.refused("load.shed", client_attempt=2).refused("load.shed", client_attempt=2)
+    led.call("c", client_attempt=2)
+    calls, _ = ac.logical_calls(ac.attempts_of(led.events, P))
+    assert sorted(len(c.attempts) for c in calls) == [3] * 5
+    assert ac.max_attempts(led.events, P, at_most=3).verdict == OK
+
+
 @settings(max_examples=io_examples(), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.booleans(), st.booleans()), max_size=30))
 def test_grouping_keeps_every_attempt_once_in_order(steps):

@@ -225,17 +225,29 @@ def logical_calls(attempts: Sequence[Attempt]) -> tuple[list[LogicalCall], str]:
     calls: list[LogicalCall] = []
 
     def latest_failed(sha: str | None, tries: int | None = None) -> LogicalCall | None:
-        """The latest call whose last attempt failed (and whose body can be `sha`); with
-        `tries`, the latest such call that has had exactly that many attempts, if any: a
-        retry's count says how many its call had, which tells calls in flight together
-        apart when a refusal carries no body digest (eight calls at once, each refused)."""
+        """The latest call whose last attempt failed (and whose body can be `sha`). With
+        `tries` (a retry's count: how many attempts its SDK call had), calls in flight
+        together are told apart when a refusal carries no body digest (eight at once,
+        each refused): the body first, then a call with exactly that many attempts,
+        one whose body is unknown too before one whose body is known."""
         failed = [c for c in reversed(calls)
                   if c.failed_last and (sha is None or c.sha in (None, sha))]  # fmt: skip
-        if tries is not None:
-            exact = [c for c in failed if len(c.attempts) == tries]
-            same_body = next((c for c in exact if sha is not None and c.sha == sha), None)
-            if same_body or exact:
-                return same_body or exact[0]
+        if tries is None:
+            return failed[0] if failed else None
+        exact = [c for c in failed if len(c.attempts) == tries]
+        order: tuple[list[LogicalCall], ...]
+        if sha is not None:
+            order = (
+                [c for c in exact if c.sha == sha],
+                [c for c in failed if c.sha == sha],
+                [c for c in exact if c.sha is None],
+                exact,
+            )
+        else:
+            order = ([c for c in exact if c.sha is None], exact)
+        for group in order:
+            if group:
+                return group[0]
         return failed[0] if failed else None
 
     for a in attempts:
