@@ -17,7 +17,9 @@ agent replace only agents whose routes no other calling agent shares
 (chaos.gameday.your_agent), so the attribution is exact.
 
 Attempts are grouped into logical calls: by `client_attempt` on model.request
-(the SDK's x-stainless-retry-count, recorded by the boundary) when present; else
+and on refusals (the SDK's x-stainless-retry-count, recorded by the boundary) when
+present, a retry counted k joining its body's call, or else a call that has had k
+attempts (calls in flight together, their refusals bodiless, stay apart); else
 by the request body's digest (a retry resends the same body) and order (a refusal
 carries no digest, so it joins the latest call whose last attempt failed).
 The inference is named in the evidence.
