@@ -70,7 +70,7 @@ from docket.run.isolation import DEAD, SIGNALS, cgroup_step, groups_of, next_ste
 MAX_ORPHAN_EVENTS = 16  # each listed; past this one event counts the rest (the ledger's
 # control reserve is for the end of the record, not for an agent's thousand daemons)
 MAX_SURVIVORS_LISTED = 64  # pids named in the isolation failure; all are counted
-SWEEP_SECONDS = 5.0  # for the whole end: every process of the run gone, and reaped
+SWEEP_SECONDS = 10.0  # for the whole end: every process of the run gone, and reaped
 FREEZE_WAIT = 0.5  # for the cgroup freezer (for the record) before the kill goes anyway
 POLL_SECONDS = 0.002  # between looks: signals and the kernel's bookkeeping land meanwhile
 ARGV_ITEMS, ARGV_CHARS = 8, 200  # an orphan's argv, as recorded
