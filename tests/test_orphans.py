@@ -30,6 +30,7 @@ from test_keys_agent import (
 )
 from test_supervisor import READY, TIMEOUT, assert_verifies, assert_well_ended, docket_argv, of_type
 
+from chaos.attack.orphans import MARK_ENV, marked, stop_all
 from docket.run.cgroup import cgroup2_mount, own_cgroup
 from docket.run.child import reap_exited
 
@@ -148,7 +149,8 @@ def test_without_a_cgroup_the_freeze_then_kill_loop_leaves_no_survivor(
 
 # A bomb grown to N members, each in a session of its own, then churning: every member
 # forks its replacement and exits, again and again (thousands of exits a second, each a
-# zombie handed to the supervisor). Each process carries MARK in its environment.
+# zombie handed to the supervisor). Each process carries the attack family's mark
+# (chaos.attack.orphans.MARK_ENV) in its environment, found and ended by its helpers.
 CHURN = textwrap.dedent(
     """
     import os, sys, time
@@ -176,36 +178,6 @@ CHURN = textwrap.dedent(
     os._exit(0)
     """
 )
-CHURN_MARK = "DOCKET_CHURN_MARK"
-
-
-def marked(mark: str) -> list[int]:
-    """Live processes whose environment holds CHURN_MARK=mark."""
-    needle = f"{CHURN_MARK}={mark}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read() and running(int(entry)):
-                    found.append(int(entry))
-        except OSError:
-            continue  # gone while we looked, or closed to us
-    return found
-
-
-def stop_marked(mark: str) -> None:
-    """Cleanup: freeze, then kill, every marked process until none is left (bounded)."""
-    deadline = time.monotonic() + 10
-    while (pids := marked(mark)) and time.monotonic() < deadline:
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    continue  # gone meanwhile
-        time.sleep(0.01)
 
 
 def test_reap_exited_reaps_the_runs_exited_children_and_stops_at_one_not_ours():
@@ -258,11 +230,11 @@ def test_without_a_cgroup_a_churning_fork_bomb_leaves_no_survivor(
         with (out / "stderr").open("wb") as err:
             done = subprocess.run(
                 [*argv, "--", python, str(script), str(out), "60"], stdout=err, stderr=err,
-                env={**with_keys(None), CHURN_MARK: mark}, timeout=TIMEOUT, cwd=shared_dir,
+                env={**with_keys(None), MARK_ENV: mark}, timeout=TIMEOUT, cwd=shared_dir,
             )  # fmt: skip
         alive = marked(mark)
     finally:
-        stop_marked(mark)
+        stop_all(mark)
     assert alive == [], f"{len(alive)} churning member(s) outlived the run"
     assert done.returncode == 0, (out / "stderr").read_text()
     events = read_events(folder / "ledger.jsonl")
