@@ -17,6 +17,7 @@ from docket.run.cgroup import cgroup2_mount, events_say, own_cgroup
 from docket.run.child import process_table_until
 from docket.run.isolation import (
     CGROUP,
+    PIDNS,
     SIGNALS,
     Step,
     cgroup_step,
@@ -29,9 +30,11 @@ from docket.run.isolation import (
 STATES = st.sampled_from("RSDTtZX")
 
 
-def test_the_mechanism_is_the_cgroup_when_one_was_made():
-    assert mechanism(None) == CGROUP
-    assert mechanism("no cgroup2 hierarchy is mounted") == SIGNALS
+def test_the_mechanism_is_the_first_the_machine_allows():
+    assert mechanism(None, None) == CGROUP
+    assert mechanism(None, "user namespaces are off") == CGROUP
+    assert mechanism("no cgroup2 hierarchy is mounted", None) == PIDNS
+    assert mechanism("no cgroup2 hierarchy is mounted", "DOCKET_ISOLATION=signals") == SIGNALS
 
 
 def stop(*pids: int) -> Step:

@@ -153,7 +153,8 @@ def test_an_unprivileged_agent_finds_no_key_anywhere_in_proc(shared_dir):
     assert seen["uid"] == NOBODY
     # The scan was real: it read environs and its own holds the run's token...
     assert seen["own_environ_has_token"] and seen["readable"] > 0
-    # ...and the supervisor's (its parent: the launcher exec'd in place) was closed to it.
+    # ...and its parent's was closed to it: the run's pid namespace's init (docket's own;
+    # the supervisor is not in the namespace's /proc at all).
     supervisor = read_events(shared_dir / "run" / "ledger.jsonl")[0]
     hardening = supervisor["hardening"]
     assert {k: hardening[k] for k in ("non_dumpable", "subreaper")} == {
@@ -162,9 +163,9 @@ def test_an_unprivileged_agent_finds_no_key_anywhere_in_proc(shared_dir):
     }
     # the open-file limit raised to the hard one (issue 23, 12)
     assert hardening["nofile"] == resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    # Not root: no cgroup of its own, so the freeze-then-kill loop (tests/test_orphans.py)
-    assert hardening["isolation"] == "signals" and hardening["isolation_error"]
-    assert [seen["ppid"], "environ", errno.EACCES] in seen["refused"]  # the supervisor's
+    # Not root: no cgroup of its own, so a pid namespace (tests/test_pid_namespace.py)
+    assert hardening["isolation"] == "pid_namespace" and hardening["isolation_error"]
+    assert [seen["ppid"], "environ", errno.EACCES] in seen["refused"]  # the init's
     assert seen["found"] == []
     assert "GEMINI_API_KEY" not in seen["env"] and "MY_GATEWAY_KEY" not in seen["env"]
     for secret in SECRETS:

@@ -17,9 +17,10 @@ is inherited), so what outlived the run is found by reading every
 nothing with the mark is alive, the ledger names no survivor, and, for the
 snooper, the next run's key is in nothing it wrote. Reported: how many processes
 outlived their run (0 is the figure), the ledger's `process.orphan` account, and
-the isolation each run had (`cgroup` as root here; `signals` elsewhere). The full
-form runs every probe again as uid 65534 (setpriv), where the supervisor may make
-no cgroup and the freeze-then-kill loop over its process tree is all there is.
+the isolation each run had (`cgroup` as root here; `pid_namespace` as a user
+without a cgroup; `signals` where neither can be had). The full form runs every
+probe again as uid 65534 (setpriv), where the supervisor may make no cgroup and
+the run's pid namespace (docket/run/pid_namespace.py) ends it.
 Whatever is found alive is frozen and killed before the next probe.
 """
 

@@ -39,6 +39,7 @@ from docket.run.child import (
     wait_status,
 )
 from docket.run.hooks import RunHooks
+from docket.run.isolation import PIDNS
 from docket.run.orphans import OrphanSweep, Record
 from docket.run.values import RunOptions
 
@@ -123,6 +124,8 @@ class ChildControl:
         launch += ["--report-fd", str(report)]
         if self.sweep.cgroup is not None:  # joined by the launcher before anything else
             launch += ["--cgroup", str(self.sweep.cgroup.path)]
+        elif self.sweep.isolation == PIDNS:  # no leaf: the run's own PID namespace
+            launch += ["--pid-namespace"]
         argv = [*launch, "--", *command]
         try:
             # Spawned here, in the thread that runs the whole supervisor, and not

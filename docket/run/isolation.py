@@ -1,20 +1,24 @@
 """How the end of a run's processes proceeds, and when it stops: decisions on facts, no I/O.
 
 Nothing of a run may outlive it, whatever its fork rate (docket.run.orphans does
-the I/O). Two ways, the first where the machine allows it:
+the I/O). Three ways, the first the machine allows:
 
 - `cgroup`: the run's leaf (docket.run.cgroup) holds every process of the run.
   Freeze it (so its member list holds still for the record), kill it
   (`cgroup.kill`), until it is empty (`populated 0`). `cgroup_step` decides.
+- `pid_namespace`: the run's own PID namespace (docket.run.pid_namespace): its
+  members are noted, its init is killed, and the kernel ends every other member
+  before the init is reaped.
 - `signals`: the freeze-then-kill loop over the run's process tree (the
   supervisor is a child subreaper, so whatever the agent detaches comes back
   under it, `run_tree`). SIGSTOP every member not stopped yet (a stopped
   process cannot fork) and look again, until a look finds every member
   stopped; then SIGKILL them all, and look again. `next_step` decides.
 
-Both end when nothing of the run is alive, or at the deadline: what is alive then
-are survivors, and the run says its isolation failed (docket.run.orphans records
-them; the run exits 43, as for any evidence lost).
+The loop always runs last (for what left the leaf, or the namespace's own end).
+The end is over when nothing of the run is alive, or at the deadline: what is
+alive then are survivors, and the run says its isolation failed
+(docket.run.orphans records them; the run exits 43, as for any evidence lost).
 """
 
 from __future__ import annotations
@@ -23,14 +27,32 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-CGROUP, SIGNALS = "cgroup", "signals"
+from docket.errors import InputError
+
+CGROUP, PIDNS, SIGNALS = "cgroup", "pid_namespace", "signals"
+WAYS = (CGROUP, PIDNS, SIGNALS)  # strongest first
+# The first way to try (the ones before it are skipped): for an agent a user
+# namespace breaks (it needs sudo), or a test of a weaker way where a stronger one works.
+ISOLATION_ENV = "DOCKET_ISOLATION"
 DEAD = frozenset("ZX")  # /proc state letters of a process that has exited
 STOPPED = frozenset("Tt")  # stopped by a signal, or by a tracer: it cannot fork
 
 
-def mechanism(cgroup_error: str | None) -> str:
-    """The way the run's processes will be ended: its cgroup leaf when one was made."""
-    return CGROUP if cgroup_error is None else SIGNALS
+def first_way(value: str) -> str:
+    """The way named by DOCKET_ISOLATION (empty: the strongest)."""
+    if value == "":
+        return CGROUP
+    if value not in WAYS:
+        raise InputError(f"{ISOLATION_ENV}={value[:40]!r}: expected one of {', '.join(WAYS)}")
+    return value
+
+
+def mechanism(cgroup_error: str | None, namespace_error: str | None) -> str:
+    """The way the run's processes will be ended: its cgroup leaf when one was made,
+    else its PID namespace unless that cannot work here, else signals."""
+    if cgroup_error is None:
+        return CGROUP
+    return PIDNS if namespace_error is None else SIGNALS
 
 
 Action = Literal["done", "signal", "freeze", "wait", "kill", "give_up"]

@@ -21,6 +21,11 @@ moves itself into it first, so the watcher, the agent and all the agent starts
 are born inside it (and with the leaf named, the watcher kills the whole leaf
 when the supervisor dies, not the group only).
 
+`--pid-namespace` asks for the run's own PID namespace (docket.run.pid_namespace),
+where there is no cgroup: the launcher stays as the agent's stand-in, and the
+namespace's init takes the watcher's place. Where the kernel refuses the namespace,
+the launcher goes on as without it and says why on the report pipe.
+
 `python -m docket.run.launch PID --report-fd N -- CMD ...` also writes the
 watcher's pid (a line) to file descriptor N, then closes it before the exec: the
 supervisor, a child subreaper, gets the watcher back as an orphan like any
@@ -35,6 +40,8 @@ import os
 import select
 import signal
 import sys
+
+from docket.run import pid_namespace
 
 PR_SET_PDEATHSIG = 1
 EXIT_CANNOT_EXEC = 126
@@ -125,7 +132,10 @@ def _watch(group: int, supervisor_fd: int, agent_fd: int, cgroup: str | None) ->
         os._exit(0)
 
 
-USAGE = "usage: python -m docket.run.launch PID [--report-fd N] [--cgroup DIR] -- CMD ..."
+USAGE = (
+    "usage: python -m docket.run.launch PID [--report-fd N] [--cgroup DIR] [--pid-namespace]"
+    " -- CMD ..."
+)
 
 
 def join_cgroup(leaf: str) -> str | None:
@@ -143,8 +153,12 @@ def join_cgroup(leaf: str) -> str | None:
 
 def main(argv: list[str]) -> int:
     report_fd = cgroup = None
+    namespace = False
     if argv[:1] and argv[0].isdigit():
-        while len(argv) > 2 and argv[1] in ("--report-fd", "--cgroup"):
+        while len(argv) > 2 and argv[1] in ("--report-fd", "--cgroup", "--pid-namespace"):
+            if argv[1] == "--pid-namespace":
+                namespace, argv = True, argv[:1] + argv[2:]
+                continue
             if argv[1] == "--report-fd" and argv[2].isdigit():
                 report_fd = int(argv[2])
             elif argv[1] == "--cgroup" and argv[2]:
@@ -171,9 +185,40 @@ def main(argv: list[str]) -> int:
         # The supervisor died before the death signal was armed: do not run orphaned.
         print(f"docket launch: supervisor {supervisor} is gone; not starting", file=sys.stderr)
         return EXIT_CANNOT_EXEC
+    if namespace and report_fd is not None:
+        why = in_pid_namespace(supervisor, report_fd, command)  # returns only if refused
+        if why is not None:
+            print(f"docket launch: {why}; not starting", file=sys.stderr)
+            return EXIT_CANNOT_EXEC
     keep_group(supervisor, report_fd, cgroup)
     if report_fd is not None:
         os.close(report_fd)  # not the agent's: it ends here, before the exec
+    return exec_agent(command)
+
+
+def in_pid_namespace(supervisor: int, report_fd: int, command: list[str]) -> str | None:
+    """The run in its own PID namespace (docket.run.pid_namespace): never returns if
+    made. If the kernel refuses it, the refusal goes on the report pipe (the watcher's
+    pid follows it) and this returns None; a refusal that left this process half
+    changed is returned, and the launcher does not start the agent."""
+    why: str | None
+    try:
+        supervisor_fd = os.pidfd_open(supervisor)
+    except (AttributeError, OSError) as exc:
+        why, changed = f"no pidfd for the supervisor: {exc}", False
+    else:
+        why, changed = pid_namespace.enter()
+        if why is None:
+            pid_namespace.run(supervisor_fd, report_fd, lambda: exec_agent(command))
+        os.close(supervisor_fd)
+    if changed:
+        return why
+    os.write(report_fd, f"refused {why}\n".encode())
+    return None
+
+
+def exec_agent(command: list[str]) -> int:
+    """Exec the agent's command in this process: returns only the exit code of a failure."""
     restore_default_signals()
     try:
         os.execvp(command[0], command)

@@ -10,6 +10,12 @@ process of the run ends with it (docket.run.isolation decides, this module acts)
   (docket.run.cgroup), which the launcher joins before the agent exists: the
   leaf is frozen, its members noted, killed with `cgroup.kill` and waited on
   until empty, then removed.
+- Without a leaf, where user namespaces are on, the run has a PID namespace of
+  its own (docket.run.pid_namespace): its members are noted, its init (docket's
+  own, reported like the watcher) is SIGKILLed, and the kernel ends the rest
+  before the init is reaped. Those are recorded "killed with the run's pid
+  namespace", with no status: the init reaps them, and the orphans that exit
+  while the agent runs too (those go unrecorded).
 - Then, always, the freeze-then-kill loop over the run's process tree: the
   supervisor is a child subreaper (docket.run.hardening), so a process whose
   parent dies comes back to it instead of init; every process in the tree is
@@ -24,7 +30,8 @@ process of the run ends with it (docket.run.isolation decides, this module acts)
   grows faster than it reads; and each group about to be stopped is first set to
   the lowest CPU priority (nice 19, which needs no privilege), so the bomb cannot
   take the cores the loop needs. (Once told `isolation failed` at 60 members as
-  uid 65534; the attack family `orphans` tries 60 and 250.)
+  uid 65534; with these it holds 60, and 250 only in 2 of 4 runs: hence the
+  namespace. The attack family `orphans` tries 60 and 250.)
 
 Both stop when nothing of the run is alive, or at SWEEP_SECONDS: what is alive
 then is recorded by pid (`process.orphan` with `survivors`: the run's isolation
@@ -65,12 +72,21 @@ from docket.run.child import (
     reap_exited,
     reap_now,
 )
-from docket.run.isolation import DEAD, SIGNALS, cgroup_step, groups_of, next_step, run_tree
+from docket.run.isolation import (
+    DEAD,
+    PIDNS,
+    SIGNALS,
+    cgroup_step,
+    groups_of,
+    next_step,
+    run_tree,
+)
 
 MAX_ORPHAN_EVENTS = 16  # each listed; past this one event counts the rest (the ledger's
 # control reserve is for the end of the record, not for an agent's thousand daemons)
 MAX_SURVIVORS_LISTED = 64  # pids named in the isolation failure; all are counted
 SWEEP_SECONDS = 10.0  # for the whole end: every process of the run gone, and reaped
+NOTE_SECONDS = 1.0  # to look at a pid namespace's members, for the record, before its end
 FREEZE_WAIT = 0.5  # for the cgroup freezer (for the record) before the kill goes anyway
 POLL_SECONDS = 0.002  # between looks: signals and the kernel's bookkeeping land meanwhile
 ARGV_ITEMS, ARGV_CHARS = 8, 200  # an orphan's argv, as recorded
@@ -90,8 +106,10 @@ class OrphanSweep:
         self._children_before: frozenset[int] = frozenset()
         self._orphans_listed = 0
         self._orphans_unlisted = 0
-        self._report_fd: int | None = None  # the launcher's pipe: the watcher's pid
+        self._report_fd: int | None = None  # the launcher's pipe: docket's own pid
+        self._report = b""  # what has come on it so far
         self._watcher: int | None = None  # the pid read from it
+        self._init_fd: int | None = None  # the run's pid namespace's init, as a pidfd
         self.cgroup: RunCgroup | None = None  # the run's leaf, when the machine allows one
         self.isolation = SIGNALS  # how the run's processes are ended (docket.run.isolation)
         self._seen: dict[int, tuple[list[str], str]] = {}  # pid -> (argv, found), unrecorded
@@ -107,30 +125,79 @@ class OrphanSweep:
         self._children_before = frozenset(children_of(os.getpid()))
 
     def open_report_pipe(self) -> int:
-        """Before the spawn: the pipe the launcher reports its watcher on; the write end."""
+        """Before the spawn: the pipe the launcher reports docket's own process on; the
+        write end."""
         self._report_fd, report = os.pipe()
         os.set_blocking(self._report_fd, False)
+        self._report = b""
         self._watcher = None
         return report
 
     def _watcher_pid(self) -> int | None:
-        """The watcher's pid, as the launcher wrote it (one write, before its exec).
-        Read without blocking: if it is not there yet, ask again later."""
-        fd = self._report_fd
-        if fd is not None:
-            try:
-                data = os.read(fd, 64)
-            except BlockingIOError:
-                return None  # the launcher has not written it yet
-            self.close_report_fd()
-            text = data.decode("ascii", "replace").strip()
-            self._watcher = int(text) if text.isdigit() else None
+        """Docket's own process in the run (the watcher, or the namespace's init), as
+        the launcher reported it. Read without blocking: if it is not there yet, ask
+        again later."""
+        if self._report_fd is not None:
+            self._read_report()
         return self._watcher
+
+    def _read_report(self) -> None:
+        """The launcher's lines (docket.run.launch): `PID` (its watcher), `PID
+        pid_namespace [NOTE]` (the run's init, docket.run.pid_namespace), or `refused
+        WHY` (the namespace the kernel would not make) and then the watcher's pid.
+        Read until a pid line, or the pipe's end."""
+        fd = self._report_fd
+        assert fd is not None, "read only while the pipe is open"
+        while not _has_pid_line(self._report):
+            try:
+                data = os.read(fd, 4096)
+            except BlockingIOError:
+                return  # the launcher has not written it all yet
+            if not data or len(self._report) > 4096:
+                break  # the launcher is gone (or rambles): what it said is all there is
+            self._report += data
+        self.close_report_fd()
+        for line in self._report.decode("ascii", "replace").splitlines():
+            word, _, rest = line.partition(" ")
+            if word == "refused" and self.isolation == PIDNS:
+                self.isolation = SIGNALS
+                self._isolation_errors.append(
+                    f"the kernel refused the run's pid namespace ({rest}): "
+                    "its processes were ended by signals"
+                )
+            elif word.isdigit():
+                self._watcher = int(word)
+                kind, _, note = rest.partition(" ")
+                if kind == PIDNS:
+                    self._open_init(int(word), note)
+
+    def _open_init(self, pid: int, note: str) -> None:
+        """The run's init: held by a pidfd, so no other process takes its pid."""
+        try:
+            self._init_fd = os.pidfd_open(pid)
+        except OSError as exc:  # gone already: the namespace, and all in it, with it
+            self._isolation_errors.append(f"the run's pid namespace's init {pid}: {exc}")
+        if note:  # it holds, but not all of it (the machine's /proc kept)
+            self._isolation_errors.append(f"the run's pid namespace: {note}")
 
     def close_report_fd(self) -> None:
         fd, self._report_fd = self._report_fd, None
         if fd is not None:
             os.close(fd)
+
+    def abandon(self) -> None:
+        """A run that ended without its sweep (cancelled, or a bug): its namespace,
+        if it has one, ends now, and every process in it."""
+        if self._report_fd is not None:
+            self._read_report()
+        fd, self._init_fd = self._init_fd, None
+        if fd is not None:
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except ProcessLookupError:
+                return  # ended already, and the namespace with it
+            finally:
+                os.close(fd)
 
     def _orphans(self, agent: int) -> dict[int, str]:
         me, session = os.getpid(), os.getsid(0)
@@ -211,8 +278,13 @@ class OrphanSweep:
         leaf, self.cgroup = self.cgroup, None
         if leaf is not None:
             survivors.update(await self._end_leaf(leaf, deadline))
-        # Always, after the leaf: a process of ours outside it (one that moved itself
-        # out; every one, without a leaf) is ended by freezing and killing the tree.
+        if self._report_fd is not None:
+            self._read_report()  # the launcher is gone: all it said is there
+        init, self._init_fd = self._init_fd, None
+        if init is not None:
+            survivors.update(await self._end_namespace(agent, init, deadline))
+        # Always, last: a process of ours outside the leaf (one that moved itself out;
+        # every one, without a leaf or namespace) is ended by freezing and killing the tree.
         survivors.update(await self._end_tree(agent, deadline))
         await self._account(agent, deadline, survivors)
         # Recorded once the end is over: the ledger's fsyncs never slow the loop down.
@@ -267,6 +339,28 @@ class OrphanSweep:
             # that follows ends whatever of the run is still our descendant.
             self._isolation_errors.append(f"the run's cgroup {leaf.path}: {exc.strerror or exc}")
             return []
+
+    async def _end_namespace(self, agent: int, init: int, deadline: float) -> list[int]:
+        """Note who is in the run's pid namespace, kill its init, and wait for it to
+        exit: by then the kernel has ended (and freed) every other process in it.
+        [] or the init, if it outlived the deadline."""
+        try:
+            noted_by = min(deadline, trio.current_time() + NOTE_SECONDS)
+            # For the record only: a look cut short lists fewer, and ends no fewer.
+            table, _ = process_table_until(lambda: trio.current_time() >= noted_by)
+            self._note(self._tree(agent, table))
+            try:
+                signal.pidfd_send_signal(init, signal.SIGKILL)
+            except ProcessLookupError:  # killed from outside: the namespace ended with it
+                self._isolation_errors.append("the run's pid namespace's init ended before the run")
+            with trio.move_on_at(deadline):
+                await trio.lowlevel.wait_readable(init)
+                for pid in [p for p, (_, found) in self._seen.items() if found == "running"]:
+                    self._settle(pid, None, "killed with the run's pid namespace")
+                return []
+            return [self._watcher] if self._watcher is not None else []
+        finally:
+            os.close(init)
 
     async def _end_tree(self, agent: int, deadline: float) -> list[int]:
         """The freeze-then-kill loop over the run's process tree: [] or who is left."""
@@ -363,11 +457,15 @@ class OrphanSweep:
                 f"{SWEEP_SECONDS:g} s after the end began; they may outlive the run"
             )
         else:
-            reason = "the run's processes were all ended, but not cleanly"
+            reason = "the run's processes were all ended, not all as planned"
         if self._isolation_errors:
             fields["isolation_errors"] = self._isolation_errors
             reason += " (" + "; ".join(self._isolation_errors) + ")"
         await self._record("process.orphan", **fields, reason=reason)
+
+
+def _has_pid_line(report: bytes) -> bool:
+    return any(line[:1].isdigit() for line in report.split(b"\n")[:-1])
 
 
 def _lowest_priority(group: int, _: int) -> None:

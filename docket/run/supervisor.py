@@ -25,6 +25,7 @@ The parts (docket/run/):
                  with it, reaped and recorded (as the subreaper)
   isolation.py   its decisions: which way, the freeze-then-kill loop, when to stop
   cgroup.py      the run's cgroup v2 leaf, where the machine allows one
+  pid_namespace.py  the run's own PID namespace, where there is no leaf
   hardening.py   prctl: non-dumpable, child subreaper
   launch.py      the child's first process (`python -m docket.run.launch`)
   hooks.py       RunHooks, what a harness may hand a run
@@ -54,6 +55,7 @@ from docket.boundary.stop import StopRequest
 from docket.clock import Clock, rfc3339
 from docket.errors import EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
 from docket.guards.redact import Redactor, redact_argv
+from docket.run import pid_namespace
 from docket.run.cache_store import open_shared_cache, shared_cache
 from docket.run.cgroup import RunCgroup
 from docket.run.child import (
@@ -62,7 +64,7 @@ from docket.run.child import (
 from docket.run.control import ChildControl, StopLatch
 from docket.run.hardening import make_non_dumpable, raise_nofile, set_subreaper
 from docket.run.hooks import RunHooks
-from docket.run.isolation import mechanism
+from docket.run.isolation import CGROUP, ISOLATION_ENV, first_way, mechanism
 from docket.run.values import Outcome, RunOptions
 
 if TYPE_CHECKING:
@@ -167,11 +169,16 @@ class Supervisor:
         if before != now:
             self.hardening["nofile_raised_from"] = before
         sweep = self.control.sweep
-        sweep.cgroup, why = RunCgroup.create(self.run_id)
-        sweep.isolation = mechanism(why)
+        first = first_way(os.environ.get(ISOLATION_ENV, ""))
+        if first == CGROUP:
+            sweep.cgroup, why = RunCgroup.create(self.run_id)
+        else:
+            why = f"{ISOLATION_ENV}={first}"
+        namespace_why = None if why is None else pid_namespace.unavailable(first)
+        sweep.isolation = mechanism(why, namespace_why)
         self.hardening["isolation"] = sweep.isolation
-        if why is not None:
-            self.hardening["isolation_error"] = why
+        if why is not None:  # why not the cgroup, and why not the namespace either
+            self.hardening["isolation_error"] = "; ".join(filter(None, (why, namespace_why)))
 
     def _check_keys(self) -> None:
         """A key that cannot go into a header is refused now (exit 2), never at the
@@ -225,7 +232,8 @@ class Supervisor:
                 return await self._run(signals)
         finally:
             sweep = self.control.sweep
-            sweep.close_report_fd()  # the launcher's pipe, if a run ended without its sweep
+            sweep.abandon()  # the run's namespace, if it ended without its sweep
+            sweep.close_report_fd()
             if sweep.cgroup is not None:  # the run ended before its sweep: the leaf is empty
                 why = sweep.cgroup.remove()
                 if why is not None:
