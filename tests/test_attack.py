@@ -60,7 +60,7 @@ def test_no_planted_secret_reaches_a_byte_under_the_run_folder(tmp_path):
 
 
 def test_bad_inputs_are_one_line_and_exit_2(tmp_path):
-    assert_all_good(inputs.run(tmp_path, quick=True), at_least=12)
+    assert_all_good(inputs.run(tmp_path, quick=True), at_least=8)  # one a kind; all: nox -s attack
 
 
 def test_a_disk_filled_mid_run_ends_in_a_receipt_that_discloses_the_loss(tmp_path):
@@ -90,6 +90,6 @@ def test_the_snapshot_store_and_restore_hold_against_a_same_user_agent(tmp_path)
 
 
 def test_nothing_an_agent_leaves_outlives_its_run(tmp_path):
-    figures = orphans.run(tmp_path, quick=True)
-    assert_all_good(figures, at_least=3)
+    figures = orphans.run(tmp_path, quick=True)  # the churning bombs: nox -s attack
+    assert_all_good(figures, at_least=2)
     assert figures.extra["outlived"] == 0

@@ -8,12 +8,14 @@ to see the exit codes.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from helpers import CliResult, docket_forked
 
 from chaos.gameday.phase import loads_phase
 from chaos.gameday.runner import Outcome, complete_evidence, judge
@@ -31,6 +33,16 @@ def game_day(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, d
         timeout=TIMEOUT,
         cwd=tmp_path,
     )
+    data = json.loads((report / "gameday.json").read_text()) if report.exists() else {}
+    return done, data
+
+
+def game_day_forked(tmp_path: Path, *args: str) -> tuple[CliResult, dict]:
+    """game_day's refusals, from main(argv) forked (tests/helpers.py docket_forked):
+    the exit and the bytes on stderr, without an interpreter's start per row."""
+    report = tmp_path / "report"
+    argv = ["game-day", "--report", str(report), *args]
+    done = docket_forked(argv, cwd=tmp_path, env=dict(os.environ), timeout=TIMEOUT)
     data = json.loads((report / "gameday.json").read_text()) if report.exists() else {}
     return done, data
 
@@ -115,8 +127,9 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_runs(tmp_path: Path):
     assert done.stderr.startswith(f"docket: {bad}:15: at expect[1].query not a JMESPath query")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert data == {}  # no report: nothing ran
-    done, _ = game_day(tmp_path, "--phase", "no-such-phase")
-    assert done.returncode == 2 and "no phase named 'no-such-phase'" in done.stderr
+    # The rest forked (the interpreter's start is the row above's).
+    forked, _ = game_day_forked(tmp_path, "--phase", "no-such-phase")
+    assert forked.returncode == 2 and b"no phase named 'no-such-phase'" in forked.stderr
     # where results go and the Toxiproxy are checked before any phase runs, too
     a_file = tmp_path / "a-file"
     a_file.write_text("not a folder")
@@ -127,10 +140,11 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_runs(tmp_path: Path):
         ("--toxiproxy", "http://127.0.0.1:1"): "docket: toxiproxy http://127.0.0.1:1: cannot",
     }
     for args, said in refusals.items():
-        done, data = game_day(tmp_path, "--phase", "ledger-pressure", *args)
-        assert (done.returncode, done.stderr.count("\n")) == (2, 1), done.stderr
-        assert done.stderr.startswith(said), done.stderr
-        assert "PASS" not in done.stdout and data == {}
+        forked, data = game_day_forked(tmp_path, "--phase", "ledger-pressure", *args)
+        stderr = forked.stderr.decode()
+        assert (forked.returncode, stderr.count("\n")) == (2, 1), stderr
+        assert stderr.startswith(said), stderr
+        assert b"PASS" not in forked.stdout and data == {}
 
 
 def test_a_phase_that_could_not_run_is_unknown_with_its_reason():

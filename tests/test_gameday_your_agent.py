@@ -52,14 +52,14 @@ def findings(data: dict) -> dict[str, dict[str, dict]]:
     }
 
 
-PHASES = ("--phase", "circuit-breaker", "--phase", "retry-storm")
+# One phase per test (each phase of both agents: the matrix, nox -s agent-matrix).
 
 
 def test_the_openai_sdk_agent_shows_retry_amplification(tmp_path: Path):
     agent = f"{sys.executable} examples/openai_sdk_agent.py"
-    done, data, report = game_day(tmp_path, *PHASES, "--agent-command", agent)
+    done, data, report = game_day(tmp_path, "--phase", "circuit-breaker", "--agent-command", agent)
     assert done.returncode == 0, done.stdout + done.stderr  # warn: findings do not fail
-    assert [p["verdict"] for p in data["phases"]] == ["pass", "pass"]  # the boundary held
+    assert [p["verdict"] for p in data["phases"]] == ["pass"]  # the boundary held
     seen = findings(data)
     # the SDK's retries inside the app's own loop: one call tried far more than once
     amplified = seen["circuit-breaker"]["max_attempts"]
@@ -92,11 +92,11 @@ def test_the_agent_that_ignores_retry_after_fails_that_check(tmp_path: Path):
     env = dict(os.environ, LITELLM_API_BASE=REAL, OPENAI_API_KEY="sk-not-a-real-key")
     agent = f"{sys.executable} examples/ignores_retry_after_agent.py"
     done, data, report = game_day(
-        tmp_path, *PHASES, "--policy", str(policy), "--agent-findings", "fail", "--",
-        *agent.split(), env=env,
+        tmp_path, "--phase", "retry-storm", "--policy", str(policy), "--agent-findings", "fail",
+        "--", *agent.split(), env=env,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr  # --agent-findings fail
-    assert [p["verdict"] for p in data["phases"]] == ["pass", "pass"]  # the boundary held
+    assert [p["verdict"] for p in data["phases"]] == ["pass"]  # the boundary held
     for phase in findings(data).values():
         assert phase["honours_retry_after"]["verdict"] == "finding", phase
         assert "Retry-After" in phase["honours_retry_after"]["evidence"][0]
@@ -114,8 +114,8 @@ def test_the_agent_that_ignores_retry_after_fails_that_check(tmp_path: Path):
         assert "api.openai.com" not in ledger.read_text()
     suites = {s.get("name"): s for s in ET.parse(report / "junit.xml").getroot()}
     yours = suites["your-agent"]
-    assert int(yours.get("failures")) >= 2  # fail mode: each finding a <failure>
-    assert all(int(suites[p].get("failures")) == 0 for p in ("circuit-breaker", "retry-storm"))
+    assert int(yours.get("failures")) >= 1  # fail mode: each finding a <failure>
+    assert int(suites["retry-storm"].get("failures")) == 0
 
 
 # ---------------------------------------------------------------- the environment guard
