@@ -117,11 +117,19 @@ def _wait_for_first_line(path: Path, timeout_s: float = 20.0) -> None:
 
 
 def _spawn_show(*args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "docket", "show", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    """`docket show` as from a user's shell: SIGINT at its default. A pytest-xdist
+    worker may hold SIGINT ignored (the controller takes Ctrl-C), and an ignored
+    signal stays ignored across exec: Python then never raises KeyboardInterrupt,
+    and the follow waited out its timeout (found on 2026-12-02)."""
+    before = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "docket", "show", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 class _Lines:
@@ -176,6 +184,7 @@ def test_follow_prints_a_live_run_as_it_is_written_and_stops_at_its_end(tmp_path
 def test_follow_stops_on_ctrl_c_when_the_run_has_not_ended(tmp_path):
     path = tmp_path / "ledger.jsonl"
     writer = _spawn_writer(path, calls=2, gap_s=0.01, end=False)
+    follower = None
     try:
         _wait_for_first_line(path)
         follower = _spawn_show(str(path), "--follow", "--type", "model.response")
@@ -187,6 +196,9 @@ def test_follow_stops_on_ctrl_c_when_the_run_has_not_ended(tmp_path):
         assert follower.returncode == 0, err
         assert err == b"" and rest == b""
     finally:
+        if follower is not None and follower.poll() is None:
+            follower.kill()  # a failed test leaves no follower behind
+            follower.wait(timeout=20)
         os.kill(writer.pid, signal.SIGTERM)
         writer.wait(timeout=20)
 

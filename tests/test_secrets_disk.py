@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from docket.boundary import bodies
+from docket.guards.credential_names import is_credential_member
 from docket.guards.redact import Redactor
 from docket.guards.scrub import SCRUB_MARKER
 from docket.run.supervisor import Supervisor
@@ -416,9 +417,7 @@ _json_leaf = (
     | st.text()
 )
 # Keys that do not name a credential (those are redacted by name, not by content).
-_plain_keys = st.text(max_size=8).filter(
-    lambda k: not bodies._SECRET_KEY.search(k.lower().replace("-", "_"))
-)
+_plain_keys = st.text(max_size=8).filter(lambda k: not is_credential_member(k))
 _json = st.recursive(
     _json_leaf,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_plain_keys, inner, max_size=4),

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from docket.boundary import bodies, forward
+from docket.guards.credential_names import is_credential_member
 from docket.http.client import UpstreamPool
 from docket.receipts.verify import verify
 from docket.run.supervisor import Supervisor
@@ -335,7 +336,7 @@ async def test_a_supervised_run_leaves_no_secret_in_ledger_or_receipt(
 
 BODY_SECRETS = ("sk-secretA1b2C3d4e5", "dkt-tokenZ9y8X7w6v5")
 _safe_keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).filter(
-    lambda k: not bodies._SECRET_KEY.search(k)
+    lambda k: not is_credential_member(k)
 )
 _secret_keys = st.sampled_from(
     [

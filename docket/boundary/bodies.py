@@ -10,7 +10,8 @@ The rule: no byte of a body reaches an event unless it has been through the
 redactor, whatever the body's size, encoding or shape. A body is recorded as
 text only when it parses as JSON or as a server-sent-event stream whose data are
 JSON; then every string in it is decoded (escapes and all) and checked, and the
-values of credential-named members are replaced. Anything else (not UTF-8, not
+values of credential-named members are replaced (docket.guards.credential_names:
+`accessToken`, `ACCESS_TOKEN` and `access-token` alike). Anything else (not UTF-8, not
 JSON, malformed, nested deeper than RECORDED_BODY_DEPTH) is recorded as its
 SHA-256 and length only, with `<prefix>_body_not_recorded` saying why. A body
 over RECORDED_BODY_BYTES is cut, and the cut prefix goes through the same parser
@@ -26,6 +27,7 @@ import hashlib
 import json
 import re
 
+from docket.guards.credential_names import ANY_CREDENTIAL_WORD, is_credential_member
 from docket.guards.redact import MARKER, Redactor
 
 # With record_bodies, each body is recorded up to this many bytes (and flagged if cut):
@@ -37,15 +39,6 @@ RECORDED_BODY_BYTES = 1 << 20
 # own recursion limit.
 RECORDED_BODY_DEPTH = 64
 
-# JSON keys whose values are credentials (compared lower-case, "-" read as "_", so
-# "secretKey", "aws_secret_access_key", "x-api-key" and "client_secret" all count).
-# Narrower than the header rule on purpose: "max_tokens" and "prompt_tokens" are counts,
-# "prompt_cache_key" and "idempotency_key" are not secrets, "signature" (a thinking
-# block's) is the provider's own opaque text.
-_SECRET_KEY = re.compile(
-    r"secret|passw|passphrase|private_?key|access_?key|api_?key|authorization|cookie"
-    r"|credential|^(?:access|refresh|id|auth|bearer|session|api)_token$|^(?:token|auth|bearer)$"
-)
 _MARKER_JSON = json.dumps(MARKER)
 
 _TOKEN = re.compile(
@@ -120,8 +113,6 @@ def redact_json(text: str, redactor: Redactor, *, cut: bool = False) -> tuple[st
 
 # A string token, for the quick path (it replaces every string before brackets are counted).
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-# Any text a credential-named key could hold, lower-cased (a superset of _SECRET_KEY's words).
-_SECRET_WORD = re.compile(r"secret|pass|private|access|api|auth|cookie|credential|token|bearer")
 _BRACKET = re.compile(r"[\[\]{}]")
 
 
@@ -131,7 +122,7 @@ def _nothing_to_take(text: str, redactor: Redactor) -> bool:
     \\u escape that could hide one. Decided at C speed (a 1 MiB body in a few
     milliseconds, where the token loop takes a few hundred); False sends the text
     to the token loop, which decides everything itself."""
-    if redactor.maybe(text) or "\\u" in text or _SECRET_WORD.search(text.lower()):
+    if redactor.maybe(text) or "\\u" in text or ANY_CREDENTIAL_WORD.search(text.lower()):
         return False
     depth = 0
     for bracket in _BRACKET.findall(_STRING.sub("", text)):
@@ -216,7 +207,7 @@ def _redact_tokens(text: str, redactor: Redactor, *, cut: bool = False) -> tuple
                 raise NotRecorded("malformed")
             if skip_to < 0:
                 name = _decoded(token)
-                hide = _SECRET_KEY.search(name.lower().replace("-", "_")) is not None
+                hide = is_credential_member(name)
                 token, hit = _checked(token, name, redactor)
                 changed = changed or hit
                 out.append(token)
