@@ -240,10 +240,14 @@ def test_without_a_cgroup_a_churning_fork_bomb_leaves_no_survivor(
     assert done.returncode == 0, (out / "stderr").read_text()
     events = read_events(folder / "ledger.jsonl")
     assert events[0]["hardening"]["isolation"] == PIDNS, events[0]["hardening"]
-    assert not [e for e in events if "survivors" in e or "isolation_errors" in e]
+    assert not [e for e in events if "survivors" in e]
     orphans = of_type(events, "process.orphan")
     ended = sum(e.get("unlisted", 0) for e in orphans) + len([e for e in orphans if "pid" in e])
-    assert ended >= 1, ended  # those one look saw (for the record); the namespace ended all
+    # Those one look saw, for the record (the namespace ended all): beside two CPU hogs the
+    # look may not reach one in its second, and then the record says so.
+    troubles = [t for e in orphans for t in e.get("isolation_errors", [])]
+    assert ended >= 1 or [t for t in troubles if "ended unlisted" in t], (ended, troubles)
+    assert all("did not finish within" in t for t in troubles), troubles
     assert_well_ended(folder, events, 0)
 
 

@@ -347,8 +347,13 @@ class OrphanSweep:
         try:
             noted_by = min(deadline, trio.current_time() + NOTE_SECONDS)
             # For the record only: a look cut short lists fewer, and ends no fewer.
-            table, _ = process_table_until(lambda: trio.current_time() >= noted_by)
+            table, whole = process_table_until(lambda: trio.current_time() >= noted_by)
             self._note(self._tree(agent, table))
+            if not whole:  # said, so a bomb's end is never a silent one
+                self._isolation_errors.append(
+                    f"a look at /proc for the record did not finish within {NOTE_SECONDS:g} s: "
+                    "members of the run's pid namespace were ended unlisted"
+                )
             try:
                 signal.pidfd_send_signal(init, signal.SIGKILL)
             except ProcessLookupError:  # killed from outside: the namespace ended with it
