@@ -124,6 +124,19 @@ def test_open_refuses_at_once_with_the_time_left_until_the_probe():
     assert "open" in status.ready_reason
 
 
+def test_the_time_left_is_never_more_than_the_cooldown_whatever_the_rounding():
+    # Found by the state machine (2026-12-02: retry_after_s 30.000000000000114 with a
+    # 30 s cooldown): the probe's time less the clock can exceed the cooldown by a
+    # rounding, as (4.954350870919409 + 30) - 4.954350870919409 does.
+    now = 4.954350870919409
+    b = CircuitBreaker("u", threshold=1, cooldown=30.0, max_cooldown=30.0)
+    trip(b, now)
+    assert (now + 30.0) - now > 30.0  # the rounding this guards against
+    refusal = b.before_call(now).refusal
+    assert refusal is not None and refusal.retry_after_s == 30.0
+    assert b.status(now).retry_after_s == 30.0
+
+
 def test_half_open_lets_exactly_one_probe_through():
     b = CircuitBreaker("u", threshold=1, cooldown=30)
     trip(b, T0)

@@ -188,3 +188,21 @@ def test_the_launchers_report_is_read_whole_however_it_comes():
     assert sweep._isolation_errors == [
         "the run's pid namespace: proc kept: mount proc /proc: EPERM"
     ]
+
+
+def test_an_agent_that_signals_the_namespaces_init_ends_only_itself(tmp_path):
+    # pid 1 is docket's: a SIGINT from the agent once raised in it and ended the run.
+    folder = tmp_path / "run"
+    agent = ("import os, signal, time\n"
+             "for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):\n"
+             "    os.kill(1, sig)\n"
+             "time.sleep(0.3)\n")  # fmt: skip
+    mark = os.urandom(8).hex()
+    try:
+        status, said = docket_run(folder, [sys.executable, "-c", agent], mark)
+    finally:
+        stop_all(mark)
+    assert status == 0, said
+    events = read_events(folder / "ledger.jsonl")
+    assert of_type(events, "process.exit")[0]["reason"] == "exited with status 0"
+    assert not [e for e in events if "isolation_errors" in e or "survivors" in e]

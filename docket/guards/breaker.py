@@ -215,7 +215,9 @@ class CircuitBreaker:
         events: tuple[StateChange, ...] = ()
         if self._state == OPEN:
             if now < self._probe_at:
-                return self._refuse(OPEN, self._probe_at - now)
+                # Never more than the cooldown in force: (opened + cooldown) - now can
+                # exceed it by a rounding (30.000000000000114 after a 1.4058 s clock).
+                return self._refuse(OPEN, min(self._probe_at - now, self._cooldown))
             events = (self._move(HALF_OPEN, COOLDOWN_ELAPSED),)
         if self._state == HALF_OPEN:
             if self._probe is not None:
@@ -281,7 +283,9 @@ class CircuitBreaker:
             refusals=self._refusals,
             transitions=self._epoch,
             cooldown_s=self._cooldown,
-            retry_after_s=max(0.0, self._probe_at - now) if self._state == OPEN else 0.0,
+            retry_after_s=(
+                min(max(0.0, self._probe_at - now), self._cooldown) if self._state == OPEN else 0.0
+            ),
             consecutive_failures=self._consecutive,
             window_failures=self._window_failures,
             window_calls=calls,

@@ -166,6 +166,9 @@ def _init(supervisor_fd: int, status_fd: int, start_agent: Callable[[], int]) ->
         if agent == 0:
             os.close(status_fd)
             os._exit(start_agent())
+        # Python's SIGINT handler came with the fork: an agent's `kill -INT 1` would raise
+        # in here and end the run. Ignored now (the agent, forked already, keeps its own).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         os.setpgid(0, 0)  # out of the agent's group: its signals are the agent's
         quiet = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):  # the agent's output is not ours to hold open
