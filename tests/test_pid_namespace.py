@@ -21,7 +21,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import read_events, wait_until, with_keys
+from helpers import docket_forked, read_events, wait_until, with_keys
 from test_orphans import CHAIN, DETACH_AND_WAIT, LEAVES_A_DAEMON
 from test_supervisor import READY, TIMEOUT, assert_verifies, assert_well_ended, docket_argv, of_type
 
@@ -192,17 +192,36 @@ def test_the_launchers_report_is_read_whole_however_it_comes():
 
 def test_an_agent_that_signals_the_namespaces_init_ends_only_itself(tmp_path):
     # pid 1 is docket's: a SIGINT from the agent once raised in it and ended the run.
-    folder = tmp_path / "run"
-    agent = ("import os, signal, time\n"
-             "for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):\n"
-             "    os.kill(1, sig)\n"
-             "time.sleep(0.3)\n")  # fmt: skip
+    # A signal init does not catch is dropped when it is sent, so the agent reads
+    # init's ignored and caught sets as it signals: nothing to wait for afterwards.
+    folder, seen = tmp_path / "run", tmp_path / "seen"
+    agent = (
+        "import os, signal, sys\n"
+        "status = open('/proc/1/status').read().split('\\n')\n"
+        "masks = {k: int(v, 16) for k, v in (l.split(':\\t') for l in status if l[:6] in ('SigIgn', 'SigCgt'))}\n"
+        "for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):\n"
+        "    os.kill(1, sig)\n"
+        "open(sys.argv[1], 'w').write(str(masks['SigCgt']))\n"
+    )
     mark = os.urandom(8).hex()
     try:
-        status, said = docket_run(folder, [sys.executable, "-c", agent], mark)
+        status, said = docket_run(folder, [sys.executable, "-c", agent, str(seen)], mark)
     finally:
         stop_all(mark)
     assert status == 0, said
+    caught = int(seen.read_text())
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+        assert not caught & (1 << (sig - 1)), f"init catches {sig.name}: the agent could end it"
     events = read_events(folder / "ledger.jsonl")
     assert of_type(events, "process.exit")[0]["reason"] == "exited with status 0"
     assert not [e for e in events if "isolation_errors" in e or "survivors" in e]
+
+
+def test_an_unknown_isolation_is_one_line_and_exit_2(tmp_path):
+    for value in ("bogus", "x" * 100_000, "cgroup\udcff", "signals "):
+        done = docket_forked(["run", "--ledger-dir", str(tmp_path / "run"), "--", "true"],
+                             cwd=tmp_path, env={**os.environ, ISOLATION_ENV: value})  # fmt: skip
+        err = done.stderr.decode("utf-8", "replace")
+        assert (done.returncode, err.count("\n")) == (2, 1), err
+        assert err.startswith(f"docket: {ISOLATION_ENV}=") and "expected one of" in err
+        assert not (tmp_path / "run").exists()  # refused before anything was written
