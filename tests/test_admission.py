@@ -14,21 +14,15 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from docket.boundary import admission
-from docket.boundary.admission import (
-    RULES,
-    UNKNOWN,
-    Admitted,
-    Ask,
-    BadBudget,
-    BodyProblem,
-    CallFacts,
-    Refusal,
-    Unparsed,
-    Waited,
-    admit,
-)
+from docket.boundary.admission import RULE_NAMES, RULES, Admitted, Ask, admit
+from docket.boundary.calls import UNKNOWN, CallFacts
 from docket.boundary.providers import DOCKET_ERRORS, RequestFacts
+from docket.boundary.rules import body, bulkhead, caps, limiter, request
+from docket.boundary.rules.base import Refusal
+from docket.boundary.rules.body import BodyProblem
+from docket.boundary.rules.budget import BadBudget
+from docket.boundary.rules.bulkhead import Waited
+from docket.boundary.rules.request import Unparsed
 from docket.guards import breaker as brk
 from docket.guards import caps as cp
 from docket.guards.bulkhead import DEADLINE, QUEUE_FULL, Shed
@@ -121,14 +115,16 @@ def facts_for(verdicts: dict[str, str], *, body_complete: bool = True) -> CallFa
     """CallFacts with each rule's fact "pass", "refuse" or "unknown"."""
     f = CallFacts("openai", "POST", "v1/chat/completions", body_complete)
     for rule in RULES:
-        verdict = verdicts.get(rule, "pass")
-        name = admission.FACT_OF[rule]
-        if rule == "endpoint":
-            if getattr(f, name) is CHAT and verdict == "refuse":
-                f.request = OTHER
+        verdict = verdicts.get(rule.name, "pass")
+        if rule.name == "endpoint":
+            if f[rule.fact] is CHAT and verdict == "refuse":
+                f[request.FACT] = OTHER
             continue
         if verdict != "unknown":
-            setattr(f, name, FACTS[rule][verdict == "refuse"])
+            f[rule.fact] = FACTS[rule.name][verdict == "refuse"]
+    parsed = f[request.FACT]
+    if isinstance(parsed, RequestFacts):
+        f.model = parsed.model  # as the request rule's learner sets it
     return f
 
 
@@ -168,9 +164,13 @@ VERDICTS = st.fixed_dictionaries(
 @given(verdicts=VERDICTS)
 def test_the_answer_is_the_first_rule_not_passed_in_precedence_order(verdicts):
     facts = facts_for(verdicts)
-    before = copy.copy(facts)
+    before, line = facts.known(), copy.copy([getattr(facts, s) for s in CallFacts.__slots__])
     assert observed(admit(facts)) == expected(verdicts)
-    assert all(getattr(facts, s) is getattr(before, s) for s in CallFacts.__slots__)  # unchanged
+    after = facts.known()
+    assert after.keys() == before.keys() and all(after[k] is v for k, v in before.items())
+    assert [getattr(facts, s) for s in CallFacts.__slots__ if s != "_known"] == [
+        v for s, v in zip(CallFacts.__slots__, line, strict=True) if s != "_known"
+    ]  # unchanged
 
 
 @settings(deadline=None)
@@ -198,7 +198,7 @@ def test_the_shell_is_asked_for_each_fact_in_order():
     asked = []
     while isinstance(step := admit(facts), Ask):
         asked.append(step.rule)
-        setattr(facts, admission.FACT_OF[step.rule], FACTS[step.rule][0])
+        facts[RULES[step.at].fact] = FACTS[step.rule][0]
     assert isinstance(step, Admitted)
     assert asked == [rule for rule in ORDER if rule != "endpoint"]
 
@@ -208,15 +208,15 @@ def test_the_shell_is_asked_for_each_fact_in_order():
 
 def test_caps_deferred_is_a_429_with_retry_after_and_says_it_would_fit():
     facts = facts_for({})
-    facts.caps = caps_refusal(deferred=True)
+    facts[caps.FACT] = caps_refusal(deferred=True)
     step = admit(facts)
     assert isinstance(step, Refusal)
     assert step.error_type == "docket_caps_pending" and DOCKET_ERRORS[step.error_type].status == 429
     assert DOCKET_ERRORS[step.error_type].retryable
-    assert step.retry_after_s == admission.CAPS_PENDING_RETRY_S > 0
+    assert step.retry_after_s == caps.CAPS_PENDING_RETRY_S > 0
     assert step.event == "policy.denied" and step.fields["would_fit_after_settle"] is True
     assert step.extra == {"cap": "max_usd", "would_fit_after_settle": True}
-    facts.caps = caps_refusal(deferred=False)
+    facts[caps.FACT] = caps_refusal(deferred=False)
     final = admit(facts)
     assert isinstance(final, Refusal) and final.error_type == "docket_policy_denied"
     assert DOCKET_ERRORS[final.error_type].status == 403 and final.retry_after_s is None
@@ -226,7 +226,7 @@ def test_caps_deferred_is_a_429_with_retry_after_and_says_it_would_fit():
 def test_a_caps_refusal_not_about_room_has_no_would_fit_field():
     facts = facts_for({})
     unpriced = cp.Refusal(rule="caps.on_unpriced", cap="max_usd", reason="unpriced")
-    facts.caps = cp.Decision(allowed=False, reservation=None, refusal=unpriced)
+    facts[caps.FACT] = cp.Decision(allowed=False, reservation=None, refusal=unpriced)
     step = admit(facts)
     assert isinstance(step, Refusal) and step.extra == {"cap": "max_usd"}
     assert list(step.fields) == ["reason", "cap"]
@@ -258,9 +258,9 @@ def test_an_unread_body_closes_the_connection():
 
 def test_broken_framing_keeps_the_http_layers_status_and_code():
     facts = facts_for({})
-    facts.body = BodyProblem(False, "bad chunk", "bad_chunk", 400)
+    facts[body.FACT] = BodyProblem(False, "bad chunk", "bad_chunk", 400)
     stalled = facts_for({})
-    stalled.body = BodyProblem(False, "stalled", "request_timeout", 408)
+    stalled[body.FACT] = BodyProblem(False, "stalled", "request_timeout", 408)
     got = admit(facts)
     assert isinstance(got, Refusal) and (got.rule, got.extra, got.status) == (
         "bad_request",
@@ -283,7 +283,7 @@ def test_guard_refusals_carry_the_guards_event_and_retry_after():
 
 def test_a_shed_in_the_queue_says_how_long_it_waited_and_a_deadline_shed_names_the_deadline():
     facts = facts_for({})
-    facts.bulkhead = Waited(
+    facts[bulkhead.FACT] = Waited(
         Shed("openai", DEADLINE, 0.5, queue=1, in_flight=8, expected_wait_s=None), 0.1234567
     )
     step = admit(facts)
@@ -300,11 +300,11 @@ def test_spent_is_recorded_with_its_reason_and_figures():
 def test_unknown_is_not_none():
     # None is a fact (no deadline header, no limiter, no bulkhead); UNKNOWN is not.
     facts = facts_for({})
-    facts.limiter = None
-    facts.bulkhead = None
+    facts[limiter.FACT] = None
+    facts[bulkhead.FACT] = None
     assert isinstance(admit(facts), Admitted)
-    facts.limiter = UNKNOWN
-    assert admit(facts) == Ask("limiter", RULES.index("limiter"))
+    facts[limiter.FACT] = UNKNOWN
+    assert admit(facts) == Ask("limiter", RULE_NAMES.index("limiter"))
 
 
 @settings(deadline=None)
@@ -326,4 +326,41 @@ def test_resuming_where_the_last_ask_was_gives_the_same_answer(verdicts, data):
     start = data.draw(st.integers(0, first))
     assert admit(facts, start) == whole
     if isinstance(whole, Ask):
-        assert RULES[whole.at] == whole.rule
+        assert RULE_NAMES[whole.at] == whole.rule
+
+
+# ---------------------------------------------------------------- one file per rule
+
+
+def test_every_rule_file_is_registered_once_and_has_every_piece():
+    """Adding a rule is one file in docket/boundary/rules/ and one line in RULES: a
+    file left unregistered, a rule registered twice, or a rule missing its fact,
+    check or learner fails here."""
+    import inspect
+    from pathlib import Path
+
+    import docket.boundary.rules as package
+    from docket.boundary.rules.base import Fact, Rule
+
+    files = {path.stem for path in Path(package.__file__).parent.glob("*.py")} - {
+        "__init__",
+        "base",
+    }
+    registered = [inspect.getmodule(rule.check) for rule in RULES]
+    assert sorted(RULE_NAMES) == sorted(set(RULE_NAMES)), "a rule registered twice"
+    by_file = {rule.name: rule for rule in RULES}
+    for name in files:
+        module = __import__(f"docket.boundary.rules.{name}", fromlist=["RULE"])
+        assert isinstance(module.RULE, Rule), f"rules/{name}.py has no RULE"
+        assert by_file.get(module.RULE.name) is module.RULE, f"rules/{name}.py not in RULES"
+    assert len(files) == len(RULES)
+    facts_learned: set[str] = set()
+    for rule in RULES:
+        assert isinstance(rule.fact, Fact) and callable(rule.check)
+        if rule.learn is None:  # reads a fact an earlier rule learns
+            assert rule.fact.name in facts_learned, f"{rule.name}: nobody learns its fact"
+        else:
+            assert inspect.iscoroutinefunction(rule.learn)
+            facts_learned.add(rule.fact.name)
+    assert None not in registered
+    assert ORDER == RULE_NAMES

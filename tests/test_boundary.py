@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from chaos.stub.server import Behaviour, fingerprint, steady
-from docket.boundary import app as boundary_app
-from docket.boundary import forward
+from docket.boundary import forward, ops
 from docket.boundary.metrics import Metrics
+from docket.boundary.rules import body as body_rule
 from docket.guards.caps import CapsGuard
 from docket.ledger.chain import COMMON_FIELDS, encode_body
 from docket.policy import CapsPolicy
@@ -544,7 +544,7 @@ async def test_the_real_key_goes_upstream_and_the_token_does_not(stub_server, bo
 async def test_malformed_requests_get_a_4xx_in_shape_and_the_boundary_keeps_serving(
     stub_server, boundary_rig, monkeypatch
 ):
-    monkeypatch.setattr(boundary_app, "MAX_REQUEST_BYTES", 64 * 1024)
+    monkeypatch.setattr(body_rule, "MAX_REQUEST_BYTES", 64 * 1024)
     huge = encode(chat("x" * 100_000))
     with trio.fail_after(DEADLINE):
         async with (
@@ -1101,7 +1101,7 @@ def test_a_backoff_report_is_either_refused_or_fit_for_the_ledger(report):
     """Whatever an agent posts: a ValueError (a 400), or fields the ledger can encode."""
     body = json.dumps(report).encode()  # NaN and Infinity go out as JSON's non-standard words
     try:
-        fields = boundary_app.backoff_fields(body)
+        fields = ops.backoff_fields(body)
     except ValueError:
         return
     line = encode_body(fields)  # raises on NaN, infinities, or anything not JSON

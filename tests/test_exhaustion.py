@@ -113,7 +113,7 @@ async def test_accept_out_of_descriptors_is_an_event_and_readiness_not_a_traceba
                 os.close(fillers.pop())  # ...but one, for the client's end
                 client = await trio.open_tcp_stream("127.0.0.1", port)
                 await until(lambda: stats.accept_failing is not None, "accept to fail")
-                problems = rig.boundary.readiness_problems()
+                problems = rig.boundary.ops.readiness_problems()
                 assert any(p.startswith("accepting connections: EMFILE") for p in problems)
             finally:
                 for fd in fillers:
@@ -123,7 +123,7 @@ async def test_accept_out_of_descriptors_is_an_event_and_readiness_not_a_traceba
             await until(lambda: stats.accept_failing is None, "accept to recover")
             r = await http.post(CHAT, json=chat(max_tokens=5))
             assert r.status_code == 200
-            assert not [p for p in rig.boundary.readiness_problems() if "accepting" in p]
+            assert not [p for p in rig.boundary.ops.readiness_problems() if "accepting" in p]
             await client.aclose()
     assert len(rig.events("model.response")) == 1
     episode = pressure(rig)["accept_failed"]

@@ -13,7 +13,7 @@ import socket
 import trio
 from conftest import TOKEN
 
-from docket.boundary.app import MAX_REQUEST_BYTES
+from docket.boundary.rules.body import MAX_REQUEST_BYTES
 from docket.http.server import serve
 
 DEADLINE = 30

@@ -21,6 +21,7 @@ import docket.receipts.verify as verify_module
 import docket.selftest.checks_evidence as checks_evidence
 from docket.boundary.app import Boundary
 from docket.boundary.metrics import Metrics
+from docket.boundary.recorder import Recorder
 from docket.cli import main
 from docket.clock import Clock
 from docket.guards.breaker import CircuitBreaker
@@ -170,7 +171,9 @@ SABOTAGE = {
     ),
     "caps-deny": lambda mp, tmp: mp.setattr(CapsGuard, "_stop_if_kill", _deny_kills),
     "caps-kill": lambda mp, tmp: mp.setattr(Boundary, "stop", lambda self, *a, **k: None),
-    "evidence-guard": lambda mp, tmp: mp.setattr(Boundary, "_evidence_lost", lambda self: None),
+    "evidence-guard": lambda mp, tmp: mp.setattr(
+        Recorder, "evidence_lost", lambda self, lost: None
+    ),
     "clock-step": lambda mp, tmp: mp.setattr(Clock, "mono", lambda self: self._raw_mono()),
     "stream": lambda mp, tmp: mp.setattr(provider_base, "parse_block", lambda block: None),
     "metrics": lambda mp, tmp: mp.setattr(Metrics, "refused", lambda self, p, e: None),

@@ -549,7 +549,7 @@ class ModelCall:
             if caps:
                 await self.b.cap_events(outcome)
             try:
-                await record_changes(self.b, changes)
+                await record_changes(self.b.recorder, changes)
             except EvidenceLost:
                 # record() has already asked the run to stop for the lost evidence; the
                 # transition goes with everything else the ledger can no longer take.
@@ -568,7 +568,7 @@ class ModelCall:
         self.closed = True  # from here on the event is written once, or not at all
         assert self.slot is not None  # set once the model.request is written, before run()
         try:
-            self.closed_seq = await self.b.record_closing(
+            self.closed_seq = await self.b.recorder.record_closing(
                 self.slot, type, optional=RESPONSE_BODY_FIELDS, **fields
             )
         except EvidenceLost:

@@ -37,8 +37,7 @@ import trio
 
 # through the module, so a game-day mutant can swap how a breaker is built
 from docket.boundary import wiring
-from docket.boundary.admission import Waited
-from docket.boundary.ports import Recorder
+from docket.boundary.recorder import Recorder
 from docket.guards import breaker as brk
 from docket.guards.bulkhead import DEADLINE, UNKNOWN_RETRY_S, Shed
 from docket.guards.bulkhead_trio import Bulkhead, Entered
@@ -84,6 +83,15 @@ def breaker_outcome(reason: str | None, status: int | None) -> str | None:
     if reason in FAILURE_REASONS:
         return brk.FAILURE
     return None
+
+
+@dataclass(frozen=True)
+class Waited:
+    """The bulkhead shed the call; `waited_s` is set when it was shed in the queue
+    (the bulkhead rule's fact, as Hold.bulkhead hands it out)."""
+
+    shed: Shed
+    waited_s: float | None = None
 
 
 @dataclass
@@ -252,12 +260,11 @@ class Hold:
             self.guards.bulkheads[self.upstream].leave(entered)
 
 
-async def record_changes(b: Recorder, changes: Iterable[brk.StateChange]) -> None:
-    """Record breaker transitions. A full ledger stops the run (as a cap event
-    would); EvidenceLost propagates, the stop already asked by b.record."""
+async def record_changes(recorder: Recorder, changes: Iterable[brk.StateChange]) -> None:
+    """Record breaker transitions. A full ledger ends them (the recorder has stopped
+    the run, as for a cap event); EvidenceLost propagates, the stop already asked."""
     for change in changes:
         try:
-            await b.record(change.type, **change.fields())
-        except LedgerFull as full:
-            b.stop(f"ledger full ({full.reason})", full.reason)
-            return
+            await recorder.record(change.type, **change.fields())
+        except LedgerFull:
+            return  # the recorder has stopped the run

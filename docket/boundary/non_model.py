@@ -15,16 +15,22 @@ model call and is scrubbed out of the answer.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 
-from docket.boundary import providers
+from docket.boundary import admission, providers
 from docket.boundary.forward import error_reason, relay_headers
+from docket.boundary.ports import IntakeHost
 from docket.boundary.providers.client_marks import client_marks
+from docket.boundary.routes import Route
+from docket.boundary.rules.base import Refusal
 from docket.guards.redact import sanitize_url
 from docket.guards.scrub import Scrubber
 from docket.http import client as upstream
-from docket.ledger.writer import EvidenceLost, LedgerFull
+from docket.http.server_exchange import Request, Responder
+from docket.ledger.limits import EvidenceLost, LedgerFull
 
 EVENT = "provider.call"
+Refuse = Callable[[Responder, str, Refusal], Awaitable[None]]  # Intake.answer_refusal
 # GET /v1/models and GET /v1/models/{id}: the same paths on OpenAI and Anthropic.
 _MODELS = re.compile(r"/v1/models(/[A-Za-z0-9._:@-]{1,128})?/?")
 MAX_ANSWER_BYTES = 4 << 20  # a model list is kilobytes; more is not a model list
@@ -41,10 +47,19 @@ def non_model_endpoint(method: str, path: str) -> str | None:
     return "models.retrieve" if match.group(1) else "models.list"
 
 
-async def relay_non_model(boundary, route, rest: str, request, respond, endpoint: str) -> None:
+async def relay_non_model(
+    boundary: IntakeHost,
+    route: Route,
+    rest: str,
+    request: Request,
+    respond: Responder,
+    endpoint: str,
+    refuse: Refuse,
+) -> None:
     """Forward one non-model call (its token already checked) and record it. An answer
     the ledger could not take is not relayed: the client gets the refusal a model
-    call would get (docket_ledger_full, docket_evidence_lost) instead."""
+    call would get (docket_ledger_full, docket_evidence_lost) from `refuse`
+    (Intake.answer_refusal) instead."""
     target = route.target(rest, request.query)
     fields: dict = {
         "provider": route.name,
@@ -71,42 +86,35 @@ async def relay_non_model(boundary, route, rest: str, request, respond, endpoint
     except upstream.UpstreamError as exc:
         reason = error_reason(exc)
         fields |= {"reason": reason, "detail": str(exc)[:300]}
-        if await _recorded(boundary, route, respond, fields, started):
+        if await _recorded(boundary, route, respond, fields, started, refuse):
             kind = (
                 "docket_upstream_timeout" if reason == "timeout" else "docket_upstream_unreachable"
             )
             answer = providers.refusal(route.kind, kind, f"upstream {route.name}: {reason}: {exc}")
             await respond.simple(answer.status, answer.headers, answer.body)
         return
-    if await _recorded(
-        boundary, route, respond, fields | {"status": status, "bytes": len(data)}, started
-    ):
+    answered = fields | {"status": status, "bytes": len(data)}
+    if await _recorded(boundary, route, respond, answered, started, refuse):
         await respond.simple(status, scrub.headers(answer_headers), scrub.whole(data))
 
 
-async def _recorded(boundary, route, respond, fields: dict, started: float) -> bool:
+async def _recorded(
+    boundary: IntakeHost,
+    route: Route,
+    respond: Responder,
+    fields: dict[str, object],
+    started: float,
+    refuse: Refuse,
+) -> bool:
     """Write the provider.call event; False (the client answered with a refusal) if
-    the ledger could not take it."""
+    the ledger could not take it (the recorder has asked the run to stop)."""
     fields["duration_ms"] = max(0, round((boundary.clock.mono() - started) * 1000))
     try:
-        await boundary.record(EVENT, **fields)
+        await boundary.recorder.record(EVENT, **fields)
         return True
     except LedgerFull as full:
-        boundary.stop(f"ledger full ({full.reason})", full.reason)
-        error_type, message = "docket_ledger_full", str(full)
+        refusal = admission.ledger_full(route.name, None, full.reason, str(full))
     except EvidenceLost:
-        error_type = "docket_evidence_lost"
-        message = (
-            "the ledger could not be written and fail_fast_evidence is set: the run is stopping"
-        )
-    await boundary.refuse(
-        respond,
-        route.kind,
-        error_type,
-        message,
-        rule=f"ledger.{EVENT}",
-        provider=route.name,
-        model=None,
-        record=False,
-    )
+        refusal = admission.evidence_lost(route.name, None)
+    await refuse(respond, route.kind, refusal)
     return False

@@ -8,23 +8,20 @@ small stand-in. app.Boundary satisfies all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
+from docket.boundary.recorder import Recorder
 from docket.clock import Clock
 from docket.guards.caps import CapsGuard, Decision, Outcome, Totals
 from docket.guards.redact import Redactor
 from docket.http.client import UpstreamPool
-from docket.ledger.pending import ClosingSlot
 from docket.policy import Policy
 
-
-class Recorder(Protocol):
-    """The way to the ledger, and to stopping the run when it fails."""
-
-    async def record(self, type: str, **fields: object) -> int | None: ...
-
-    def stop(self, reason: str, cap: str | None, exit_status: int = ...) -> None: ...
+if TYPE_CHECKING:  # guarded.py's Hold is what the learners take; it needs none of this
+    from docket.boundary.cache import ResponseCache
+    from docket.boundary.guarded import Guards
+    from docket.http.server import ServerStats
 
 
 class CallMetrics(Protocol):
@@ -32,7 +29,7 @@ class CallMetrics(Protocol):
 
 
 class Upstream(Protocol):
-    """What a call uses of its route (app.Route): where it goes, and with which key."""
+    """What a call uses of its route (routes.Route): where it goes, and with which key."""
 
     @property
     def name(self) -> str: ...
@@ -46,10 +43,13 @@ class Upstream(Protocol):
     def pool(self) -> UpstreamPool: ...
 
 
-class CallHost(Recorder, Protocol):
+class CallHost(Protocol):
     """What one forwarded call (forward.ModelCall) uses: the caps to settle, the
     clock to time it, the secrets to keep out of its record and its relay, and the
-    ledger's closing events."""
+    recorder for its closing event."""
+
+    @property
+    def recorder(self) -> Recorder: ...
 
     @property
     def policy(self) -> Policy: ...  # policy.ledger.record_bodies
@@ -70,22 +70,16 @@ class CallHost(Recorder, Protocol):
 
     async def cap_events(self, outcome: Outcome | Decision) -> None: ...
 
-    async def record_closing(
-        self, slot: ClosingSlot, type: str, *, optional: Iterable[str] = ..., **fields: object
-    ) -> int | None: ...
-
     async def record_cache_problems(self) -> None: ...
 
 
-class RoomCheck(Protocol):
-    def check_room(
-        self, type: str, body_bytes: int = ..., *, closing_bytes: int | None = ...
-    ) -> None: ...
-
-
-class ProxyHost(Recorder, Protocol):
+class ProxyHost(Protocol):
     """What the forward proxy (proxy.handle_proxy) uses: the token it checks, the
-    policy's egress rule and timeouts, the ledger's room for a net.connect."""
+    policy's egress rule and timeouts, the recorder (and the ledger's room for a
+    net.connect through it)."""
+
+    @property
+    def recorder(self) -> Recorder: ...
 
     @property
     def token(self) -> str: ...
@@ -93,9 +87,6 @@ class ProxyHost(Recorder, Protocol):
     def policy(self) -> Policy: ...
     @property
     def clock(self) -> Clock: ...
-    @property
-    def ledger(self) -> RoomCheck: ...
-
     def scrub(self, text: str) -> str: ...
 
 
@@ -123,3 +114,63 @@ class MetricsSource(Protocol):
     def caps(self) -> TotalsSource: ...
     @property
     def ledger(self) -> LedgerCounts: ...
+
+
+class AdmissionHost(Protocol):
+    """What an admission rule's learner (docket/boundary/rules/) uses of the boundary:
+    the token it checks, the scrubber for messages that quote the request, the harness's
+    probe, the caps and resilience guards it asks, and the recorder for their events."""
+
+    @property
+    def token(self) -> str: ...
+    @property
+    def caps(self) -> CapsGuard: ...
+    @property
+    def guards(self) -> Guards: ...
+    @property
+    def recorder(self) -> Recorder: ...
+
+    def scrub(self, text: str) -> str: ...
+
+    def probe(self, point: str) -> None: ...
+
+    async def cap_events(self, outcome: Outcome | Decision) -> None: ...
+
+
+class IntakeMetrics(CallMetrics, Protocol):
+    def refused(self, provider: str, error_type: str) -> None: ...
+    def load_shed(self, upstream: str) -> None: ...
+    def cache_outcome(self, provider: str, outcome: str, saved_nusd: int = ...) -> None: ...
+
+
+class IntakeHost(CallHost, AdmissionHost, Protocol):
+    """What intake.Intake uses: everything a forwarded call and a rule's learner use,
+    the response cache (None when off) and the metrics of refusals and cache hits."""
+
+    @property
+    def metrics(self) -> IntakeMetrics: ...
+    @property
+    def cache(self) -> ResponseCache | None: ...
+
+
+class MetricsText(Protocol):
+    def render(self, boundary: MetricsSource) -> str: ...
+
+
+class OpsHost(MetricsSource, Protocol):
+    """What the `/docket/...` endpoints (ops.OpsEndpoints) read: readiness from the
+    guards, the server and the ledger; the metrics text; the token that guards the
+    backoff report, and the recorder it is written through."""
+
+    @property
+    def token(self) -> str: ...
+    @property
+    def policy(self) -> Policy: ...
+    @property
+    def guards(self) -> Guards: ...
+    @property
+    def server_stats(self) -> ServerStats | None: ...
+    @property
+    def recorder(self) -> Recorder: ...
+    @property
+    def metrics(self) -> MetricsText: ...

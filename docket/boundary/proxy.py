@@ -275,9 +275,8 @@ async def handle_proxy(
         await _deny(boundary, request, respond, denied, 400, url=url)
         return
     try:
-        boundary.ledger.check_room("net.connect", RECORD_ROOM)
-    except LedgerFull as full:
-        boundary.stop(f"ledger full ({full.reason})", full.reason)
+        boundary.recorder.check_room("net.connect", RECORD_ROOM)
+    except LedgerFull as full:  # the recorder has stopped the run
         await _answer(respond, 503, "docket_ledger_full", str(full), "ledger." + full.reason)
         return
     except EvidenceLost as lost:
@@ -334,7 +333,7 @@ async def _deny(
     fields.update(extra or {})
     message = fields["reason"]
     try:
-        await boundary.record("net.denied", **fields)
+        await boundary.recorder.record("net.denied", **fields)
     except (LedgerFull, EvidenceLost) as exc:
         message = f"{message} (the refusal itself could not be recorded: {exc})"
     error_type = {407: "docket_proxy_auth", 400: "docket_bad_request"}.get(
@@ -374,12 +373,11 @@ async def _record_connect(boundary: ProxyHost, conn: _Connection, url: str) -> N
         fields["detail"] = boundary.scrub(conn.detail)[:300]
     with trio.CancelScope(shield=True):
         try:
-            await boundary.record("net.connect", **fields)
-        except LedgerFull as full:
-            # room was checked before connecting; another writer took it meanwhile
-            boundary.stop(f"ledger full ({full.reason})", full.reason)
-        except EvidenceLost:
-            return  # boundary.record has already asked the run to stop, saying why
+            await boundary.recorder.record("net.connect", **fields)
+        except (LedgerFull, EvidenceLost):
+            # Room was checked before connecting; another writer took it meanwhile. The
+            # recorder has asked the run to stop, saying why: nobody is left to answer.
+            return
 
 
 async def _tunnel(boundary: ProxyHost, respond, conn: _Connection, idle: float) -> None:

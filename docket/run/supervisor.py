@@ -51,10 +51,12 @@ from typing import TYPE_CHECKING
 import trio
 
 from docket import __version__
+from docket.boundary.recorder import Recorder
 from docket.boundary.stop import StopRequest
 from docket.clock import Clock, rfc3339
 from docket.errors import EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
 from docket.guards.redact import Redactor, redact_argv
+from docket.ledger.limits import EvidenceLost, LedgerFull
 from docket.run import pid_namespace
 from docket.run.cache_store import open_shared_cache, shared_cache
 from docket.run.cgroup import RunCgroup
@@ -130,6 +132,7 @@ class Supervisor:
         self.folder = base
         self._stop = StopLatch()
         self._ledger: Ledger | None = None  # open from session.start to session.end
+        self._recorder: Recorder | None = None  # the way to it, while it is open
         self._opened_mono = 0.0  # the clock's reading when the ledger opened
         self.hardening: dict = {}  # what the kernel was asked at start, and what it said
         self.control = ChildControl(
@@ -261,6 +264,7 @@ class Supervisor:
             faults=self.faults,
         ) as ledger:
             self._ledger = ledger
+            self._recorder = Recorder(ledger, self._redactor, self.request_stop)
             self._opened_mono = self.clock.mono()
             self.control.started = trio.current_time()
             start = self.session_facts(policy)
@@ -451,22 +455,13 @@ class Supervisor:
     # ------------------------------------------------------------------ recording
 
     async def _record(self, type: str, **fields) -> int | None:
-        """Append; a ceiling or lost evidence stops the run instead of crashing it."""
-        from docket.ledger.limits import EvidenceLost, LedgerFull
-
-        assert self._ledger is not None, "events are recorded only while the ledger is open"
+        """Append; a ceiling or lost evidence stops the run (the recorder asks for the
+        stop, as it does for the boundary's events) instead of crashing it."""
+        assert self._recorder is not None, "events are recorded only while the ledger is open"
         try:
-            return await self._ledger.append(type, **self._redactor.fields(fields))
-        except EvidenceLost as exc:
-            self.request_stop(
-                StopRequest(
-                    f"evidence could not be written (fail_fast_evidence): {exc}",
-                    exit_status=EXIT_EVIDENCE_LOST,
-                )
-            )
-        except LedgerFull as exc:
-            self.request_stop(StopRequest(f"ledger full ({exc.reason})", cap=exc.reason))
-        return None
+            return await self._recorder.record(type, **fields)
+        except (EvidenceLost, LedgerFull):
+            return None  # the recorder has asked the run to stop, saying why
 
     async def _record_control(self, type: str, fields: dict, unwritten: dict) -> int | None:
         """Record session.start/end; if the line is lost, keep it for the receipt's account."""
