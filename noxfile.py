@@ -29,8 +29,11 @@ COVERAGE_FLOORS = {"docket/ledger": 92.0, "docket/guards": 98.0, "docket/receipt
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The suite, including short versions of the long loops, in two workers
-    (pytest-xdist, work stealing: the two cores of the machine it was sized for).
+    """The suite, including short versions of the long loops, in four workers
+    (pytest-xdist, work stealing) on the two cores of the machine it was sized for: a
+    fifth of a worker's time is spent waiting (processes, timeouts, a stub's answer), and
+    the third and fourth worker fill it; beside other work they also hold the suite's
+    share of the CPU (docs/testing.md has the figures: 2, 3 and 4 workers).
     Under five minutes on an idle 2-core machine (docs/testing.md has the figures).
     With no arguments it also measures branch coverage and holds COVERAGE_FLOORS.
     `nox -s tests -- tests/test_x.py` runs a part, in one process unless given `-n 2`."""
@@ -45,7 +48,7 @@ def tests(session: nox.Session) -> None:
         return
     rooms = [f"--cov={folder.replace('/', '.')}" for folder in COVERAGE_FLOORS]
     session.run(
-        "pytest", "-q", "-m", "not slow", "-n", "2", "--dist", "worksteal",
+        "pytest", "-q", "-m", "not slow", "-n", "4", "--dist", "worksteal",
         *rooms, "--cov-branch", "--cov-report=",
     )  # fmt: skip
     for folder, floor in COVERAGE_FLOORS.items():
