@@ -38,7 +38,7 @@ with its fields (none for a refusal the ledger cannot take).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from docket.boundary.calls import UNKNOWN, CallFacts
 from docket.boundary.providers import RequestFacts
@@ -60,7 +60,7 @@ from docket.guards import caps as cp
 from docket.guards.deadline import Attempt
 
 # The rules, in the order a call is asked them: the one place a rule is registered.
-RULES: Final[tuple[Rule, ...]] = (
+RULES: Final[tuple[Rule[Any], ...]] = (
     auth.RULE,
     body.RULE,
     request.RULE,

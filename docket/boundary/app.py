@@ -242,6 +242,7 @@ class Boundary:
     # ------------------------------------------------------------------ routing
 
     async def handle(self, request: Request, respond: Responder) -> None:
+        assert self.url is not None  # set before the server hands it a request
         if is_proxy_request(request.method, request.target, self.url):
             await handle_proxy(self, request, respond)  # the agent's HTTP(S)_PROXY traffic
             return

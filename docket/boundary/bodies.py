@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 
 from docket.guards.credential_names import ANY_CREDENTIAL_WORD, is_credential_member
 from docket.guards.redact import MARKER, Redactor
@@ -61,7 +62,9 @@ class NotRecorded(Exception):
         self.reason = reason
 
 
-def recorded_body(prefix: str, data: bytes, secrets, *, cut: bool = False) -> dict:
+def recorded_body(
+    prefix: str, data: bytes, secrets: Redactor | Iterable[str], *, cut: bool = False
+) -> dict[str, object]:
     """The event fields recording one body: `<prefix>_body` (the text, redacted), with
     `<prefix>_body_truncated` when cut to RECORDED_BODY_BYTES and
     `<prefix>_body_redacted` when anything was taken out; or, for a body that cannot
@@ -75,7 +78,7 @@ def recorded_body(prefix: str, data: bytes, secrets, *, cut: bool = False) -> di
     redactor = secrets if isinstance(secrets, Redactor) else Redactor(secrets)
     if len(data) > RECORDED_BODY_BYTES:
         data, cut = data[:RECORDED_BODY_BYTES], True
-    fields: dict = {}
+    fields: dict[str, object] = {}
     try:
         text, redacted = redact_body(_utf8(data, cut), redactor, cut=cut)
         fields[f"{prefix}_body"] = text

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from docket.cache.config import CachePolicy
 from docket.cache.decide import (
@@ -120,7 +121,7 @@ class ResponseCache:
         endpoint: str,
         model: str | None,
         choices: int,
-        payload: dict | None,
+        payload: dict[str, Any] | None,
         body: bytes,
         now: float,
         kind: str = "",
@@ -163,7 +164,7 @@ class ResponseCache:
 
     def decide(
         self, lookup: Lookup, *, complete: bool, usage_missing: bool
-    ) -> tuple[Store | Refuse, dict[str, object]]:
+    ) -> tuple[Store | Refuse, dict[str, Any]]:
         """The store decision for a call that is closing, and its closing event's fields."""
         capture = lookup.capture
         answer = Answer(

@@ -13,6 +13,7 @@ import functools
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from docket.boundary import providers
 
@@ -68,10 +69,10 @@ class CallRecord:
     ttfb: float | None = None
     bytes: int = 0
     usage: providers.Usage | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def usage_fields(usage: providers.Usage | None) -> dict:
+def usage_fields(usage: providers.Usage | None) -> dict[str, Any]:
     """Known counts only: a count the provider did not report is absent, never zero."""
     if usage is None:
         return {}

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 import trio
 
@@ -40,13 +41,17 @@ from docket.boundary.closing import RESPONSE_BODY_FIELDS, CallRecord, usage_fiel
 from docket.boundary.closing import closing_bound as closing_bound
 from docket.boundary.guarded import Passage, record_changes
 from docket.boundary.ports import CallHost, Upstream
+from docket.boundary.providers.base import StreamTracker
 from docket.cache.decide import Store
-from docket.guards.caps import Reservation
+from docket.guards.caps import Outcome, Reservation
 from docket.guards.scrub import Scrubber, joined_texts_scrubbed
 from docket.http import client as upstream
+from docket.http.client import UpstreamPool, UpstreamResponse
 from docket.http.server_errors import ClientGone
+from docket.http.server_exchange import Responder
 from docket.ledger.limits import EvidenceLost
 from docket.ledger.pending import ClosingSlot
+from docket.pricing import Usage
 
 # Response headers that describe one hop, not the answer: never relayed.
 _HOP_HEADERS = frozenset(
@@ -61,11 +66,12 @@ _HOP_HEADERS = frozenset(
         b"upgrade",
     }
 )
+HeaderList = list[tuple[bytes, bytes]]  # a request's headers as parsed (names lower-cased)
 MAX_RESPONSE_BYTES = 64 << 20  # a non-streamed answer larger than this is a protocol error
 _CUT_ERROR_TEXT = 200
 
 
-def relay_headers(headers) -> list[tuple[bytes, bytes]]:
+def relay_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     return [(k, v) for k, v in headers if k.lower() not in _HOP_HEADERS]
 
 
@@ -123,7 +129,9 @@ class ModelCall:
         self.forwarded = providers.forwarded(facts, request_body)
         self.record = CallRecord(call_id, route.name, facts.model, boundary.clock.mono())
         self.closed = False  # the closing event's write has begun (it is then finished)
-        self._outcome = None  # the caps' outcome, once charged (a close is charged once)
+        self._outcome: Outcome | None = (
+            None  # the caps' outcome, once charged (a close is charged once)
+        )
         self._charged = 0
         self.unrecorded: tuple[str, str] | None = (
             None  # evidence lost: the closing event is not durable
@@ -144,7 +152,7 @@ class ModelCall:
 
     # ------------------------------------------------------------------ the exchange
 
-    async def run(self, target: str, headers, respond) -> None:
+    async def run(self, target: str, headers: HeaderList, respond: Responder) -> None:
         """Forward, relay and close, watching the client meanwhile: a client that
         leaves cancels the upstream exchange, and the call is closed as client_abort."""
         try:
@@ -189,7 +197,7 @@ class ModelCall:
                 "internal_error", charge="reservation", detail=detail, bodies=False
             )
 
-    async def _exchange(self, target: str, headers, respond) -> None:
+    async def _exchange(self, target: str, headers: HeaderList, respond: Responder) -> None:
         _probe(self.b, "call.forward")
         body, strip = self.forwarded.body, self.forwarded.strip_usage
         out_headers = providers.upstream_headers(  # the token was checked on arrival
@@ -213,7 +221,15 @@ class ModelCall:
         if self._attempt.cancelled_caught and not self.closed:
             await self._deadline_passed(respond)
 
-    async def _attempt_once(self, pool, target, out_headers, body, respond, strip) -> None:
+    async def _attempt_once(
+        self,
+        pool: UpstreamPool,
+        target: str,
+        out_headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        respond: Responder,
+        strip: bool,
+    ) -> None:
         try:
             # Waiting for a free connection is bounded too (by the connect timeout), so
             # without a bulkhead no call queues unrecorded: it ends as pool_timeout.
@@ -235,7 +251,7 @@ class ModelCall:
         except upstream.UpstreamError as exc:
             await self._transport_failed(exc, respond)
 
-    async def _relay_whole(self, resp, respond) -> None:
+    async def _relay_whole(self, resp: UpstreamResponse, respond: Responder) -> None:
         _probe(self.b, "upstream.read")
         data = await resp.read(limit=MAX_RESPONSE_BYTES)
         self.record.bytes = len(data)
@@ -265,7 +281,7 @@ class ModelCall:
         _probe(self.b, "relay.answer")
         await respond.simple(resp.status, headers, relayed)
 
-    async def _relay_stream(self, resp, respond, strip: bool) -> None:
+    async def _relay_stream(self, resp: UpstreamResponse, respond: Responder, strip: bool) -> None:
         tracker = providers.stream_tracker(self.facts, strip_usage_chunk=strip)
         held = b""
         try:
@@ -329,7 +345,7 @@ class ModelCall:
         except ClientGone:
             return  # already recorded; the agent left after the last event was written
 
-    def _relay_batch(self, chunks: list[bytes], tracker) -> _Relayed:
+    def _relay_batch(self, chunks: list[bytes], tracker: StreamTracker) -> _Relayed:
         """Feed chunks that arrived together to the tracker: what to send now, and what
         to hold (from the provider's end-of-stream marker on, the answer's end waits
         for its event to be durable)."""
@@ -345,7 +361,7 @@ class ModelCall:
                 now.append(out)
         return _Relayed(b"".join(now), held)
 
-    def _note_stream(self, tracker) -> None:
+    def _note_stream(self, tracker: StreamTracker) -> None:
         self.record.usage = tracker.usage
         self.record.extra["events"] = tracker.events
         if tracker.error is not None:
@@ -353,7 +369,7 @@ class ModelCall:
         if tracker.problem is not None:
             self.record.extra["stream_problem"] = self.b.scrub(tracker.problem)[:200]
 
-    async def _transport_failed(self, exc: upstream.UpstreamError, respond) -> None:
+    async def _transport_failed(self, exc: upstream.UpstreamError, respond: Responder) -> None:
         reason = error_reason(exc)
         never_left = reason in ("connect", "pool_timeout")
         await self._close_error(
@@ -371,7 +387,7 @@ class ModelCall:
         )
         await respond.simple(answer.status, answer.headers, answer.body)
 
-    async def _deadline_passed(self, respond) -> None:
+    async def _deadline_passed(self, respond: Responder) -> None:
         """The caller's deadline cut the attempt: a timeout, like any other, for the
         record and the breaker. Bytes may have left, so the reservation is charged."""
         # Only a passage with a deadline arms the attempt's cancel scope.
@@ -393,7 +409,7 @@ class ModelCall:
         )
         await respond.simple(answer.status, answer.headers, answer.body)
 
-    async def _refuse_unrecorded(self, respond) -> None:
+    async def _refuse_unrecorded(self, respond: Responder) -> None:
         assert self.unrecorded is not None  # called only once it is set
         error_type, message = self.unrecorded
         answer = providers.refusal(self.route.kind, error_type, message)
@@ -401,14 +417,14 @@ class ModelCall:
 
     # ------------------------------------------------------------------ closing events
 
-    def _timing(self) -> dict:
+    def _timing(self) -> dict[str, Any]:
         now = self.b.clock.mono()
         out = {"duration_ms": int((now - self.record.started) * 1000), "bytes": self.record.bytes}
         if self.record.ttfb is not None:
             out["ttfb_ms"] = int((self.record.ttfb - self.record.started) * 1000)
         return out
 
-    def _error_fields(self, error: providers.ProviderError) -> dict:
+    def _error_fields(self, error: providers.ProviderError) -> dict[str, Any]:
         # Scrubbed, then cut: a cut first could leave part of a secret the scrub misses.
         kind = error.type if error.type is None else self.b.scrub(error.type)[:_CUT_ERROR_TEXT]
         return {"type": kind, "message": self.b.scrub(error.message)[:_CUT_ERROR_TEXT]}
@@ -426,7 +442,7 @@ class ModelCall:
         if priced_usage is None:
             # A success without usable usage: charge the worst case, say so.
             outcome = self._charge(self.b.caps.fail)
-            fields: dict[str, object] = {"usage_missing": True}
+            fields: dict[str, Any] = {"usage_missing": True}
         else:
             outcome = self._charge(self.b.caps.settle, priced_usage)
             fields = {}
@@ -477,7 +493,7 @@ class ModelCall:
         `bodies`, the response body is left out (an internal error's last resort)."""
         self._disarm()
         r = self.record
-        fields: dict[str, object] = {"detail": self.b.scrub(detail)[:300]} if detail else {}
+        fields: dict[str, Any] = {"detail": self.b.scrub(detail)[:300]} if detail else {}
         body = self._body_fields() if bodies else {}
         if not self.b.caps.outstanding(self.reservation):
             # An earlier close charged the call, then failed before its event: not twice.
@@ -522,7 +538,7 @@ class ModelCall:
         await self._after_close(outcome, reason)
         self.b.metrics.call_finished(r.provider, reason, timing["duration_ms"] / 1000)
 
-    def _charge(self, how, *args):
+    def _charge(self, how: Callable[..., Outcome], *args: Usage) -> Outcome:
         """Settle or fail the reservation, remembering the outcome: a close that fails
         after this is closed again without a second charge."""
         outcome = self._outcome = how(self.reservation, *args)
@@ -535,19 +551,19 @@ class ModelCall:
         if self._attempt is not None:
             self._attempt.deadline = math.inf
 
-    async def _after_close(self, outcome, reason: str | None) -> None:
+    async def _after_close(self, outcome: Outcome | None, reason: str | None) -> None:
         """After the closing event: record the caps' events, tell the breaker how the
         call ended and record any transition that caused. Shielded like the closing
         event, when there is anything to write (most calls have nothing, and an
         empty shield would still cost a cancel scope)."""
         _probe(self.b, "close.after")
         changes = () if self.passage is None else self.passage.report(reason, self.record.status)
-        caps = outcome is not None and (outcome.events or outcome.stop_run)
-        if not (caps or changes):
+        caps = outcome if outcome is not None and (outcome.events or outcome.stop_run) else None
+        if caps is None and not changes:
             return
         with trio.CancelScope(shield=True):
-            if caps:
-                await self.b.cap_events(outcome)
+            if caps is not None:
+                await self.b.cap_events(caps)
             try:
                 await record_changes(self.b.recorder, changes)
             except EvidenceLost:
@@ -555,7 +571,7 @@ class ModelCall:
                 # transition goes with everything else the ledger can no longer take.
                 return
 
-    async def _write_close(self, type: str, **fields) -> None:
+    async def _write_close(self, type: str, **fields: object) -> None:
         """Append the closing event into the room its model.request held: no ceiling
         refuses it (the response body is left out when the file has no room for it).
         If evidence is lost under fail_fast_evidence, the run stops and the agent does
@@ -587,7 +603,7 @@ class ModelCall:
             self._response_cut = True
         self._response_body += chunk[: max(room, 0)]
 
-    def _body_fields(self) -> dict:
+    def _body_fields(self) -> dict[str, Any]:
         if not self._keep_body or self.record.status is None:
             return {}  # no answer came
         # A secret split across a stream's text deltas is joined up first (what the
@@ -616,9 +632,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _nothing_used():
-    from docket.pricing import Usage
-
+def _nothing_used() -> Usage:
     return Usage(0, 0)
 
 
@@ -626,7 +640,7 @@ def request_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def forwarded_fields(forwarded: providers.Forwarded) -> dict[str, object]:
+def forwarded_fields(forwarded: providers.Forwarded) -> dict[str, Any]:
     """The model.request's record of bytes sent upstream that are not the agent's
     (spec section 5): their digest and what changed; nothing when they are the agent's.
     A check comparing the upstream's bytes with the ledger reads forwarded_sha256,

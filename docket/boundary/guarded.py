@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -44,6 +45,9 @@ from docket.guards.bulkhead_trio import Bulkhead, Entered
 from docket.guards.deadline import Attempt, Spent, plan_attempt
 from docket.guards.limiter import Admit, Refuse
 from docket.ledger.limits import LedgerFull
+
+if TYPE_CHECKING:
+    from docket.policy import ResiliencePolicy
 
 # Kept back from a caller's budget for the boundary's own work once the upstream
 # has answered: the closing event's write and fdatasync, then the relay. Larger
@@ -124,7 +128,7 @@ class Guards:
 
     def __init__(
         self,
-        resilience,
+        resilience: ResiliencePolicy,
         upstreams: Iterable[str],
         *,
         clock: Callable[[], float] = trio.current_time,

@@ -132,8 +132,9 @@ class Intake:
             headers = [*answer.headers, (b"connection", b"close")]
             await respond.simple(answer.status, headers, answer.body)
             return
-        if self.host.caps.outstanding(call.reservation):
-            self.host.caps.cancel(call.reservation)  # never forwarded
+        held = call.reservation
+        if held is not None and self.host.caps.outstanding(held):
+            self.host.caps.cancel(held)  # never forwarded
         model = call.facts.model
         refusal = admission.internal_error(route.name, model, self.host.scrub(what)[:300])
         await self.answer_refusal(respond, route.kind, refusal)
@@ -150,7 +151,8 @@ class Intake:
                 learn = RULES[step.at].learn
                 assert learn is not None  # a rule without a learner reads a fact learned before
                 await learn(self.host, call)
-                if listing is not None and isinstance(facts[request_rule.FACT], RequestFacts):
+                parsed = facts[request_rule.FACT]
+                if listing is not None and isinstance(parsed, RequestFacts):
                     break  # authorised and readable: a models list or lookup, relayed below
                 step = admit(facts, step.at)
         except BaseException:

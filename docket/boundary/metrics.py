@@ -17,9 +17,13 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sized
+from typing import TYPE_CHECKING
 
 from docket.boundary.guarded import Guards
 from docket.boundary.ports import MetricsSource
+
+if TYPE_CHECKING:  # prometheus_client is imported when a scrape needs it
+    from prometheus_client.metrics_core import Metric
 
 # An upstream call takes from milliseconds (a cached stub) to minutes (a long stream).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -114,7 +118,7 @@ class _Scrape:
         self.m = metrics
         self.b = boundary
 
-    def collect(self) -> Iterator:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import (
             CounterMetricFamily,
             HistogramMetricFamily,
@@ -161,7 +165,7 @@ class _Scrape:
         if m.cache_store is not None:
             yield from self._cache(m)
 
-    def _cache(self, m: Metrics) -> Iterator:
+    def _cache(self, m: Metrics) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         outcomes = CounterMetricFamily(
@@ -183,7 +187,7 @@ class _Scrape:
             "docket_cache_entries", "Answers held by the response cache.", value=len(m.cache_store)
         )
 
-    def _money_and_ledger(self) -> Iterator:
+    def _money_and_ledger(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         totals = self.b.caps.totals()
@@ -203,7 +207,7 @@ class _Scrape:
             value=ledger.stats.unwritten_events,
         )
 
-    def _guards(self, guards: Guards) -> Iterator:
+    def _guards(self, guards: Guards) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         now = guards.now()

@@ -61,7 +61,7 @@ async def relay_non_model(
     call would get (docket_ledger_full, docket_evidence_lost) from `refuse`
     (Intake.answer_refusal) instead."""
     target = route.target(rest, request.query)
-    fields: dict = {
+    fields: dict[str, object] = {
         "provider": route.name,
         "endpoint": endpoint,
         "method": request.method,

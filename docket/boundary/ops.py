@@ -102,7 +102,7 @@ class OpsEndpoints:
         await _json(respond, 200, {"recorded": True})
 
 
-def backoff_fields(body: bytes) -> dict:
+def backoff_fields(body: bytes) -> dict[str, object]:
     """An agent's backoff report ({"attempt", "wait_s", "retry_after"?, "status"?}) as
     event fields; ValueError naming what is wrong. Only finite, non-negative numbers
     are taken: the ledger's JSON has no NaN, and a negative wait is not a wait."""
@@ -113,7 +113,7 @@ def backoff_fields(body: bytes) -> dict:
     if not isinstance(report, dict):
         raise ValueError("expected a JSON object")
 
-    def number(name: str, *, required: bool, integer: bool = False):
+    def number(name: str, *, required: bool, integer: bool = False) -> int | float | None:
         value = report.get(name)
         if value is None:
             if required:

@@ -47,7 +47,9 @@ import base64
 import binascii
 import hashlib
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import quote, urlsplit
 
 import trio
@@ -59,6 +61,7 @@ from docket.guards.egress import Allowed, Denied
 from docket.guards.redact import sanitize_url
 from docket.http.client import Origin, UpstreamError, UpstreamPool, open_upstream_stream
 from docket.http.server_errors import ClientGone, RequestError
+from docket.http.server_exchange import Request, Responder
 from docket.ledger.limits import EvidenceLost, LedgerFull
 
 PROXY_USER = "docket"  # the user name in the proxy URL; only the password (the token) counts
@@ -184,7 +187,7 @@ def is_proxy_request(method: str, target: bytes, own_url: str) -> bool:
     return (asked.host.lower(), asked.port) != ((own.hostname or "").lower(), own.port)
 
 
-def proxy_token(headers) -> str | None:
+def proxy_token(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     """The password of `Proxy-Authorization: Basic` (any user name), or a Bearer token."""
     for name, value in headers:
         if name.lower() != b"proxy-authorization":
@@ -203,7 +206,7 @@ def proxy_token(headers) -> str | None:
     return None
 
 
-def hop_filtered(headers) -> list[tuple[bytes, bytes]]:
+def hop_filtered(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Headers without the hop-by-hop ones, nor any the Connection header names."""
     named = {
         token.strip().lower()
@@ -240,7 +243,7 @@ class _Connection:
 
 
 async def handle_proxy(
-    boundary: ProxyHost, request, respond, config: ProxyConfig | None = None
+    boundary: ProxyHost, request: Request, respond: Responder, config: ProxyConfig | None = None
 ) -> None:
     """Serve one proxy request (a CONNECT or an absolute-form request) for
     `boundary` (ports.ProxyHost: its policy, token, clock, scrub, record and stop)."""
@@ -319,7 +322,14 @@ def _recorded_url(boundary: ProxyHost, target: ProxyTarget) -> str:
 
 
 async def _deny(
-    boundary: ProxyHost, request, respond, denied: Denied, status: int, *, url: str, extra=None
+    boundary: ProxyHost,
+    request: Request,
+    respond: Responder,
+    denied: Denied,
+    status: int,
+    *,
+    url: str,
+    extra: dict[str, object] | None = None,
 ) -> None:
     fields = {
         "host": boundary.scrub(denied.host),
@@ -331,7 +341,7 @@ async def _deny(
     if url:
         fields["url"] = url
     fields.update(extra or {})
-    message = fields["reason"]
+    message = boundary.scrub(denied.reason)
     try:
         await boundary.recorder.record("net.denied", **fields)
     except (LedgerFull, EvidenceLost) as exc:
@@ -345,7 +355,16 @@ async def _deny(
     await _answer(respond, status, error_type, message, denied.rule, headers, close=close)
 
 
-async def _answer(respond, status, error_type, message, rule, headers=(), *, close=True) -> None:
+async def _answer(
+    respond: Responder,
+    status: int,
+    error_type: str,
+    message: str,
+    rule: str,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+    *,
+    close: bool = True,
+) -> None:
     body = json.dumps({"error": {"type": error_type, "message": message, "rule": rule}}).encode()
     pairs = [(b"content-type", b"application/json"), *headers]
     if close:
@@ -380,7 +399,7 @@ async def _record_connect(boundary: ProxyHost, conn: _Connection, url: str) -> N
             return
 
 
-async def _tunnel(boundary: ProxyHost, respond, conn: _Connection, idle: float) -> None:
+async def _tunnel(boundary: ProxyHost, respond: Responder, conn: _Connection, idle: float) -> None:
     allowed = conn.allowed
     try:
         upstream = await open_upstream_stream(
@@ -401,7 +420,21 @@ async def _tunnel(boundary: ProxyHost, respond, conn: _Connection, idle: float) 
         await trio.aclose_forcefully(upstream)
 
 
-async def splice(client, upstream, tally, idle_timeout: float, *, leftover: bytes = b"") -> str:
+class ByteTally(Protocol):
+    """What splice adds to: the bytes written to each far side (a _Connection)."""
+
+    bytes_up: int
+    bytes_down: int
+
+
+async def splice(
+    client: trio.abc.Stream,
+    upstream: trio.abc.Stream,
+    tally: ByteTally,
+    idle_timeout: float,
+    *,
+    leftover: bytes = b"",
+) -> str:
     """Move bytes both ways until both directions have ended (an EOF is passed on
     as a half-close), either side breaks, or nothing moves for idle_timeout.
     `leftover` goes upstream first. Adds to tally.bytes_up / tally.bytes_down
@@ -414,7 +447,13 @@ async def splice(client, upstream, tally, idle_timeout: float, *, leftover: byte
     def down(n: int) -> None:
         tally.bytes_down += n
 
-    async def pump(src, dst, names: tuple[str, str], count, stop: trio.CancelScope) -> None:
+    async def pump(
+        src: trio.abc.ReceiveStream,
+        dst: trio.abc.SendStream,
+        names: tuple[str, str],
+        count: Callable[[int], None],
+        stop: trio.CancelScope,
+    ) -> None:
         src_name, dst_name = names
         while True:
             try:
@@ -464,7 +503,7 @@ async def splice(client, upstream, tally, idle_timeout: float, *, leftover: byte
 class _CountedBody:
     """The client's request body, streamed upstream and counted."""
 
-    def __init__(self, request, conn: _Connection) -> None:
+    def __init__(self, request: Request, conn: _Connection) -> None:
         self._chunks = request.body_chunks()
         self._conn = conn
 
@@ -477,7 +516,9 @@ class _CountedBody:
         return chunk
 
 
-async def _forward(boundary: ProxyHost, request, respond, conn: _Connection, idle: float) -> None:
+async def _forward(
+    boundary: ProxyHost, request: Request, respond: Responder, conn: _Connection, idle: float
+) -> None:
     allowed, target = conn.allowed, conn.target
     pool = UpstreamPool(
         Origin(target.scheme or "http", allowed.host, allowed.port),

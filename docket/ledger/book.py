@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import json
 from collections import deque
+from typing import Any
 
 from docket.ledger.chain import (
     EVENT_TYPES,
@@ -512,7 +513,7 @@ class LedgerBook:
         return self.disk.short
 
     @property
-    def low_disk(self) -> dict | None:
+    def low_disk(self) -> dict[str, Any] | None:
         """The evidence.low_disk record owed, or None."""
         return self.watch.owed
 

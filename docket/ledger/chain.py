@@ -91,7 +91,7 @@ def line_hash(line: bytes) -> str:
     return hashlib.sha256(line).hexdigest()
 
 
-def encode_body(fields: dict) -> bytes:
+def encode_body(fields: dict[str, Any]) -> bytes:
     """Encode an event's own fields (everything but the common ones) as a JSON object.
 
     Done once, when the event is accepted, so that its exact size is known
@@ -187,7 +187,7 @@ class ChainVerifier:
         trial._parse = self._parse
         return trial
 
-    def feed(self, line: bytes) -> dict:
+    def feed(self, line: bytes) -> dict[str, Any]:
         """Check one line (without its newline) at the current offset."""
         seq = self.count
         try:  # strict_json.decode_json, inlined: this runs once per line
@@ -228,7 +228,8 @@ class ChainVerifier:
         self.head = _sha256(line).hexdigest()
         self.offset += len(line) + 1
         self.last_mono_ms = mono
-        return event
+        checked: dict[str, Any] = event  # every check passed: a JSON object
+        return checked
 
     def _diagnose(self, event: Any, seq: int) -> None:
         """The checks of spec section 4, steps 2 to 6, in order."""

@@ -38,9 +38,10 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from docket.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, DocketError, InputError
 from docket.inputs import existing_file
@@ -104,7 +105,9 @@ class Scan:
     # (call_id, seq) of each model.request in the verified prefix that no closing
     # event follows: the calls in flight where the ledger ends (a killed run's).
     open_calls: tuple[tuple[str, int], ...] = ()
-    evidence: dict | None = None  # what the verified events say of the record's completeness
+    evidence: dict[str, Any] | None = (
+        None  # what the verified events say of the record's completeness
+    )
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class Diagnosis:
     locked: bool  # a live writer holds the ledger's lock
     locked_by: int | None  # its pid, when it has written one
     open_calls: tuple[tuple[str, int], ...] = ()  # see Scan
-    evidence: dict | None = None  # EvidenceFacts.as_dict(), with the receipt's word
+    evidence: dict[str, Any] | None = None  # EvidenceFacts.as_dict(), with the receipt's word
 
     @property
     def verdict(self) -> str:
@@ -138,7 +141,7 @@ class Diagnosis:
         ok = self.verdict == CLEAN and not self.evidence_lost
         return EXIT_OK if ok else EXIT_CHECK_FAILED
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         problem = self.problem
         return {
             "path": self.path,
@@ -210,7 +213,7 @@ def scan_lines(lines: Iterable[Line]) -> Scan:
     )
 
 
-def _pair(event: dict, open_calls: dict[str, int]) -> None:
+def _pair(event: dict[str, Any], open_calls: dict[str, int]) -> None:
     """Follow which calls are open: a model.request opens its call_id, its
     model.response or model.error closes it (spec section 7.5)."""
     kind, call_id = event["type"], event.get("call_id")
@@ -271,7 +274,7 @@ def _judge_tail(verifier: ChainVerifier, line: Line) -> tuple[Tail, ChainError]:
     )
 
 
-def classify(path: str | os.PathLike) -> Diagnosis:
+def classify(path: str | os.PathLike[str]) -> Diagnosis:
     """Read a ledger and say what state it is in. InputError if it is not a ledger at all.
 
     Safe beside a live writer: it only reads, and the writer only appends whole
@@ -331,11 +334,11 @@ class Quarantine:
     repaired: Diagnosis  # the repaired ledger, read back from disk
 
 
-def torn_sidecar(ledger: str | os.PathLike, offset: int) -> Path:
+def torn_sidecar(ledger: str | os.PathLike[str], offset: int) -> Path:
     return Path(f"{os.fspath(ledger)}.torn-{offset}")
 
 
-def repaired_path(ledger: str | os.PathLike) -> Path:
+def repaired_path(ledger: str | os.PathLike[str]) -> Path:
     return Path(f"{os.fspath(ledger)}.repaired")
 
 
@@ -401,7 +404,9 @@ def quarantine_torn_tail(diag: Diagnosis) -> Quarantine:
     return Quarantine(torn_path, fixed, torn_written, repaired_written, repaired)
 
 
-def _publish(final: Path, mode: int, write, same) -> bool:
+def _publish(
+    final: Path, mode: int, write: Callable[[int], None], same: Callable[[Path], bool]
+) -> bool:
     """Create `final` (with the ledger's `mode`) durably with what `write(fd)` writes,
     unless it exists with the same bytes (`same(path)`): True if written, False if
     already there."""
@@ -430,7 +435,7 @@ def _publish(final: Path, mode: int, write, same) -> bool:
     return True
 
 
-def _keep_existing(final: Path, same) -> bool:
+def _keep_existing(final: Path, same: Callable[[Path], bool]) -> bool:
     if not same(final):
         raise CheckFailed(
             f"{final} already exists with different content; doctor never overwrites: "
@@ -463,7 +468,7 @@ def _copy_range(src: int, dst: int, length: int) -> None:
         done += len(block)
 
 
-def _same_bytes(data: bytes):
+def _same_bytes(data: bytes) -> Callable[[Path], bool]:
     return lambda path: path.stat().st_size == len(data) and path.read_bytes() == data
 
 

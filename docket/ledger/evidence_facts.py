@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 
 class EvidenceFacts:
@@ -24,7 +25,7 @@ class EvidenceFacts:
         self.end_complete: bool | None = None  # session.end's word, if the ledger has one
         self.last_type: str | None = None
 
-    def add(self, event: dict) -> None:
+    def add(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         self.last_type = kind
         if kind == "evidence.gap":
@@ -38,7 +39,7 @@ class EvidenceFacts:
             said = evidence.get("ledger_complete") if isinstance(evidence, dict) else None
             self.end_complete = said if type(said) is bool else None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         ended = self.last_type == "session.end"
         if self.gaps or self.end_complete is False:
             complete = False
@@ -56,7 +57,7 @@ class EvidenceFacts:
         }
 
 
-def receipt_evidence(ledger: Path) -> dict | None:
+def receipt_evidence(ledger: Path) -> dict[str, Any] | None:
     """ops.evidence of the receipt beside `ledger` (receipt.json naming it), if there is one.
 
     Only a hint for the summary: `docket verify` is what checks a receipt."""
@@ -73,7 +74,7 @@ def receipt_evidence(ledger: Path) -> dict | None:
     return evidence if isinstance(evidence, dict) else None
 
 
-def evidence_lines(evidence: dict | None) -> list[str]:
+def evidence_lines(evidence: dict[str, Any] | None) -> list[str]:
     if evidence is None:
         return []
     said = []

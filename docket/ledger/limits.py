@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass
+from typing import Any
 
 from docket.errors import DocketError
 from docket.ledger.chain import CONTROL_TYPES
@@ -129,7 +130,7 @@ class EvidenceStats:
     # the durable record (the receipt's ledger.events), which are not part of it.
     unverified_tail: bool = False
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "unrecorded_calls": self.unrecorded_calls,
             "unverified_tail": self.unverified_tail,

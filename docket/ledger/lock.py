@@ -18,7 +18,7 @@ class LedgerLocked(DocketError):
     """Another writer holds the ledger; the message names its pid."""
 
 
-def lock_path(ledger: str | os.PathLike) -> Path:
+def lock_path(ledger: str | os.PathLike[str]) -> Path:
     return Path(f"{os.fspath(ledger)}.lock")
 
 
@@ -30,7 +30,7 @@ def _read_pid(fd: int) -> int | None:
 class LedgerLock:
     """Held from acquire() to release(); refuses, naming the holder, if taken."""
 
-    def __init__(self, ledger: str | os.PathLike) -> None:
+    def __init__(self, ledger: str | os.PathLike[str]) -> None:
         self.ledger = Path(ledger)
         self.path = lock_path(ledger)
         self._fd: int | None = None
@@ -67,7 +67,7 @@ class LedgerLock:
         self.release()
 
 
-def holder_pid(ledger: str | os.PathLike) -> int | None:
+def holder_pid(ledger: str | os.PathLike[str]) -> int | None:
     """The pid of a live writer holding the ledger, or None if nobody holds it.
 
     Read from /proc/locks, which only observes: probing by taking the lock
@@ -98,7 +98,7 @@ def holder_pid(ledger: str | os.PathLike) -> int | None:
     return None
 
 
-def _probe_holder(ledger: str | os.PathLike) -> int | None:
+def _probe_holder(ledger: str | os.PathLike[str]) -> int | None:
     try:
         fd = os.open(lock_path(ledger), os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:

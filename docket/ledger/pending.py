@@ -36,7 +36,9 @@ class PendingEvent:
         "waiter",
     )
 
-    def __init__(self, type: str, ts: str, mono_ms: int, body: bytes, reserved: int, ordinal: int):
+    def __init__(
+        self, type: str, ts: str, mono_ms: int, body: bytes, reserved: int, ordinal: int
+    ) -> None:
         self.type = type
         self.ts = ts
         self.mono_ms = mono_ms
@@ -127,7 +129,7 @@ class _Gap:
         self.failures = 0
         self.error = error
 
-    def fields(self) -> dict:
+    def fields(self) -> dict[str, Any]:
         return {
             "lost": self.lost,
             "first_failing_seq": self.first_seq,

@@ -19,7 +19,7 @@ LEDGER_MAGIC = b'{"v":'  # every line the writer produces begins with these byte
 class LineTooLong(Exception):
     """A line longer than MAX_LINE_BYTES: not read, so memory stays bounded."""
 
-    def __init__(self, offset: int):
+    def __init__(self, offset: int) -> None:
         super().__init__(f"a line at byte {offset} is longer than {MAX_LINE_BYTES} bytes")
         self.offset = offset
 
@@ -40,7 +40,7 @@ class Lines:
     verify's scan, the writer's resume and iter_lines all read through here.
     """
 
-    def __init__(self, path: str | os.PathLike, *, chunk: int = CHUNK) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, chunk: int = CHUNK) -> None:
         self.path = path
         self.chunk = chunk
         self.tail = b""
@@ -79,7 +79,7 @@ class Lines:
         self.tail = b"".join(carry)
 
 
-def iter_lines(path: str | os.PathLike, *, chunk: int = CHUNK) -> Iterator[Line]:
+def iter_lines(path: str | os.PathLike[str], *, chunk: int = CHUNK) -> Iterator[Line]:
     """Every line of the file in order, with its offset; only the very last may be incomplete."""
     lines = Lines(path, chunk=chunk)
     offset = 0
@@ -90,7 +90,7 @@ def iter_lines(path: str | os.PathLike, *, chunk: int = CHUNK) -> Iterator[Line]
         yield Line(offset, lines.tail, False)
 
 
-def starts_like_ledger(path: str | os.PathLike) -> bool:
+def starts_like_ledger(path: str | os.PathLike[str]) -> bool:
     """Whether the file can be a ledger: it begins with LEDGER_MAGIC, or the whole
     file is a prefix of it (the writer's very first write, cut short).
 

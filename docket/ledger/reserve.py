@@ -18,6 +18,8 @@ Pure decisions, no I/O (sync.py carries them out, the book asks and records):
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DiskReserve:
     """The allocation past the ledger's end, and whether it can still be kept."""
@@ -84,7 +86,7 @@ class LowDiskWatch:
     def __init__(self, floor: int) -> None:
         self.floor = floor
         self.below = False
-        self.owed: dict | None = None  # the record's fields, until it is written or lost
+        self.owed: dict[str, Any] | None = None  # the record's fields, until it is written or lost
 
     def note(self, free_bytes: int) -> None:
         if not self.floor:

@@ -20,6 +20,7 @@ import json
 import re
 from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
 try:
     import jiter
@@ -41,7 +42,7 @@ class AmbiguousJSON(ValueError):
     """Well-formed JSON that implementations read differently: refused all the same."""
 
 
-def _object_pairs(pairs: list[tuple[str, object]]) -> dict:
+def _object_pairs(pairs: list[tuple[str, object]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()

@@ -13,6 +13,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -37,7 +38,7 @@ FALLOC_FL_PUNCH_HOLE = 0x02
 _NO_FALLOCATE = (errno.EOPNOTSUPP, errno.ENOSYS)
 
 
-def _load_fallocate():
+def _load_fallocate() -> Callable[..., int] | None:
     # fallocate(2) with flags: os.posix_fallocate cannot keep the size, and a
     # ledger whose size grew with zeros would end in a line that is not a line.
     try:
@@ -167,6 +168,11 @@ class Doorbell:
         os.close(self._fd)
 
 
+# What the writer thread is asked: (data, good_size, doorbell, extend_to, must_extend,
+# report_free), write_durably's arguments and the doorbell to ring when done.
+_WriteRequest = tuple[bytes, int, Doorbell, int | None, bool, bool]
+
+
 class SyncWorker:
     """A dedicated thread that owns write+fdatasync, one batch at a time.
 
@@ -178,7 +184,7 @@ class SyncWorker:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._requests: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[_WriteRequest | None] = queue.SimpleQueue()
         self._result: WriteResult | BaseException | None = None
         self._thread = threading.Thread(target=self._serve, name="docket-ledger-sync", daemon=True)
         self._thread.start()

@@ -56,6 +56,7 @@ import stat
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import outcome
 import trio
@@ -97,7 +98,7 @@ class LedgerDamaged(InputError):
 # The trio shell
 
 
-Observer = Callable[[dict], object]
+Observer = Callable[[dict[str, Any]], object]
 
 
 class Ledger:
@@ -328,7 +329,8 @@ class Ledger:
             item.waiter = None  # stays queued and is written; nobody waits for it now
             return trio.lowlevel.Abort.SUCCEEDED
 
-        return await trio.lowlevel.wait_task_rescheduled(abandon)
+        seq: int | None = await trio.lowlevel.wait_task_rescheduled(abandon)
+        return seq
 
     def _pump(self, doorbell: Doorbell) -> bool:
         """If no batch is in flight: settle queued losses, submit the next batch.
@@ -559,7 +561,7 @@ async def _checkpoint(shield: bool) -> None:
 
 @asynccontextmanager
 async def open_ledger(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     limits: LedgerLimits = LedgerLimits(),  # noqa: B008 - frozen, so one shared default is safe
     clock: Clock | None = None,
@@ -628,7 +630,7 @@ def _open_for_append(path: Path) -> int:
         raise InputError(f"ledger {path}: cannot open for writing ({exc.strerror})") from None
 
 
-def _resume_position(path: Path, fd: int) -> dict:
+def _resume_position(path: Path, fd: int) -> dict[str, Any]:
     """Where the chain stands in an existing file (runs in a worker thread: it reads it all)."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):

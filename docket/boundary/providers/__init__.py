@@ -15,11 +15,11 @@ Sans-IO and cheap enough for the hot path. The boundary, for one call:
 from __future__ import annotations
 
 import math
-from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from docket.boundary.providers import anthropic, openai
 from docket.boundary.providers.base import (
+    DEFAULT_MAX_EVENT_BYTES,
     DOCKET_ERRORS,
     BadRequest,
     ProviderError,
@@ -35,6 +35,7 @@ from docket.boundary.providers.headers import (
     presented_token,
     token_matches,
 )
+from docket.boundary.providers.interface import Provider
 from docket.boundary.providers.sse import SSEEvent, SSEParser
 
 __all__ = [
@@ -63,11 +64,12 @@ __all__ = [
     "usage_from_body",
 ]
 
-_ADAPTERS: dict[str, ModuleType] = {"openai": openai, "anthropic": anthropic}
+# The providers, by kind: each module implements interface.Provider (mypy checks it here).
+_ADAPTERS: dict[str, Provider] = {"openai": openai, "anthropic": anthropic}
 KINDS = tuple(_ADAPTERS)
 
 
-def _adapter(kind: str) -> ModuleType:
+def _adapter(kind: str) -> Provider:
     try:
         return _ADAPTERS[kind]
     except KeyError:
@@ -75,7 +77,7 @@ def _adapter(kind: str) -> ModuleType:
 
 
 def request_facts(
-    kind: str, path: str, headers, body: bytes, *, method: str = "POST"
+    kind: str, path: str, headers: Headers, body: bytes, *, method: str = "POST"
 ) -> RequestFacts:
     """Model, stream flag, declared output limit and endpoint of one request.
 
@@ -140,7 +142,7 @@ def changed_paths(before: object, after: object, path: str = "") -> list[str]:
 
 def swap_auth(
     kind: str,
-    headers,
+    headers: Headers,
     *,
     api_key: str,
     upstream_host: str,
@@ -161,7 +163,7 @@ def swap_auth(
 
 
 def upstream_headers(
-    kind: str, headers, *, api_key: str, upstream_host: str, content_length: int | None
+    kind: str, headers: Headers, *, api_key: str, upstream_host: str, content_length: int | None
 ) -> Headers:
     """swap_auth's headers alone, for a caller that has already checked the token."""
     return outgoing_headers(
@@ -177,13 +179,20 @@ def usage_from_body(kind: str, endpoint: str, body: bytes) -> Usage | None:
     return _adapter(kind).usage_from_body(endpoint, body)
 
 
-def stream_tracker(facts: RequestFacts, *, strip_usage_chunk: bool = False, **kw) -> StreamTracker:
-    """A tracker for the streamed response to this request (kw: max_event_bytes)."""
-    return _adapter(facts.kind).stream_tracker(facts, strip_usage_chunk=strip_usage_chunk, **kw)
+def stream_tracker(
+    facts: RequestFacts,
+    *,
+    strip_usage_chunk: bool = False,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> StreamTracker:
+    """A tracker for the streamed response to this request."""
+    return _adapter(facts.kind).stream_tracker(
+        facts, strip_usage_chunk=strip_usage_chunk, max_event_bytes=max_event_bytes
+    )
 
 
 def error_body(
-    kind: str, status: int, error_type: str, message: str, extra: dict | None = None
+    kind: str, status: int, error_type: str, message: str, extra: dict[str, Any] | None = None
 ) -> bytes:
     """An error body in the provider's own shape. `extra` fields (such as the rule
     that refused: {"cap": "max_usd"}) go inside the error object; for OpenAI,
@@ -213,7 +222,7 @@ def refusal(
     error_type: str,
     message: str,
     *,
-    extra: dict | None = None,
+    extra: dict[str, Any] | None = None,
     retry_after_s: float | None = None,
     status: int | None = None,
 ) -> Refusal:

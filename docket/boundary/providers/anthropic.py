@@ -11,6 +11,8 @@ anthropic SDK ignores events without an `event:` name, so the tracker does too.
 
 from __future__ import annotations
 
+from typing import Any
+
 from docket.boundary.providers.base import (
     ProviderError,
     RequestFacts,
@@ -26,6 +28,7 @@ from docket.boundary.providers.base import (
     stream_flag,
     token_limit,
 )
+from docket.boundary.providers.headers import Headers
 from docket.boundary.providers.sse import SSEEvent
 
 KIND = "anthropic"
@@ -47,7 +50,9 @@ def credential(api_key: str) -> tuple[bytes, bytes]:
     return (b"x-api-key", api_key.encode("latin-1"))
 
 
-def request_facts(path: str, headers, body: bytes, *, method: str = "POST") -> RequestFacts:
+def request_facts(
+    path: str, headers: Headers, body: bytes, *, method: str = "POST"
+) -> RequestFacts:
     endpoint = _ENDPOINTS.get(path) if method == "POST" else None
     if endpoint is None:
         return RequestFacts(KIND, "other", None, False, None)
@@ -65,7 +70,7 @@ def prepare(facts: RequestFacts, body: bytes) -> tuple[bytes, bool]:
     return body, False
 
 
-def usage_from_fields(fields: dict) -> Usage:
+def usage_from_fields(fields: dict[str, Any]) -> Usage:
     return Usage(
         count(fields.get("input_tokens")),
         count(fields.get("output_tokens")),
@@ -109,7 +114,9 @@ def error_from_object(obj: object) -> ProviderError | None:
     )
 
 
-def error_body(status: int, error_type: str, message: str, extra: dict | None = None) -> bytes:
+def error_body(
+    status: int, error_type: str, message: str, extra: dict[str, Any] | None = None
+) -> bytes:
     """`{"type": "error", "error": {"type", "message", ...extra}}`, as the anthropic SDK reads it."""
     extra = check_error_args(status, error_type, extra)
     return encode_json(
@@ -118,9 +125,9 @@ def error_body(status: int, error_type: str, message: str, extra: dict | None = 
 
 
 class MessagesStreamTracker(StreamTracker):
-    def __init__(self, **kw) -> None:
-        super().__init__(**kw)
-        self._usage_fields: dict = {}
+    def __init__(self, *, max_event_bytes: int) -> None:
+        super().__init__(max_event_bytes=max_event_bytes)
+        self._usage_fields: dict[str, Any] = {}
 
     def observe(self, event: SSEEvent) -> bool:
         name = event.event
@@ -161,7 +168,9 @@ class MessagesStreamTracker(StreamTracker):
             self.usage = usage_from_fields(self._usage_fields)
 
 
-def stream_tracker(facts: RequestFacts, *, strip_usage_chunk: bool, **kw) -> StreamTracker:
+def stream_tracker(
+    facts: RequestFacts, *, strip_usage_chunk: bool, max_event_bytes: int
+) -> StreamTracker:
     if strip_usage_chunk:
         raise ValueError("an Anthropic stream has no usage chunk to strip")
-    return MessagesStreamTracker(**kw)
+    return MessagesStreamTracker(max_event_bytes=max_event_bytes)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 try:
     import jiter
@@ -18,6 +20,9 @@ except ImportError:  # the standard library's parser, made as strict, does it al
     jiter = None  # type: ignore[assignment]  # None marks "not installed" below
 
 from docket.boundary.providers.headers import header_value
+
+if TYPE_CHECKING:
+    from docket import pricing
 from docket.boundary.providers.sse import SSEEvent, SSEParser, parse_block
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -62,7 +67,7 @@ class RequestFacts:
     stream: bool
     max_output_tokens: int | None
     choices: int = 1
-    payload: dict | None = field(default=None, repr=False, compare=False)
+    payload: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def output_tokens_bound(self) -> int | None:
@@ -104,7 +109,7 @@ class Usage:
             return self.input_tokens
         return self.input_tokens + self.cached_tokens + self.cache_write_tokens
 
-    def as_fields(self) -> dict:
+    def as_fields(self) -> dict[str, Any]:
         """The usage as event fields."""
         fields = {
             "input_tokens": self.input_tokens,
@@ -117,7 +122,7 @@ class Usage:
             fields["cache_write_1h_tokens"] = self.cache_write_1h_tokens
         return fields
 
-    def priced(self):
+    def priced(self) -> pricing.Usage:
         """The disjoint counts docket.pricing charges (a pricing.Usage).
 
         Raises ValueError when a count is missing or the counts contradict each
@@ -126,14 +131,15 @@ class Usage:
         """
         from docket import pricing
 
-        if not self.complete:
+        given, made = self.input_tokens, self.output_tokens
+        if given is None or made is None:  # not self.complete
             raise ValueError("usage is incomplete: input or output tokens unknown")
         if self.cached_is_subset:
-            return pricing.Usage.openai(self.input_tokens, self.output_tokens, self.cached_tokens)
+            return pricing.Usage.openai(given, made, self.cached_tokens)
         w1h = self.cache_write_1h_tokens
         return pricing.Usage.anthropic(
-            self.input_tokens,
-            self.output_tokens,
+            given,
+            made,
             self.cached_tokens,
             self.cache_write_tokens,
             ephemeral_5m_input_tokens=None if w1h is None else self.cache_write_tokens - w1h,
@@ -181,7 +187,7 @@ class _DuplicateKey(ValueError):
         self.key = key
 
 
-def _unique_members(pairs: list[tuple[str, object]]) -> dict:
+def _unique_members(pairs: list[tuple[str, object]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
@@ -277,10 +283,10 @@ def _holds_lone_surrogate(value: object) -> bool:
     return False
 
 
-def nests_deeper(value: dict | list, limit: int) -> bool:
+def nests_deeper(value: dict[str, Any] | list[Any], limit: int) -> bool:
     """Whether objects and arrays in a decoded value nest deeper than `limit` (a
     bare object is 1 deep). With a stack of its own, not Python's: any depth is safe."""
-    stack: list[tuple[dict | list, int]] = [(value, 1)]
+    stack: list[tuple[dict[str, Any] | list[Any], int]] = [(value, 1)]
     while stack:
         value, depth = stack.pop()
         members = value.values() if type(value) is dict else value
@@ -292,7 +298,7 @@ def nests_deeper(value: dict | list, limit: int) -> bool:
     return False
 
 
-def parse_json_object(body: bytes, what: str) -> dict:
+def parse_json_object(body: bytes, what: str) -> dict[str, Any]:
     """The body as a JSON object, or BadRequest naming what is wrong with it.
 
     Stricter than JSON readers in general, because the boundary's reading must be
@@ -331,7 +337,7 @@ def parse_json_object(body: bytes, what: str) -> dict:
     return obj
 
 
-def require_identity_encoding(headers) -> None:
+def require_identity_encoding(headers: Iterable[tuple[bytes, bytes]]) -> None:
     encoding = header_value(headers, b"content-encoding")
     if encoding is not None and encoding.strip().lower() != b"identity":
         raise BadRequest(
@@ -339,7 +345,7 @@ def require_identity_encoding(headers) -> None:
         )
 
 
-def require_model(payload: dict, path: str) -> str:
+def require_model(payload: dict[str, Any], path: str) -> str:
     model = payload.get("model")
     if isinstance(model, str) and model:
         return model
@@ -352,7 +358,7 @@ def require_model(payload: dict, path: str) -> str:
     raise BadRequest(f"request body {problem}; {path} needs a model name", param="model")
 
 
-def stream_flag(payload: dict) -> bool:
+def stream_flag(payload: dict[str, Any]) -> bool:
     stream = payload.get("stream")
     if stream is None:
         return False
@@ -361,7 +367,7 @@ def stream_flag(payload: dict) -> bool:
     return stream
 
 
-def token_limit(payload: dict, *names: str) -> int | None:
+def token_limit(payload: dict[str, Any], *names: str) -> int | None:
     """The first of `names` present (and not null), checked to be a positive integer."""
     for name in names:
         value = payload.get(name)
@@ -373,7 +379,7 @@ def token_limit(payload: dict, *names: str) -> int | None:
     return None
 
 
-def choice_count(payload: dict, name: str) -> int:
+def choice_count(payload: dict[str, Any], name: str) -> int:
     """How many completions a field asks for (1 when absent or null)."""
     value = payload.get(name)
     if value is None:
@@ -482,7 +488,7 @@ class StreamTracker:
         if self.problem is None:
             self.problem = problem
 
-    def decode(self, event: SSEEvent) -> dict | None:
+    def decode(self, event: SSEEvent) -> dict[str, Any] | None:
         """The event's data as a JSON object, or None with the problem noted."""
         try:
             obj = loads(event.data)
@@ -531,7 +537,7 @@ DOCKET_ERRORS: dict[str, RefusalKind] = {
 }
 
 
-def check_error_args(status: int, error_type: str, extra: dict | None) -> dict:
+def check_error_args(status: int, error_type: str, extra: dict[str, Any] | None) -> dict[str, Any]:
     if not 400 <= status <= 599:
         raise ValueError(f"an error status must be 4xx or 5xx, not {status}")
     if error_type.startswith("docket_") and error_type not in DOCKET_ERRORS:

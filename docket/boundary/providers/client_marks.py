@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 ATTEMPT_HEADER = b"x-stainless-retry-count"
 # Header (lowercase) -> the key it is recorded under in `client_ids`. Who sends
@@ -47,9 +48,9 @@ class ClientMarks:
     ids: dict[str, str] = field(default_factory=dict)
     rejected: tuple[str, ...] = ()  # header names whose value was not recorded
 
-    def as_fields(self) -> dict:
+    def as_fields(self) -> dict[str, Any]:
         """The model.request fields, each only when there is something to say."""
-        fields: dict = {}
+        fields: dict[str, Any] = {}
         if self.attempt is not None:
             fields["client_attempt"] = self.attempt
         if self.ids:

@@ -8,6 +8,7 @@ own header. Names and values may be bytes (as h11 gives them) or str.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -35,7 +36,7 @@ def _value(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else value.encode("latin-1")
 
 
-def header_value(headers, wanted: bytes) -> bytes | None:
+def header_value(headers: Iterable[tuple[bytes, bytes]], wanted: bytes) -> bytes | None:
     """The first value of the header named `wanted` (lowercase), or None."""
     for name, value in headers:
         if _name(name) == wanted:
@@ -43,7 +44,7 @@ def header_value(headers, wanted: bytes) -> bytes | None:
     return None
 
 
-def presented_token(headers) -> str | None:
+def presented_token(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     """The credential the client sent: Authorization: Bearer, else x-api-key, else api-key."""
     found: dict[bytes, bytes] = {}
     for name, value in headers:
@@ -70,7 +71,7 @@ def token_matches(presented: str | None, expected: str) -> bool:
 
 
 def outgoing_headers(
-    headers,
+    headers: Iterable[tuple[bytes, bytes]],
     *,
     credential: tuple[bytes, bytes],
     upstream_host: str,

@@ -13,6 +13,7 @@ a Responses stream always carries it in its terminal `response.completed`,
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from docket.boundary.providers.base import (
     ProviderError,
@@ -30,6 +31,7 @@ from docket.boundary.providers.base import (
     stream_flag,
     token_limit,
 )
+from docket.boundary.providers.headers import Headers
 from docket.boundary.providers.sse import SSEEvent
 
 KIND = "openai"
@@ -54,7 +56,9 @@ def credential(api_key: str) -> tuple[bytes, bytes]:
     return (b"authorization", b"Bearer " + api_key.encode("latin-1"))
 
 
-def request_facts(path: str, headers, body: bytes, *, method: str = "POST") -> RequestFacts:
+def request_facts(
+    path: str, headers: Headers, body: bytes, *, method: str = "POST"
+) -> RequestFacts:
     route = _ENDPOINTS.get(path) if method == "POST" else None
     if route is None:
         return RequestFacts(KIND, "other", None, False, None)
@@ -135,7 +139,9 @@ def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def error_body(status: int, error_type: str, message: str, extra: dict | None = None) -> bytes:
+def error_body(
+    status: int, error_type: str, message: str, extra: dict[str, Any] | None = None
+) -> bytes:
     """`{"error": {"message", "type", "param", "code", ...extra}}`, as the openai SDK reads it."""
     extra = check_error_args(status, error_type, extra)
     error = {
@@ -218,9 +224,11 @@ def _response_failure(response: object) -> ProviderError:
     return ProviderError(kind, message if isinstance(message, str) else "", code)
 
 
-def stream_tracker(facts: RequestFacts, *, strip_usage_chunk: bool, **kw) -> StreamTracker:
+def stream_tracker(
+    facts: RequestFacts, *, strip_usage_chunk: bool, max_event_bytes: int
+) -> StreamTracker:
     if facts.endpoint == "responses":
         if strip_usage_chunk:
             raise ValueError("a Responses stream has no usage chunk to strip")
-        return ResponsesStreamTracker(**kw)
-    return ChatStreamTracker(strip_usage_chunk=strip_usage_chunk, **kw)
+        return ResponsesStreamTracker(max_event_bytes=max_event_bytes)
+    return ChatStreamTracker(strip_usage_chunk=strip_usage_chunk, max_event_bytes=max_event_bytes)
