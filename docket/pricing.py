@@ -227,7 +227,7 @@ class ModelPrice:
         return out
 
 
-def format_usd(nusd: int) -> str:
+def format_nusd(nusd: int) -> str:
     """Nano-USD as an exact dollar string: 2500 -> "$0.0000025", 5_000_000_000 -> "$5.00"."""
     sign = "-" if nusd < 0 else ""
     whole, frac = divmod(abs(nusd), 10**9)

@@ -58,7 +58,7 @@ ENTERED = Entered(SlotTicket(3), started=1.0, waited_s=0.0, position=0)
 
 
 def caps_refusal(*, deferred: bool) -> cp.Decision:
-    refusal = cp.Refusal(
+    refusal = cp.CapRefusal(
         rule="caps.max_usd",
         cap="max_usd",
         reason="max_usd: ...",
@@ -225,7 +225,7 @@ def test_caps_deferred_is_a_429_with_retry_after_and_says_it_would_fit():
 
 def test_a_caps_refusal_not_about_room_has_no_would_fit_field():
     facts = facts_for({})
-    unpriced = cp.Refusal(rule="caps.on_unpriced", cap="max_usd", reason="unpriced")
+    unpriced = cp.CapRefusal(rule="caps.on_unpriced", cap="max_usd", reason="unpriced")
     facts[caps.FACT] = cp.Decision(allowed=False, reservation=None, refusal=unpriced)
     step = admit(facts)
     assert isinstance(step, Refusal) and step.extra == {"cap": "max_usd"}

@@ -1126,9 +1126,11 @@ async def test_without_a_bulkhead_a_call_waiting_for_a_connection_is_bounded_and
         ):
             for n in range(33):
                 nursery.start_soon(post_chat, http, n, responses)
-            while not responses:  # the one that found no connection comes back first
+            # The one that found no connection comes back first, and the other 32 reach
+            # the upstream (on a loaded machine, possibly after it: both are waited for).
+            while not responses or len(seen) < 32:
                 await trio.sleep(0.01)
-            assert len(seen) == 32
+            assert len(responses) == 1 and responses[0].status_code == 502
             gate.set()
     assert sorted(r.status_code for r in responses) == [200] * 32 + [502]
     errors = [e for e in rig.events("model.error")]

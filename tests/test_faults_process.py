@@ -74,9 +74,12 @@ async def test_sigterm_to_the_agent_is_recorded_before_it_lands(tmp_path):
     # the agent stopped on the signal and still said what it had done
     report = result.agent_reports["looper"]
     assert report["stopped"] == "sigterm"
-    # a call counts as reaching the boundary once its request was sent in full: the
-    # ledger has exactly those (a call stopped mid-write is `unsent`, not in the ledger)
-    assert report["calls"] + report["interrupted"] == types.count("model.request")
+    # Every call answered is in the ledger; a call whose request was sent in full when
+    # the signal came (`interrupted`) is there too unless the run ended first: the agent
+    # exits at once, and the boundary, cancelled with the run, may not have recorded it
+    # yet (nothing was forwarded for it). A call stopped mid-write is `unsent`, never there.
+    recorded = types.count("model.request")
+    assert report["calls"] <= recorded <= report["calls"] + report["interrupted"]
 
 
 async def test_sigterm_to_the_supervisor_ends_the_run_legibly_and_is_not_an_interrupt(tmp_path):

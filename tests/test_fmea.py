@@ -17,7 +17,7 @@ from helpers import io_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.gameday.fmea import FmeaError, FmeaRow, load_fmea
+from chaos.gameday.fmea import FmeaError, FmeaRow, fmea_rows, load_fmea, rows_as_data
 from chaos.yamldoc import YamlError, load
 from docket.cli_help import GAMEDAY_PHASES
 from docket.errors import EXIT_USAGE, InputError
@@ -380,3 +380,51 @@ def test_reading_the_page_itself_fails_in_one_line(tmp_path, monkeypatch):
         load_fmea()
     (tmp_path / "resilience.md").write_text(page(row()), encoding="utf-8")
     assert [r.id for r in load_fmea()] == ["F01"]
+
+
+# ---------------------------------------------------------------- the data the game day reads
+
+
+def test_the_data_file_is_the_table_in_the_page(rows):
+    """docs/fmea.json is what `python -m chaos.gameday.fmea` writes from the page: an
+    edit to one without the other fails here, in the suite, not in a user's game day."""
+    data = (ROOT / "docs" / "fmea.json").read_text(encoding="utf-8")
+    assert data == rows_as_data(rows), "run `python -m chaos.gameday.fmea`"
+    assert fmea_rows(data) == rows
+
+
+def test_a_broken_table_on_the_page_does_not_break_the_game_day(tmp_path, monkeypatch):
+    import chaos.data.locate
+    from chaos.gameday.phase import fmea_ids
+
+    (tmp_path / "fmea.json").write_bytes((ROOT / "docs" / "fmea.json").read_bytes())
+    (tmp_path / "resilience.md").write_text("| id | effect |\n| nothing |\n", encoding="utf-8")
+    monkeypatch.setattr(chaos.data.locate, "folder", lambda name: tmp_path)
+    with pytest.raises(FmeaError):
+        load_fmea()  # the page no longer parses...
+    assert fmea_ids() == ROW_IDS  # ...and the game day reads its rows all the same
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "no such file"),
+        (b"\xff", "not UTF-8 text (byte 0)"),
+        (b"{}", "not the FMEA rows"),
+        (b"[]", "not the FMEA rows"),
+        (b'[{"id": "F01"}]', "not the FMEA rows (KeyError"),
+        (b'[{"id": "F01", "detectors": []}]', "not the FMEA rows (TypeError"),
+        (b"[1, 2]", "not the FMEA rows"),
+        (b"[", "not the FMEA rows (JSONDecodeError"),
+    ],
+)
+def test_a_missing_or_broken_data_file_is_one_line_naming_it(tmp_path, monkeypatch, content, says):
+    import chaos.data.locate
+
+    if content is not None:
+        (tmp_path / "fmea.json").write_bytes(content)
+    monkeypatch.setattr(chaos.data.locate, "folder", lambda name: tmp_path)
+    with pytest.raises(FmeaError) as caught:
+        fmea_rows()
+    assert str(caught.value).startswith(f"docs/fmea.json:1: {says}")
+    assert "\n" not in str(caught.value)

@@ -18,7 +18,7 @@ from docket.pricing import (
     PriceTableError,
     Usage,
     default_price_table,
-    format_usd,
+    format_nusd,
     load_price_table,
     parse_price_table,
     prices_command,
@@ -125,7 +125,7 @@ def test_a_cost_by_hand():
     assert gpt4o.cost_nusd(800, 500, 200, cached_is_subset=False) == expected
     assert gpt4o.cost_of(Usage.openai(1000, 500, 200)) == expected
     assert gpt4o.as_strings() == {"input": "2.50", "cached_input": "1.25", "output": "10.00"}
-    assert format_usd(expected) == "$0.00725"
+    assert format_nusd(expected) == "$0.00725"
 
 
 def test_anthropic_cache_writes_are_charged_at_their_own_price():

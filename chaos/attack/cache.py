@@ -1,4 +1,4 @@
-"""Family `cache`: attack the store a cache shares between runs (issue 23, items 4, 5, 9).
+"""Family `cache`: attack the store a cache shares between runs.
 
 A genuine `docket run` of the reference agent (a loop on one greedy question, over
 `docket stub`) seeds DIR/team.json. Then each probe spoils the store as a process of

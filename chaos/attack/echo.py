@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PAD = 1_100_000  # bytes: past the recorded-body limit (1 MiB)
-# The forms an agent recovered the key from (issue 23, item 10), by path word.
+# The forms an agent recovered the key from, by path word.
 KEY_FORMS = {
     "keyu": lambda key: key.replace(b"-", b"\\u002d"),
     "keyb64": base64.b64encode,

@@ -37,7 +37,7 @@ from chaos.verifiers import Answer, Verifier, find_go, find_js, python_command
 RUN_BOUND_S = 20.0  # one verification of a pair of a few KB; a spin is far past it
 # A verifier that gives no answer within RUN_BOUND_S is run once more, alone in its
 # thread, with this bound: on a machine this loaded (load average 290 on 2 cores was seen)
-# an interpreter can take 20 s to start, while the spin issue 23 found ran past 120 s.
+# an interpreter can take 20 s to start, while a spin once found here ran past 120 s.
 RETRY_BOUND_S = 120.0
 OK, DETECTED = "ok", "detected"
 

@@ -1,6 +1,6 @@
 """Family `snapshot`: what an agent of the same user can do to the snapshot store, the run
 folder's snapshot records and the tree, each tried against a real rollback or a real
-`docket restore` (issue 23, items 2, 3, 7, 8 and 11).
+`docket restore`.
 
 Each probe builds a tree and a folder beside it that must never change ("outside"),
 takes a real snapshot into a real store, and plays the agent: FIFOs, symlinks and

@@ -1,11 +1,13 @@
-"""The project's FMEA: the ranked table in docs/resilience.md, read into rows.
+"""The project's FMEA: the ranked table in docs/resilience.md, and the data the game
+day reads (docs/fmea.json).
 
-The table is written for people (a markdown table on a documentation page) and
-read by machines (the game-day report links each row to the phases that
-exercise it; tests/test_fmea.py checks that every detector it names exists). So
-the page is the single source, and this module is strict about its shape: a
-table that does not parse is refused with the line and the reason, never read
-half-way.
+The table is written for people (a markdown table on a documentation page); the
+game day (the report's links, the phases' `fmea:` ids) reads docs/fmea.json, the
+same rows as data, so an edit to the page can never break `docket game-day`.
+`python -m chaos.gameday.fmea` writes the data from the page; tests/test_fmea.py
+fails when the two differ, and checks that every detector the rows name exists.
+The page's parser is strict about its shape: a table that does not parse is
+refused with the line and the reason, never read half-way.
 
 The FMEA table is the markdown table whose header row begins with an `id`
 column. It must have (in any order, other columns allowed) the columns:
@@ -28,12 +30,17 @@ business (tests/test_fmea.py), not the parser's.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from docket.errors import InputError
 
 SOURCE = "docs/resilience.md"
+DATA = "docs/fmea.json"
 
 COLUMNS = ("id", "failure mode", "effect", "s", "o", "d", "rpn", "detectors", "mitigation")
 GAMEDAY = "gameday:"
@@ -267,3 +274,62 @@ def _detectors(text: str, row_id: str, line_no: int, source: str) -> tuple[str, 
 
 
 __all__ = ["COLUMNS", "FmeaError", "FmeaRow", "load_fmea"]
+
+
+# ---------------------------------------------------------------- the data the game day reads
+
+
+def rows_as_data(rows: list[FmeaRow]) -> str:
+    """The rows as docs/fmea.json holds them (stable: sorted keys, one row a line)."""
+    lines = [json.dumps(dataclasses.asdict(row), sort_keys=True) for row in rows]
+    return "[\n" + ",\n".join(lines) + "\n]\n"
+
+
+def fmea_rows(text: str | None = None) -> list[FmeaRow]:
+    """The FMEA rows the game day uses, from docs/fmea.json (or `text`, its content).
+    FmeaError (one line) when the file is missing or not rows."""
+    if text is None:
+        text = _read_data()
+    try:
+        data = json.loads(text)
+        rows = [
+            FmeaRow(**{**item, "detectors": tuple(item["detectors"])})
+            for item in data
+            if isinstance(item, dict)
+        ]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise FmeaError(DATA, 1, f"not the FMEA rows ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, list) or len(rows) != len(data) or not rows:
+        raise FmeaError(DATA, 1, "not the FMEA rows (a non-empty JSON list of rows)")
+    return rows
+
+
+def _read_data() -> str:
+    from chaos.data.locate import folder
+
+    try:
+        return (folder("docs") / "fmea.json").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FmeaError(DATA, 1, "no such file") from None
+    except UnicodeDecodeError as exc:
+        raise FmeaError(DATA, 1, f"not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise FmeaError(DATA, 1, exc.strerror or type(exc).__name__) from None
+
+
+def main() -> int:
+    """`python -m chaos.gameday.fmea`: write docs/fmea.json from docs/resilience.md's
+    table, in the checkout this module runs from."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        rows = load_fmea((root / SOURCE).read_text(encoding="utf-8"))
+    except (FmeaError, OSError, UnicodeDecodeError) as exc:
+        print(f"fmea: {exc}", file=sys.stderr)
+        return 2
+    (root / DATA).write_text(rows_as_data(rows), encoding="utf-8")
+    print(f"fmea: {len(rows)} rows from {SOURCE} written to {DATA}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -156,12 +156,10 @@ def leading_comment(text: str) -> str:
 
 
 def fmea_ids() -> frozenset[str] | None:
-    """The FMEA table's row ids (docs/resilience.md via chaos.gameday.fmea)."""
-    try:
-        from chaos.gameday.fmea import load_fmea
-    except ImportError:  # chaos.gameday.fmea not written yet: ids are then only checked for shape
-        return None
-    return frozenset(row.id for row in load_fmea())
+    """The FMEA table's row ids (docs/fmea.json via chaos.gameday.fmea)."""
+    from chaos.gameday.fmea import fmea_rows
+
+    return frozenset(row.id for row in fmea_rows())
 
 
 # ---------------------------------------------------------------- one file

@@ -72,10 +72,10 @@ def fmea_anchor(row_id: str) -> str:
 
 
 def fmea_rows() -> list:
-    """The FMEA table (chaos.gameday.fmea reads docs/resilience.md)."""
-    from chaos.gameday.fmea import load_fmea
+    """The FMEA rows (docs/fmea.json, the data written from docs/resilience.md's table)."""
+    from chaos.gameday.fmea import fmea_rows as rows
 
-    return load_fmea()
+    return rows()
 
 
 def fmea_view(rows: Sequence, phases: Sequence[PhaseResult]) -> tuple[FmeaView, ...]:

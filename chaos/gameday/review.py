@@ -3,7 +3,7 @@
 Pure, from the phase results: the settings are read from each phase's resolved
 policy (connect and request timeouts, breaker, bulkhead, rate limit), the
 stance on retries, fallback and idempotency is the boundary's by design
-(DESIGN.md section 5: it never retries, falls back or deduplicates, because each
+(docs/resilience.md: it never retries, falls back or deduplicates, because each
 would make the record describe a run that did not happen; the agent's backoff is
 the agent's), and the observations come from the phase's facts and verdict.
 """

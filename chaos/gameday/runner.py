@@ -225,7 +225,7 @@ async def run_in_process(spec: RunSpec, seed: int, folder: Path, toxiproxy: str 
     return _outcome(result)
 
 
-def chaos_command(scenario: Path, seed: int, folder: Path, toxiproxy: str | None) -> list[str]:
+def chaos_argv(scenario: Path, seed: int, folder: Path, toxiproxy: str | None) -> list[str]:
     argv = [sys.executable, "-m", "docket", "chaos", "--scenario", str(scenario)]
     argv += ["--seed", str(seed), "--dir", str(folder)]
     if toxiproxy:
@@ -246,7 +246,7 @@ async def run_in_subprocess(
     scenario = folder / "run.yaml"
     scenario.write_text(yaml.safe_dump(dict(spec.data), sort_keys=False), encoding="utf-8")
     run_dir = folder / "run"
-    argv = chaos_command(scenario, seed, run_dir, toxiproxy)
+    argv = chaos_argv(scenario, seed, run_dir, toxiproxy)
     started = time.monotonic()
     done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
     status = done.returncode

@@ -31,7 +31,7 @@ from docket.boundary.recorder import Recorder
 from docket.boundary.routes import ROUTE_NAME, UNKNOWN_ROUTE, make_route
 from docket.boundary.stop import StopRequest
 from docket.clock import Clock
-from docket.guards.caps import CapsGuard, Decision, Outcome
+from docket.guards.caps import CapsGuard, Decision, Settlement
 from docket.guards.redact import Redactor
 from docket.guards.scrub import relay_keys
 from docket.http.server import ServerStats, serve
@@ -208,7 +208,7 @@ class Boundary:
         the run to stop before it raises)."""
         return await self.recorder.record(type, **fields)
 
-    async def cap_events(self, outcome: Outcome | Decision) -> None:
+    async def cap_events(self, outcome: Settlement | Decision) -> None:
         for event in outcome.events:
             try:
                 await self.record(event.type, **event.fields())

@@ -17,9 +17,13 @@ is not knowable here, so every call in flight at the time is suspect.
 from __future__ import annotations
 
 import hashlib
+import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import trio
 
 from docket.cache.config import CachePolicy
 from docket.cache.decide import (
@@ -147,16 +151,10 @@ class ResponseCache:
     async def _lookup(self, key: Key, now: float) -> Hit | None:
         if self.shared is None:
             return self.store.lookup(key, now)
-        import time
-
-        import trio
-
         # The shared file waits on other runs' lock: off the event loop.
         return await trio.to_thread.run_sync(self.shared.lookup, key, time.time(), self.deadline)
 
     def _problem(self, text: str) -> None:
-        import sys
-
         if not self.problems or self.problems[-1] != text:  # once, not once a call
             print(f"docket: {text}", file=sys.stderr, flush=True)
             self.unrecorded.append(text)
@@ -188,8 +186,6 @@ class ResponseCache:
     async def keep(
         self, lookup: Lookup, *, seq: int, cost_nusd: int, model: str, now: float
     ) -> None:
-        import time
-
         capture = lookup.capture
         if self.shared is not None:
             now = time.time()  # a shared store's ages are wall clock: shared.py
@@ -209,8 +205,6 @@ class ResponseCache:
         if self.shared is None:
             self.store.put(entry, now)
             return
-        import trio
-
         try:
             await trio.to_thread.run_sync(self.shared.put, entry, time.time(), self.deadline)
         except StoreProblem as exc:  # the closing event said stored: say it was not

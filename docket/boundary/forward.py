@@ -43,7 +43,7 @@ from docket.boundary.guarded import Passage, record_changes
 from docket.boundary.ports import CallHost, Upstream
 from docket.boundary.providers.base import StreamTracker
 from docket.cache.decide import Store
-from docket.guards.caps import Outcome, Reservation
+from docket.guards.caps import Reservation, Settlement
 from docket.guards.scrub import Scrubber, joined_texts_scrubbed
 from docket.http import client as upstream
 from docket.http.client import UpstreamPool, UpstreamResponse
@@ -76,7 +76,7 @@ def relay_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, b
 
 
 def error_reason(exc: upstream.UpstreamError) -> str:
-    """The model.error reason for a transport failure (the vocabulary is in DESIGN.md §3)."""
+    """The model.error reason for a transport failure (the vocabulary is docket/ledger/chain.py's EVENT_TYPES)."""
     if isinstance(exc, upstream.ConnectTimeout | upstream.ConnectError):
         return "connect"
     if isinstance(exc, upstream.ReadTimeout | upstream.WriteTimeout):
@@ -129,7 +129,7 @@ class ModelCall:
         self.forwarded = providers.forwarded(facts, request_body)
         self.record = CallRecord(call_id, route.name, facts.model, boundary.clock.mono())
         self.closed = False  # the closing event's write has begun (it is then finished)
-        self._outcome: Outcome | None = (
+        self._outcome: Settlement | None = (
             None  # the caps' outcome, once charged (a close is charged once)
         )
         self._charged = 0
@@ -538,7 +538,7 @@ class ModelCall:
         await self._after_close(outcome, reason)
         self.b.metrics.call_finished(r.provider, reason, timing["duration_ms"] / 1000)
 
-    def _charge(self, how: Callable[..., Outcome], *args: Usage) -> Outcome:
+    def _charge(self, how: Callable[..., Settlement], *args: Usage) -> Settlement:
         """Settle or fail the reservation, remembering the outcome: a close that fails
         after this is closed again without a second charge."""
         outcome = self._outcome = how(self.reservation, *args)
@@ -551,7 +551,7 @@ class ModelCall:
         if self._attempt is not None:
             self._attempt.deadline = math.inf
 
-    async def _after_close(self, outcome: Outcome | None, reason: str | None) -> None:
+    async def _after_close(self, outcome: Settlement | None, reason: str | None) -> None:
         """After the closing event: record the caps' events, tell the breaker how the
         call ended and record any transition that caused. Shielded like the closing
         event, when there is anything to write (most calls have nothing, and an

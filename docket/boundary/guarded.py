@@ -1,7 +1,7 @@
 """The resilience guards at the boundary: rate limiter, breakers, bulkheads, deadlines.
 
 The guards decide (docket/guards/, pure); admission.admit puts their decisions
-in the order of DESIGN.md §5, after auth and caps, and turns a refusal into the
+in admission.RULES' order, after auth and caps, and turns a refusal into the
 event and the answer in the provider's own shape; this module holds what a
 call takes from them (Hold: a limiter token, a breaker ticket, a bulkhead slot)
 and gives it back:

@@ -119,7 +119,7 @@ class _Scrape:
         self.b = boundary
 
     def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import (
+        from prometheus_client.core import (  # at scrape time: see render
             CounterMetricFamily,
             HistogramMetricFamily,
             SummaryMetricFamily,
@@ -166,7 +166,10 @@ class _Scrape:
             yield from self._cache(m)
 
     def _cache(self, m: Metrics) -> Iterator[Metric]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import (  # at scrape time: see render
+            CounterMetricFamily,
+            GaugeMetricFamily,
+        )
 
         outcomes = CounterMetricFamily(
             "docket_cache_calls",
@@ -188,7 +191,10 @@ class _Scrape:
         )
 
     def _money_and_ledger(self) -> Iterator[Metric]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import (  # at scrape time: see render
+            CounterMetricFamily,
+            GaugeMetricFamily,
+        )
 
         totals = self.b.caps.totals()
         ledger = self.b.ledger
@@ -208,7 +214,10 @@ class _Scrape:
         )
 
     def _guards(self, guards: Guards) -> Iterator[Metric]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import (  # at scrape time: see render
+            CounterMetricFamily,
+            GaugeMetricFamily,
+        )
 
         now = guards.now()
         state = GaugeMetricFamily(

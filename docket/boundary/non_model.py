@@ -5,7 +5,7 @@ must get the provider's answer, not a refusal. Only those reads are relayed: an
 allowlist, so any other path that is not a model call (uploads, fine-tuning, batch
 files) stays refused as before. They cost nothing, so they hold no reservation,
 pass no cap, and count in no receipt total; each is one `provider.call` event
-(DESIGN.md's vocabulary, extended: a type of its own, because a model.request
+(the ledger's vocabulary in docket/ledger/chain.py, extended: a type of its own, because a model.request
 would count as a model call), written when the answer is known and before it is
 relayed, with the status (or the transport failure's reason), the bytes, the
 duration and the client's own marks. The provider's key goes upstream as for a

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from docket.boundary.recorder import Recorder
 from docket.clock import Clock
-from docket.guards.caps import CapsGuard, Decision, Outcome, Totals
+from docket.guards.caps import CapsGuard, Decision, Settlement, Totals
 from docket.guards.redact import Redactor
 from docket.http.client import UpstreamPool
 from docket.policy import Policy
@@ -68,7 +68,7 @@ class CallHost(Protocol):
 
     def scrub(self, text: str) -> str: ...
 
-    async def cap_events(self, outcome: Outcome | Decision) -> None: ...
+    async def cap_events(self, outcome: Settlement | Decision) -> None: ...
 
     async def record_cache_problems(self) -> None: ...
 
@@ -134,7 +134,7 @@ class AdmissionHost(Protocol):
 
     def probe(self, point: str) -> None: ...
 
-    async def cap_events(self, outcome: Outcome | Decision) -> None: ...
+    async def cap_events(self, outcome: Settlement | Decision) -> None: ...
 
 
 class IntakeMetrics(CallMetrics, Protocol):

@@ -1,4 +1,4 @@
-"""The opt-in response cache (issue 17, docs/cache.md): a pure bounded store
+"""The opt-in response cache (docs/cache.md): a pure bounded store
 (store.py), pure decisions on what may be stored and served and what the key covers
 (decide.py), its [cache] policy table (config.py), a store shared between runs
 (shared.py: the file, its lock, identity and seal; entries.py: every check an entry

@@ -1,5 +1,5 @@
 """A shared store's entries as its file holds them, and every check one passes before
-it may be served (issue 23 item 4). Pure: JSON values in, an Entry or ValueError out.
+it may be served. Pure: JSON values in, an Entry or ValueError out.
 
 Any process of the user can write the store file (a previous run's agent among them),
 so nothing in it is taken on trust: the answer is served to an agent and its numbers

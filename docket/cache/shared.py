@@ -18,7 +18,7 @@ The file is sealed: an HMAC-SHA256 over the whole document, under a key derived 
 the providers' keys (seal_key), which the agent never holds, so an agent that rewrites
 the file (attacker text as an answer, a saving of $10^6) makes a file no run reads.
 
-Nothing here is taken on trust (issue 23): the folder must be a directory of the
+Nothing here is taken on trust: the folder must be a directory of the
 running user's that group and other cannot write; the lock and the store are opened
 without following a symbolic link and without blocking (a FIFO put in their place is
 refused, not waited on), and must be regular files of the running user's that group

@@ -31,7 +31,7 @@ refused; with "deny" only the call is refused and smaller ones may still fit.
 
 Under "deny", a call whose worst case crosses a cap only because of what calls
 in flight hold (settled + its worst case still fits) is deferred, not denied:
-its Refusal says `deferred` (the boundary answers 429 with Retry-After), and
+its CapRefusal says `deferred` (the boundary answers 429 with Retry-After), and
 no cap.exceeded is raised, since nothing was crossed. Every refusal of a
 crossing says `would_fit_after_settle` (docs/adr/0002-caps-reservations.md).
 """
@@ -45,7 +45,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Protocol
 
-from docket.pricing import ModelPrice, PriceTable, Usage, format_usd
+from docket.pricing import ModelPrice, PriceTable, Usage, format_nusd
 
 MAX_USD = "max_usd"
 MAX_TOKENS = "max_tokens"
@@ -74,13 +74,13 @@ class CapEvent:
         """The event's own fields for the ledger."""
         out = {"cap": self.cap, "limit": self.limit, "observed": self.observed, "unit": self.unit}
         if self.unit == "nusd":
-            out["limit_usd"] = format_usd(int(self.limit))
-            out["observed_usd"] = format_usd(int(self.observed))
+            out["limit_usd"] = format_nusd(int(self.limit))
+            out["observed_usd"] = format_nusd(int(self.observed))
         return out
 
 
 @dataclass(frozen=True)
-class Refusal:
+class CapRefusal:
     rule: str  # the policy key that refused: "caps.max_usd", "caps.on_unpriced", ...
     cap: str  # the cap concerned
     reason: str  # one line, for the error body and the policy.denied event
@@ -116,13 +116,13 @@ class Reservation:
 class Decision:
     allowed: bool
     reservation: Reservation | None
-    refusal: Refusal | None
+    refusal: CapRefusal | None
     events: tuple[CapEvent, ...] = ()
     stop_run: bool = False
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Settlement:
     """What settling a call (or checking the wall clock) charged and set off."""
 
     charged_nusd: int = 0
@@ -222,7 +222,7 @@ class CapsGuard:
             _check_count("max_output_tokens", max_output_tokens)
         if self._stopped_by is not None:
             return self._refuse(
-                Refusal(
+                CapRefusal(
                     rule=f"caps.{self._stopped_by}",
                     cap=self._stopped_by,
                     reason=f'the run is stopping: {self._stopped_by} was breached (on_breach = "kill")',
@@ -231,7 +231,7 @@ class CapsGuard:
             )
         if MAX_WALL_SECONDS in self._exceeded:
             return self._refuse(
-                Refusal(
+                CapRefusal(
                     rule="caps.max_wall_seconds",
                     cap=MAX_WALL_SECONDS,
                     reason=f"the run's wall time cap of {self.caps.max_wall_seconds:g} s is spent",
@@ -243,7 +243,7 @@ class CapsGuard:
         price = self.prices.lookup(model)
         if price is None and self._usd_enforced and self.caps.on_unpriced == "deny":
             return self._refuse(
-                Refusal(
+                CapRefusal(
                     rule="caps.on_unpriced",
                     cap=MAX_USD,
                     reason=f"model {model!r} is not in the price table, so its cost cannot be "
@@ -287,7 +287,7 @@ class CapsGuard:
         self._outstanding[reservation.id] = reservation
         return Decision(allowed=True, reservation=reservation, refusal=None, events=tuple(events))
 
-    def settle(self, reservation: Reservation, usage: Usage) -> Outcome:
+    def settle(self, reservation: Reservation, usage: Usage) -> Settlement:
         """After the call: release its reservation and charge what it really used."""
         r = self._release(reservation)
         nusd = r.price.cost_of(usage) if r.price is not None else 0
@@ -310,7 +310,7 @@ class CapsGuard:
         )
         return self._commit(r, nusd, tokens)
 
-    def fail(self, reservation: Reservation) -> Outcome:
+    def fail(self, reservation: Reservation) -> Settlement:
         """The call was forwarded but its usage is unknown: charge its whole reservation."""
         r = self._release(reservation)
         m = self._model(r)
@@ -338,7 +338,7 @@ class CapsGuard:
 
     # ------------------------------------------------------------ wall time
 
-    def check_wall(self, elapsed_mono_seconds: float) -> Outcome:
+    def check_wall(self, elapsed_mono_seconds: float) -> Settlement:
         """The run has been going this long (monotonic, clamped by the caller)."""
         e = elapsed_mono_seconds
         if isinstance(e, bool) or not isinstance(e, int | float) or not math.isfinite(e) or e < 0:
@@ -347,7 +347,7 @@ class CapsGuard:
         self._wall_elapsed = max(self._wall_elapsed, float(e))
         limit = self.caps.max_wall_seconds
         if limit is None:
-            return Outcome()
+            return Settlement()
         events = []
         if MAX_WALL_SECONDS not in self._exceeded:
             warned_now = self._maybe_warn(MAX_WALL_SECONDS, limit, self._wall_elapsed)
@@ -356,7 +356,7 @@ class CapsGuard:
             if self._wall_elapsed >= limit:
                 events.extend(self._exceed(MAX_WALL_SECONDS, limit, self._wall_elapsed))
         stop = self._stop_if_kill(MAX_WALL_SECONDS, events)
-        return Outcome(events=tuple(events), stop_run=stop)
+        return Settlement(events=tuple(events), stop_run=stop)
 
     def next_wall_threshold(self) -> float | None:
         """The elapsed seconds at which check_wall will next have something to say."""
@@ -438,7 +438,7 @@ class CapsGuard:
         if deferred:
             reason += "; it fits once the calls in flight settle: retry"
         return self._refuse(
-            Refusal(
+            CapRefusal(
                 rule=f"caps.{cap}",
                 cap=cap,
                 reason=reason,
@@ -455,7 +455,7 @@ class CapsGuard:
         )
 
     def _refuse(
-        self, refusal: Refusal, events: tuple[CapEvent, ...] = (), stop_run: bool = False
+        self, refusal: CapRefusal, events: tuple[CapEvent, ...] = (), stop_run: bool = False
     ) -> Decision:
         self._refused_calls += 1
         return Decision(
@@ -474,7 +474,7 @@ class CapsGuard:
     def _model(self, r: Reservation) -> ModelTotals:
         return self._by_model.get(r.model) or ModelTotals(priced=r.priced)
 
-    def _commit(self, r: Reservation, nusd: int, tokens: int) -> Outcome:
+    def _commit(self, r: Reservation, nusd: int, tokens: int) -> Settlement:
         if not r.priced:
             self._unpriced_calls += 1
         self._committed[MAX_MODEL_CALLS] += 1
@@ -494,7 +494,7 @@ class CapsGuard:
                 events.extend(self._exceed(cap, limit, self._committed[cap]))
         breached = [e.cap for e in events if e.type == "cap.exceeded"]
         stop = self._stop_if_kill(breached[0], events) if breached else False
-        return Outcome(
+        return Settlement(
             charged_nusd=nusd, charged_tokens=tokens, events=tuple(events), stop_run=stop
         )
 
@@ -527,9 +527,9 @@ def _check_count(name: str, value) -> None:
 def _crossing_reason(cap: str, limit: int, committed: int, reserved: int, requested: int) -> str:
     if cap == MAX_USD:
         return (
-            f"max_usd: this call could cost up to {format_usd(requested)}; "
-            f"{format_usd(committed)} is spent and {format_usd(reserved)} is held by calls in "
-            f"flight, of a cap of {format_usd(limit)}"
+            f"max_usd: this call could cost up to {format_nusd(requested)}; "
+            f"{format_nusd(committed)} is spent and {format_nusd(reserved)} is held by calls in "
+            f"flight, of a cap of {format_nusd(limit)}"
         )
     if cap == MAX_TOKENS:
         return (

@@ -36,7 +36,8 @@ CONTROL_TYPES = frozenset(
     }
 )
 
-# The vocabulary of DESIGN.md section 3. Extend, never repurpose.
+# The ledger's event vocabulary: the one list of types an appender may write.
+# Extend, never repurpose.
 EVENT_TYPES = CONTROL_TYPES | frozenset(
     {
         "model.request",

@@ -12,7 +12,7 @@ receipt is written. Every duration here is read from a monotonic clock: the
 wall-clock cap sleeps on trio's, and the ledger's mono_ms come from `clock`.
 
 The parts (docket/run/):
-  values.py      RunOptions in, Outcome out (StopRequest, why a run ends early, is
+  values.py      RunOptions in, RunOutcome out (StopRequest, why a run ends early, is
                  docket.boundary.stop's: the boundary asks for most stops)
   child.py       the child at the OS level: its environment, Child (wait, reap),
                  exit statuses in words, its process group's live members
@@ -51,12 +51,26 @@ from typing import TYPE_CHECKING
 import trio
 
 from docket import __version__
+from docket.boundary.app import Boundary
 from docket.boundary.recorder import Recorder
 from docket.boundary.stop import StopRequest
 from docket.clock import Clock, rfc3339
 from docket.errors import EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
+from docket.guards.keys import agent_drops, bad_keys, missing_keys, missing_warning
 from docket.guards.redact import Redactor, redact_argv
-from docket.ledger.limits import EvidenceLost, LedgerFull
+from docket.ledger.limits import EvidenceLost, LedgerFull, describe_os_error
+from docket.ledger.writer import open_ledger
+from docket.policy import load_policy
+from docket.pricing import load_price_table
+from docket.receipts.receipt import (
+    RECEIPT_RESERVE_BYTES,
+    build_receipt,
+    receipt_line,
+    reserve_receipt,
+    write_receipt,
+    write_receipt_into,
+)
+from docket.receipts.tally import Tally
 from docket.run import pid_namespace
 from docket.run.cache_store import open_shared_cache, shared_cache
 from docket.run.cgroup import RunCgroup
@@ -67,7 +81,8 @@ from docket.run.control import ChildControl, StopLatch
 from docket.run.hardening import make_non_dumpable, raise_nofile, set_subreaper
 from docket.run.hooks import RunHooks
 from docket.run.isolation import CGROUP, ISOLATION_ENV, first_way, mechanism
-from docket.run.values import Outcome, RunOptions
+from docket.run.values import RunOptions, RunOutcome
+from docket.snapshot.session import SnapshotSession, check_run_options
 
 if TYPE_CHECKING:
     from docket.ledger.writer import Ledger
@@ -106,7 +121,6 @@ class Supervisor:
         hooks: RunHooks | None = None,
         policy=None,
     ) -> None:
-        from docket.policy import load_policy
 
         if hooks is not None and (clock is not None or faults is not None):
             raise ValueError("give the clock and write faults in hooks, not beside them")
@@ -148,7 +162,6 @@ class Supervisor:
         # Called once session.start is on disk: `docket run` prints its start warnings
         # there, so a run refused at start (bad folder, full disk) is one line only.
         self.on_started: Callable[[], object] | None = None
-        from docket.snapshot.session import SnapshotSession
 
         self._snapshots = SnapshotSession(options, self.policy)
 
@@ -166,7 +179,7 @@ class Supervisor:
             if why is not None:
                 self.hardening[f"{name}_error"] = why
         # A descriptor per agent connection: the soft limit up to the hard one, so the
-        # boundary's max_connections is what bounds them, not EMFILE (issue 23, 12).
+        # boundary's max_connections is what bounds them, not EMFILE.
         before, now = raise_nofile()
         self.hardening["nofile"] = now
         if before != now:
@@ -187,7 +200,6 @@ class Supervisor:
         """A key that cannot go into a header is refused now (exit 2), never at the
         first call; a missing one is noted (session.start's keys_missing, and the
         warning `docket run` prints)."""
-        from docket.guards.keys import bad_keys, missing_keys
 
         bad = bad_keys(self.env, self.policy)
         if bad:
@@ -225,7 +237,7 @@ class Supervisor:
             caps = dataclasses.replace(caps, budget_mode=mode)
         return dataclasses.replace(self.policy, caps=caps)
 
-    async def run(self) -> Outcome:
+    async def run(self) -> RunOutcome:
         # Caught from the first instant, so a Ctrl-C during start-up is handled
         # like any other (the run ends legibly), never as a KeyboardInterrupt
         # raised into the middle of a ledger append.
@@ -246,10 +258,7 @@ class Supervisor:
                 # supervisor in its own process gets its process back as it was.
                 set_subreaper(False)
 
-    async def _run(self, signals) -> Outcome:
-        from docket.boundary.app import Boundary
-        from docket.ledger.writer import open_ledger
-        from docket.receipts.tally import Tally
+    async def _run(self, signals) -> RunOutcome:
 
         ledger_path = self._prepare_folder()
         reserve = self._reserve_receipt()
@@ -325,7 +334,7 @@ class Supervisor:
         if receipt_error is not None:
             # The run's own status stays in the receipt; the process says evidence was lost.
             exit_status = EXIT_EVIDENCE_LOST
-        return Outcome(
+        return RunOutcome(
             exit_status,
             reason,
             cap,
@@ -339,8 +348,6 @@ class Supervisor:
 
     def _reserve_receipt(self) -> Path:
         """Blocks for the receipt, taken before the run starts (docket.receipts.receipt.reserve_receipt)."""
-        from docket.ledger.limits import describe_os_error
-        from docket.receipts.receipt import RECEIPT_RESERVE_BYTES, reserve_receipt
 
         try:
             return reserve_receipt(self.folder)
@@ -358,13 +365,6 @@ class Supervisor:
         line on stderr, always, and a file in the policy's ledger.fallback_dir,
         naming the ledger relative to that folder so `docket verify` takes it as is.
         """
-        from docket.ledger.limits import describe_os_error
-        from docket.receipts.receipt import (
-            build_receipt,
-            receipt_line,
-            write_receipt,
-            write_receipt_into,
-        )
 
         receipt = build_receipt(tally, **facts)
         receipt_path = self.folder / "receipt.json"
@@ -405,7 +405,6 @@ class Supervisor:
         return ledger_path
 
     def session_facts(self, policy) -> dict:
-        from docket.pricing import load_price_table
 
         prices = load_price_table()
         facts = {
@@ -527,7 +526,6 @@ def run_command(args) -> int:
             "run: give the command to supervise after --, e.g. docket run -- python agent.py"
         )
     _check_command(options.command)
-    from docket.snapshot.session import check_run_options
 
     check_run_options(options)
     supervisor = Supervisor(options)
@@ -554,7 +552,6 @@ def _drop_keys_from_environ(supervisor: Supervisor) -> None:
     """The keys leave this process's environment once read, so nothing it starts later
     can inherit them (what the kernel copied at exec, in /proc/<pid>/environ, is what
     non-dumpable closes)."""
-    from docket.guards.keys import agent_drops
 
     for name in agent_drops(supervisor.policy):
         os.environ.pop(name, None)
@@ -563,7 +560,6 @@ def _drop_keys_from_environ(supervisor: Supervisor) -> None:
 def _start_warnings(supervisor: Supervisor) -> None:
     """One line each, once the run has started: a provider key that is not set, an
     environ or an orphan the kernel would not let the supervisor close or reap."""
-    from docket.guards.keys import missing_warning
 
     if supervisor.keys_missing:
         print(missing_warning(supervisor.keys_missing), file=sys.stderr)
@@ -576,7 +572,7 @@ def _start_warnings(supervisor: Supervisor) -> None:
             print(f"docket: warning: {consequence} ({why})", file=sys.stderr)
 
 
-def last_line(run_id: str, outcome: Outcome) -> str:
+def last_line(run_id: str, outcome: RunOutcome) -> str:
     """`docket run`'s last line: how the run ended, where its receipt is, and what the
     record lacks (a reader of this line alone must not take an incomplete ledger for whole)."""
     line = f"docket: run {run_id} ended ({outcome.reason}), exit {outcome.exit_status}; "

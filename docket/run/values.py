@@ -1,6 +1,6 @@
 """The values a supervised run is given and gives back.
 
-`RunOptions` is what `docket run` (or a harness) asks for and `Outcome` is what
+`RunOptions` is what `docket run` (or a harness) asks for and `RunOutcome` is what
 `Supervisor.run` returns once the receipt is written (why a run ends early,
 StopRequest, is docket.boundary.stop's: the boundary makes most of them).
 Plain dataclasses, no I/O.
@@ -33,7 +33,7 @@ class RunOptions:
 
 
 @dataclass
-class Outcome:
+class RunOutcome:
     exit_status: int
     reason: str
     cap: str | None

@@ -1,5 +1,5 @@
 """Undoing a run: a content-addressed snapshot of a tree, the changes a run made to it,
-and a restore that never writes outside it (issue 16; README "Undo what a run changed").
+and a restore that never writes outside it (README "Undo what a run changed").
 
   manifest.py  pure: a tree's entries (files by sha256, modes, links as links, dirs),
                its digest, and the diff of two manifests (what a run changed)

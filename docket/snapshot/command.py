@@ -49,7 +49,7 @@ def snapshot_events(ledger: Path) -> dict[int, dict[str, dict]]:
         raise InputError(f"restore: ledger {ledger}: cannot read ({exc.strerror})") from None
     try:
         # Read through the fd checked to be a regular file (a FIFO swapped in for the
-        # ledger would block a plain open() forever; issue 23, item 2).
+        # ledger would block a plain open() forever).
         for line in iter_lines(f"/proc/self/fd/{fd}"):
             if not line.complete:
                 break  # a torn tail: the lines before it stand

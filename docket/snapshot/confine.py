@@ -173,7 +173,7 @@ def read_regular(path: str | os.PathLike, limit: int, deadline: Deadline) -> byt
     """A run folder's or a store's file, whole: opened without blocking (a FIFO put in
     its place opens at once) and without following a link as its last component, read
     only if it is a regular file of at most `limit` bytes, and within `deadline`.
-    OSError (its strerror says why) otherwise (issue 23, item 2)."""
+    OSError (its strerror says why) otherwise."""
     try:
         f = os.open(path, FILE_FLAGS)
     except OSError as exc:
@@ -213,7 +213,7 @@ def kind_of(mode: int) -> str:
 
 def sweep(tree: Tree, fd: int, name: str, path: str, deadline: Deadline) -> None:
     """Remove the directory `name` under `fd` and everything in it, whatever it holds
-    (any name, any kind, any depth: issue 23, items 3 and 7). A loop, never a recursion,
+    (any name, any kind, any depth). A loop, never a recursion,
     holding one directory open at a time (a chain deeper than the fd limit included):
     it goes back up through "..", checked to be the very directory it came down from, so
     a directory moved out of the tree mid-sweep is Refused, never followed out. Links

@@ -20,7 +20,7 @@ FORMAT = "docket/snapshot/v1"
 FILE, DIR, LINK = "file", "dir", "link"
 # What a tree holds that is recorded but never copied nor made back: a FIFO, a socket,
 # a device, or a link whose target is not UTF-8. Recorded so that a rollback removes
-# one the run added, and a verification sees one left behind (issue 23, item 7).
+# one the run added, and a verification sees one left behind.
 OTHER = "other"
 OTHER_TYPES = ("fifo", "socket", "char-device", "block-device", "link-not-utf8", "unknown")
 KINDS = (FILE, DIR, LINK, OTHER)
@@ -31,7 +31,7 @@ _PLAIN = re.compile(r"[^\\\x00-\x1f\x7f]*\Z")  # a name spelled as its UTF-8 tex
 MAX_NAME_BYTES = 255
 # Entries deeper than this are not recorded: the directory at this depth is, and a
 # `skipped` row says its contents were not entered (a walk never recurses, but a plan's
-# step walks its path from the root, so depth costs every step; issue 23, item 3).
+# step walks its path from the root, so depth costs every step).
 MAX_DEPTH = 256
 
 
@@ -65,13 +65,13 @@ def name_text(raw: bytes) -> str:
     """A file name as the manifest and the ledger spell it: its UTF-8 text, except that
     a backslash is written "\\\\" and each byte that is not valid UTF-8, or is a control
     character, "\\xNN" (two lowercase hex digits). Any name a kernel gives has exactly
-    one spelling, and every name is recorded: paths are bytes (issue 23, item 7)."""
+    one spelling, and every name is recorded: paths are bytes."""
     try:
         plain = raw.decode("utf-8")
     except UnicodeDecodeError:
         plain = None
     if plain is not None and _PLAIN.match(plain):
-        return plain  # the common case, and the spelling of every name before issue 23
+        return plain  # the common case, and the spelling of every name in ledgers written before bytes paths
     out = []
     for c in raw.decode("utf-8", "surrogateescape"):
         n = ord(c)
@@ -134,7 +134,7 @@ def check_path(path: object) -> str:
     name_text's one spelling of their bytes (so NUL and stray backslashes), names
     longer than the kernel takes, and paths deeper than MAX_DEPTH. A whole path has
     no length bound of its own: every path is walked one component at a time from a
-    directory fd, so the kernel never sees more than one name (issue 23, item 8).
+    directory fd, so the kernel never sees more than one name.
     """
     if type(path) is not str or path == "":
         raise ManifestError(f"path {path!r}: must be a non-empty string")

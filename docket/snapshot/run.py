@@ -100,7 +100,7 @@ def take(
         "manifest_sha256": result.manifest.digest(),
         "manifest": f"{SNAPSHOT_DIR}/{index}.json",
         # The whole record's bytes: its store, exclude and skipped as much as its entries
-        # (docket restore trusts no field the ledger does not vouch for; issue 23, item 11).
+        # (docket restore trusts no field the ledger does not vouch for).
         "record_sha256": hashlib.sha256(data).hexdigest(),
         "store": str(store.root),
         "exclude": list(exclude),
@@ -130,7 +130,7 @@ def rollback(snap: RootSnapshot, seconds: float | None = ROLLBACK_SECONDS) -> di
     entry of any name and kind included; else `differences` names each path that is not
     as in the snapshot, with both states. What the run made under a directory it made is
     removed with it, whatever it is. Bounded by `seconds` (reads included): past it, the
-    steps left fail and `error` says so; it always returns (issue 23, items 2, 3, 7)."""
+    steps left fail and `error` says so; it always returns."""
     assert snap.after is not None, "changes() first"
     deadline = Deadline(seconds)
     found = diff(snap.before, snap.after)
@@ -193,7 +193,7 @@ class RootRestore:
 def load_record(folder: Path, taken: dict) -> tuple[Manifest, str, Store, list[str]]:
     """snapshots/N.json, read without blocking (a FIFO, a link, a device is refused) and
     only if its bytes hash to the record_sha256 snapshot.taken recorded: every field of
-    it (its store, its exclude) is the run's, not an edit (issue 23, items 2 and 11).
+    it (its store, its exclude) is the run's, not an edit.
     The store is opened, never made: a dry run writes nothing there."""
     rel = taken.get("manifest")
     if type(rel) is not str or rel != f"{SNAPSHOT_DIR}/{taken.get('index')}.json":

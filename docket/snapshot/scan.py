@@ -64,7 +64,7 @@ def scan(
     store: Store | None = None,
     deadline: Deadline = NO_DEADLINE,
 ) -> ScanResult:
-    """A loop over a stack of open directories, never a recursion (issue 23, item 3): at
+    """A loop over a stack of open directories, never a recursion: at
     most MAX_DEPTH fds open, a directory at that depth recorded but not entered."""
     excluder = excluder or Excluder()
     entries: dict[str, Entry] = {}

@@ -55,7 +55,7 @@ NO_DEADLINE = Deadline()
 
 class Store:
     """`create=False` (docket restore) makes nothing: a store that is not there is an
-    error at the first object read, and a dry run writes nowhere (issue 23, item 11)."""
+    error at the first object read, and a dry run writes nowhere."""
 
     def __init__(self, root: str | os.PathLike, *, create: bool = True) -> None:
         self.root = Path(root)
@@ -107,7 +107,7 @@ class Store:
         else:
             # Absent, or something else has the name (a FIFO, a link, a file of another
             # size, planted by another process of the user): what a snapshot names is
-            # what it wrote (issue 23, item 2). An object of the right size but other
+            # what it wrote. An object of the right size but other
             # bytes is caught when read back (re-hashed), never restored.
             if there is not None and stat.S_ISDIR(there.st_mode):
                 tmp.unlink()
@@ -119,7 +119,7 @@ class Store:
     def open_object(self, sha: str) -> int:
         """The object's fd: each folder on the way from the store's root opened without
         following a link, the object itself without blocking (a FIFO swapped in opens at
-        once) and only if it is a regular file (issue 23, item 2)."""
+        once) and only if it is a regular file."""
         parts = ["objects", sha[:2], sha[2:]]
         try:
             fd = os.open(self.root, _DIR)

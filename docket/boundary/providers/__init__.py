@@ -43,7 +43,7 @@ __all__ = [
     "KINDS",
     "BadRequest",
     "ProviderError",
-    "Refusal",
+    "ErrorAnswer",
     "RefusalKind",
     "RequestFacts",
     "SSEEvent",
@@ -209,7 +209,7 @@ def error_from_body(kind: str, body: bytes) -> ProviderError | None:
     return _adapter(kind).error_from_object(obj)
 
 
-class Refusal(NamedTuple):
+class ErrorAnswer(NamedTuple):
     """A docket_* refusal, ready for the boundary to send."""
 
     status: int
@@ -225,7 +225,7 @@ def refusal(
     extra: dict[str, Any] | None = None,
     retry_after_s: float | None = None,
     status: int | None = None,
-) -> Refusal:
+) -> ErrorAnswer:
     """A complete answer for a docket_* refusal: status from DOCKET_ERRORS (or `status`,
     a 4xx or 5xx of the caller's, such as 408 for a request that stalled), JSON body,
     Content-Length, Retry-After when given (whole seconds, rounded up), and `x-should-retry: false` when no
@@ -243,4 +243,4 @@ def refusal(
         headers.append((b"retry-after", str(max(0, math.ceil(retry_after_s))).encode("ascii")))
     if not spec.retryable:
         headers.append((b"x-should-retry", b"false"))
-    return Refusal(status, headers, body)
+    return ErrorAnswer(status, headers, body)

@@ -12,17 +12,15 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 try:
     import jiter
 except ImportError:  # the standard library's parser, made as strict, does it alone
     jiter = None  # type: ignore[assignment]  # None marks "not installed" below
 
+from docket import pricing
 from docket.boundary.providers.headers import header_value
-
-if TYPE_CHECKING:
-    from docket import pricing
 from docket.boundary.providers.sse import SSEEvent, SSEParser, parse_block
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -129,8 +127,6 @@ class Usage:
         other (more cached tokens than prompt tokens, a cache-write split that
         does not add up): the boundary then records the usage as unpriceable.
         """
-        from docket import pricing
-
         given, made = self.input_tokens, self.output_tokens
         if given is None or made is None:  # not self.complete
             raise ValueError("usage is incomplete: input or output tokens unknown")
