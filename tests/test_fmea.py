@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESILIENCE = ROOT / "docs" / "resilience.md"
 GAMEDAYS = ROOT / "gamedays"
 
-ROW_IDS = {f"F{n:02d}" for n in range(1, 22)}  # fixed: phase files and the report name them
+ROW_IDS = {f"F{n:02d}" for n in range(1, 24)}  # fixed: phase files and the report name them
 PHASES = set(GAMEDAY_PHASES)
 
 

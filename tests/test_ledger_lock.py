@@ -189,3 +189,20 @@ def test_holder_pid_only_observes_it_never_takes_the_lock(tmp_path, monkeypatch)
         monkeypatch.undo()
         held.release()
     assert lock_module.holder_pid(ledger) is None
+
+
+def test_a_second_docket_run_on_a_used_ledger_dir_is_refused_and_writes_nothing(tmp_path):
+    """FMEA F23 at the command line: a run pointed at a folder that already holds a
+    ledger (a restart over a live one, a copied command line) refuses to start, in one
+    line with exit 2, and the first run's ledger and receipt are left byte for byte."""
+    folder = tmp_path / "runs"
+    argv = [sys.executable, "-m", "docket", "run", "--ledger-dir", str(folder), "--", "true"]
+    first = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    second = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"docket: ledger {folder / 'ledger.jsonl'} already exists: give --ledger-dir a new folder"
+    )
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
