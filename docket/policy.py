@@ -106,6 +106,9 @@ class BoundaryPolicy:
     host: str = "127.0.0.1"
     port: int = 0
     upstream_timeout: float = 300.0
+    # The whole upstream call (connect, send, answer or stream), however its bytes
+    # trickle: a stream that sends a byte every upstream_timeout - 1 s ends here.
+    upstream_total_timeout: float = 600.0
     connect_timeout: float = 10.0
     # Agent connections open at once; past it a new one is closed at once (counted, one
     # connection.pressure event per episode). Below the soft NOFILE docket run raises.
@@ -391,6 +394,7 @@ def _boundary(c: _Checker, t: dict) -> BoundaryPolicy:
         host=host,
         port=f.integer("port", d.port, minimum=0, maximum=65535),
         upstream_timeout=f.duration("upstream_timeout", d.upstream_timeout),
+        upstream_total_timeout=f.duration("upstream_total_timeout", d.upstream_total_timeout),
         connect_timeout=f.duration("connect_timeout", d.connect_timeout),
         max_connections=f.integer("max_connections", d.max_connections, minimum=1),
         request_head_timeout=f.duration("request_head_timeout", d.request_head_timeout),

@@ -278,6 +278,7 @@ def test_a_phase_with_several_runs_shows_each_run_under_the_phase():
     assert row.index('href="#phase-runaway-loop-run-kill"') < row.index("</tr>")
     # and the review has a row per run
     assert "runaway-loop / deny" in html and "runaway-loop / kill" in html
+    assert "0.3 s between bytes" in html  # the read timeout, named as what it bounds
 
 
 def test_several_runs_in_json_and_junit():

@@ -309,6 +309,7 @@ CHANGES = {
     "boundary.host": "127.0.0.2",
     "boundary.port": 8080,
     "boundary.upstream_timeout": 60,
+    "boundary.upstream_total_timeout": 900,
     "boundary.connect_timeout": 3,
     "boundary.max_connections": 64,
     "boundary.request_head_timeout": 2,

@@ -753,6 +753,73 @@ async def test_a_stream_past_the_callers_deadline_is_cut_and_recorded(
     assert error["cost_nusd"] > 0  # output may have been billed: charged its reservation
 
 
+class Trickling:
+    """An upstream that streams an SSE comment every `every` seconds, never ending: each
+    gap is under the read timeout, so only a total bound ends it."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.sent = 0
+
+    async def __call__(self, request, respond) -> None:
+        await request.read_body()
+        await respond.start(200, [(b"content-type", b"text/event-stream")])
+        with trio.move_on_after(30):  # ended sooner by the boundary closing the connection
+            while True:
+                await respond.send(b": still here\n\n")
+                self.sent += 1
+                await trio.sleep(self.every)
+
+
+async def test_a_stream_that_trickles_forever_is_cut_at_the_total_timeout(
+    upstream_server, boundary_rig
+):
+    """A byte every 0.2 s never trips a 1 s read timeout; upstream_total_timeout (1.5 s
+    here, 600 s by default) ends the call, recorded as a timeout and charged."""
+    up = Trickling(every=0.2)
+    policy = {"boundary": {"upstream_timeout": 1, "upstream_total_timeout": 1.5}}
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(up, "openai") as server,
+            boundary_rig({"openai": server}, policy) as rig,
+            rig.client() as http,
+        ):
+            started = trio.current_time()
+            with pytest.raises(httpx.RemoteProtocolError):  # cut, not ended cleanly
+                async with http.stream("POST", CHAT, json=chat(stream=True)) as r:
+                    assert r.status_code == 200
+                    async for _ in r.aiter_bytes():
+                        pass
+            took = trio.current_time() - started
+    assert 1.5 <= took < 1.5 + 2.0
+    assert up.sent >= 3  # it was trickling, not stalled: the read timeout never fired
+    (error,) = rig.events("model.error")
+    assert (error["reason"], error["status"], error["total_timeout_s"]) == ("timeout", 200, 1.5)
+    assert "upstream_total_timeout (1.5 s)" in error["detail"]
+    assert "deadline_ms" not in error
+    assert error["cost_nusd"] > 0  # output may have been billed: charged its reservation
+
+
+async def test_a_callers_deadline_sooner_than_the_total_timeout_wins(upstream_server, boundary_rig):
+    up = Trickling(every=0.1)
+    policy = {"boundary": {"upstream_total_timeout": 5}}
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(up, "openai") as server,
+            boundary_rig({"openai": server}, policy) as rig,
+            rig.client() as http,
+        ):
+            with pytest.raises(httpx.RemoteProtocolError):
+                async with http.stream(
+                    "POST", CHAT, json=chat(stream=True), headers={"x-docket-deadline-ms": "400"}
+                ) as r:
+                    async for _ in r.aiter_bytes():
+                        pass
+    (error,) = rig.events("model.error")
+    assert (error["reason"], error["deadline_ms"]) == ("timeout", 400)
+    assert "total_timeout_s" not in error
+
+
 class ProbeHangs:
     """Fails the first call; hangs the second (the probe) until its caller leaves;
     answers every later call."""

@@ -64,6 +64,14 @@ class UpstreamReview:
         return f"upstream-{self.upstream}"
 
 
+def _request_timeout(boundary: dict) -> str:
+    """Both bounds on one upstream call: between bytes, and in total (when the run's
+    policy states it; a run recorded before the total existed has only the first)."""
+    shown = f"{_seconds(boundary.get('upstream_timeout'))} between bytes"
+    total = boundary.get("upstream_total_timeout")
+    return shown if total is None else f"{shown}, {_seconds(total)} in total"
+
+
 def _seconds(value: object) -> str:
     return (
         "none"
@@ -117,7 +125,7 @@ def _setting(phase: PhaseResult, run: PhaseRun, upstream: str) -> Setting:
         phase=label,
         anchor=anchor,
         connect_timeout=_seconds(boundary.get("connect_timeout")),
-        request_timeout=_seconds(boundary.get("upstream_timeout")),
+        request_timeout=_request_timeout(boundary),
         breaker=breaker,
         bulkhead=bulkhead,
         rate_limit=rate,

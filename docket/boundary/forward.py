@@ -208,18 +208,22 @@ class ModelCall:
             content_length=len(body),
         )
         pool = self.route.pool
-        cut = math.inf if self.passage is None else self.passage.attempt.cut
-        if cut == math.inf:
-            # No caller deadline: the pool's connect and read timeouts bound the attempt,
-            # and a scope with no deadline would only cost time on every call.
-            await self._attempt_once(pool, target, out_headers, body, respond, strip)
-            return
         # The whole attempt (connect, send, answer, body or stream) ends at the caller's
-        # deadline; cancelling it closes the upstream connection, stopping the work.
-        with trio.CancelScope(deadline=cut) as self._attempt:
+        # deadline or at upstream_total_timeout, whichever is sooner: the pool's read
+        # timeout bounds only the gap between bytes, so a trickle would go on forever.
+        # Cancelling the scope closes the upstream connection, stopping the work.
+        caller_cut = math.inf if self.passage is None else self.passage.attempt.cut
+        total_s = self.b.policy.boundary.upstream_total_timeout
+        total_cut = trio.current_time() + total_s
+        with trio.CancelScope(deadline=min(caller_cut, total_cut)) as self._attempt:
             await self._attempt_once(pool, target, out_headers, body, respond, strip)
         if self._attempt.cancelled_caught and not self.closed:
-            await self._deadline_passed(respond)
+            if caller_cut <= total_cut:
+                await self._deadline_passed(respond)
+            else:
+                self.record.extra["total_timeout_s"] = total_s
+                detail = f"the upstream call ran past upstream_total_timeout ({total_s:g} s)"
+                await self._cut(respond, f"{detail}; cut there")
 
     async def _attempt_once(
         self,
@@ -395,6 +399,11 @@ class ModelCall:
         budget = self.passage.attempt.budget_s
         self.record.extra["deadline_ms"] = self.passage.attempt.deadline_ms
         detail = f"the caller's deadline left {budget * 1000:.0f} ms for the upstream; cut there"
+        await self._cut(respond, detail)
+
+    async def _cut(self, respond: Responder, detail: str) -> None:
+        """Close a call whose attempt was cut (a deadline, the total timeout) as a
+        timeout, charged its reservation (bytes may have left), and answer the agent."""
         await self._close_error("timeout", charge="reservation", detail=detail)
         if respond.started:
             await respond.abort()  # a stream cut at the deadline must not look complete
