@@ -18,6 +18,7 @@ from chaos.gameday.results import (
     PhaseRun,
     TimelineEvent,
 )
+from chaos.gameday.review import changes_made, open_risks
 from chaos.gameday.timeline import layout
 
 
@@ -323,3 +324,26 @@ def test_timeline_layout():
     assert xs == sorted(xs) and xs[0] == 170 and xs[-1] == out.width - 10
     assert out.span_ms == 40 and out.ticks[0].label == "0 ms"
     assert layout([]).total == 0
+
+
+def test_the_review_lists_each_phases_changes_and_what_the_day_left_open():
+    """The review template's last two sections, from the results alone."""
+    result = day()
+    rows = load_fmea(Path("docs/resilience.md").read_text(encoding="utf-8"))
+    changed = {(c.phase, c.key): (c.value, c.default) for c in changes_made(result.phases)}
+    assert changed[("partition", "boundary.connect_timeout")] == ("0.3", "10")
+    assert changed[("partition", "boundary.upstream_timeout")] == ("0.3", "300")
+    assert not [key for _, key in changed if key.startswith("providers.")]
+    at_default = a_run(policy={"boundary": {"connect_timeout": 10.0}})
+    assert changes_made((phase("p", (), (), runs=(at_default,)),)) == ()
+    risks = open_risks(result.phases, rows)
+    said = [(r.kind, r.what) for r in risks]
+    assert ("unjudged check", "evidence-loss: disclosed: observed None") in said
+    no_phase = {r.what.split()[0] for r in risks if r.kind == "no phase"}
+    assert no_phase == {row.id for row in rows if not row.phases} != set()
+    not_run = {r.what.split()[0] for r in risks if r.kind == "not run today"}
+    assert "F06" in not_run  # runaway-loop did not run in this day
+    assert not_run.isdisjoint({"F03", "F04", "F09", "F10", "F17"})  # their phases ran
+    html = render_html(result, rows)
+    assert 'id="changes-made"' in html and 'id="open-risks"' in html
+    assert "<code>boundary.connect_timeout</code>" in html and "not run today" in html

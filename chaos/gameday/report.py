@@ -22,7 +22,7 @@ from pathlib import Path
 from chaos.gameday.assertions import FAIL, UNKNOWN, brief, expectation
 from chaos.gameday.numbers import latency_text, plain
 from chaos.gameday.results import GameDayResult, PhaseResult, PhaseRun, phases_for_fmea
-from chaos.gameday.review import review
+from chaos.gameday.review import changes_made, fmea_anchor, open_risks, review
 from chaos.gameday.timeline import COLOURS, layout
 
 HTML_NAME = "index.html"
@@ -65,10 +65,6 @@ class FmeaView:
             if v in verdicts:
                 return v
         return ""
-
-
-def fmea_anchor(row_id: str) -> str:
-    return f"fmea-{row_id.lower()}"
 
 
 def fmea_rows() -> list:
@@ -289,6 +285,8 @@ def render_html(
         timelines={(p.name, r.name): layout(r.timeline) for p in result.phases for r in p.runs},
         fmea=fmea_view(rows, result.phases),
         reviews=review(result.phases),
+        changes=changes_made(result.phases),
+        risks=open_risks(result.phases, rows),
         evidence={
             (p.name, r.name): evidence_view(r, report_dir) for p in result.phases for r in p.runs
         },

@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from chaos.gameday.assertions import UNKNOWN
+from chaos.gameday.fmea import FmeaRow
 from chaos.gameday.numbers import latency_text, plain
 from chaos.gameday.results import PhaseResult, PhaseRun
+from docket.policy import Policy
 
 RETRIES = "none at the boundary: a retry is the agent's decision, and is recorded as a new call"
 FALLBACK = (
@@ -205,3 +208,92 @@ def facts_for_review(evidence: Mapping) -> dict:
         "counts": evidence.get("counts", {}),
         "stub_calls": evidence.get("stub_calls", {}),
     }
+
+
+# ---------------------------------------------------------------- changes made, open risks
+
+
+@dataclass(frozen=True)
+class Change:
+    """A policy key a run set away from Docket's default (the review template's
+    "Changes made"): what the phase changed to cause or to withstand its faults."""
+
+    phase: str
+    anchor: str
+    key: str  # section.key
+    value: str
+    default: str
+
+
+@dataclass(frozen=True)
+class Risk:
+    """Something this game day did not establish (the review template's "Open risks")."""
+
+    kind: str  # "unjudged check", "no phase", "not run today"
+    what: str
+    anchor: str  # where the report shows it ("" when nowhere)
+
+
+# The providers' table is the stubs the harness stands up, not a change a team makes.
+_NOT_POLICY = frozenset({"providers"})
+
+
+def changes_made(phases: Sequence[PhaseResult]) -> tuple[Change, ...]:
+    """Each key of each run's resolved policy that differs from Docket's default."""
+    defaults = Policy().to_dict()
+    out: list[Change] = []
+    for phase in phases:
+        for run in phase.runs:
+            label, anchor = _label(phase, run)
+            for section, table in sorted(run.policy.items()):
+                if section in _NOT_POLICY or not isinstance(table, Mapping):
+                    continue
+                base = defaults.get(section, {})
+                for key, value in sorted(table.items()):
+                    default = base.get(key) if isinstance(base, Mapping) else None
+                    if value != default:
+                        out.append(
+                            Change(
+                                label, anchor, f"{section}.{key}", _shown(value), _shown(default)
+                            )
+                        )
+    return tuple(out)
+
+
+def open_risks(phases: Sequence[PhaseResult], fmea: Sequence[FmeaRow]) -> tuple[Risk, ...]:
+    """Checks that could not be judged, FMEA rows no phase exercises, and rows whose
+    phases did not run in this game day (a `--phase` selection)."""
+    risks: list[Risk] = []
+    for phase in phases:
+        for result in phase.checks:
+            if result.verdict == UNKNOWN:
+                why = f": {result.check.reason}" if result.check.reason else ""
+                risks.append(
+                    Risk("unjudged check", f"{phase.name}: {result.check.name}{why}", phase.anchor)
+                )
+    ran = {phase.name for phase in phases}
+    for row in fmea:
+        if not row.phases:
+            risks.append(Risk("no phase", f"{row.id} {row.mode}", fmea_anchor(row.id)))
+        elif not ran.intersection(row.phases):
+            named = ", ".join(row.phases)
+            risks.append(
+                Risk("not run today", f"{row.id} {row.mode} ({named})", fmea_anchor(row.id))
+            )
+    return tuple(risks)
+
+
+def fmea_anchor(row_id: str) -> str:
+    return f"fmea-{row_id.lower()}"
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return plain(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    return str(value)
