@@ -29,6 +29,7 @@ from docket.reading.patterns import (
     WriteScope,
     retry_after_ms,
 )
+from docket.reading.sizing import Sizing
 from docket.reading.source import ledger_path, read_events
 from docket.reading.thresholds import DEFAULTS, Thresholds, load_thresholds
 from docket.receipts.tally import usd
@@ -59,6 +60,7 @@ class Explainer:
         self._on_request = [p.on_request for p in self.patterns if _has(p, "on_request")]
         self._on_close = [p.on_close for p in self.patterns if _has(p, "on_close")]
         self._on_event = [p.on_event for p in self.patterns if _has(p, "on_event")]
+        self.sizing = Sizing()  # Little's law: the bulkhead the run's traffic needed
         self.open: dict[str, Call] = {}  # calls in flight, by call_id
         self.events = 0
         self.calls = 0
@@ -81,6 +83,7 @@ class Explainer:
                 self.open[event["call_id"]] = call
             for on_request in self._on_request:
                 on_request(call)
+            self.sizing.on_request(call)
             return
         if kind in ("model.response", "model.error"):
             call_or_none = self.open.pop(event.get("call_id"), None)  # type: ignore[arg-type]  # a non-str id finds nothing
@@ -91,6 +94,7 @@ class Explainer:
             self.cost_nusd += call_or_none.cost_nusd
             for on_close in self._on_close:
                 on_close(call_or_none)
+            self.sizing.on_close(call_or_none)
             return
         if kind == "session.start":
             self.start = event
@@ -119,6 +123,7 @@ class Explainer:
             "table_date": pricing.get("table_date") if isinstance(pricing, dict) else None,
             "findings": [f.to_dict() for f in self.findings()],
             "not_judged": {} if not_judged is None else {"write-scope": not_judged},
+            "sizing": self.sizing.advice(),
             "thresholds": dataclasses.asdict(self.limits),
         }
 
@@ -182,3 +187,10 @@ def render(report: dict) -> None:
         console.print(f"   [dim]evidence: {escape(evidence)}[/dim]")
     for name, why in report["not_judged"].items():
         console.print(f"\n[yellow]{name}: not judged[/yellow] ({escape(why)})")
+    for provider, size in report.get("sizing", {}).items():
+        console.print(
+            f"\n[bold]sizing {escape(provider)}[/bold] (Little's law): "
+            f"max_concurrent_upstream = {size['max_concurrent_upstream']}, "
+            f"max_queue = {size['max_queue']}"
+        )
+        console.print(f"   [dim]{escape(str(size['arithmetic']))}[/dim]")
