@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from docket.boundary.calls import CallFacts, Fact
 
@@ -72,6 +72,34 @@ def denied(
         retry_after_s=retry_after_s,
         close=close,
         status=status,
+    )
+
+
+class GuardRefusal(Protocol):
+    """What a resilience guard's own refusal value says (limiter.Refuse,
+    breaker.BreakerRefusal): its reason, its ledger event and fields, its Retry-After."""
+
+    @property
+    def reason(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def retry_after_s(self) -> float | None: ...
+
+    def fields(self) -> dict[str, Any]: ...
+
+
+def guard_refusal(f: CallFacts, rule: str, error_type: str, refused: GuardRefusal) -> Refusal:
+    """A guard's refusal as the call's, recorded as the guard's own event."""
+    return Refusal(
+        rule=rule,
+        error_type=error_type,
+        message=refused.reason,
+        provider=f.provider,
+        model=f.model,
+        event=refused.type,
+        fields=refused.fields(),
+        retry_after_s=refused.retry_after_s,
     )
 
 

@@ -8,7 +8,7 @@ import trio
 
 from docket.boundary.calls import CallFacts, Fact
 from docket.boundary.guarded import record_changes
-from docket.boundary.rules.base import Refusal, Rule
+from docket.boundary.rules.base import Refusal, Rule, guard_refusal
 from docket.guards import breaker as brk
 from docket.ledger.limits import EvidenceLost
 
@@ -23,16 +23,7 @@ def check(verdict: brk.Verdict, f: CallFacts) -> Refusal | None:
     refused = verdict.refusal
     if refused is None:
         return None
-    return Refusal(
-        rule="resilience.breaker",
-        error_type="docket_breaker_open",
-        message=refused.reason,
-        provider=f.provider,
-        model=f.model,
-        event=refused.type,
-        fields=refused.fields(),
-        retry_after_s=refused.retry_after_s,
-    )
+    return guard_refusal(f, "resilience.breaker", "docket_breaker_open", refused)
 
 
 async def learn(host: AdmissionHost, call: Admitting) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from docket.boundary.calls import CallFacts, Fact
-from docket.boundary.rules.base import Refusal, Rule
+from docket.boundary.rules.base import Refusal, Rule, guard_refusal
 from docket.guards.limiter import Admit, Refuse
 
 if TYPE_CHECKING:
@@ -18,16 +18,7 @@ FACT: Fact[Admit | Refuse | None] = Fact("limiter")  # None: no limiter
 def check(limited: Admit | Refuse | None, f: CallFacts) -> Refusal | None:
     if not isinstance(limited, Refuse):
         return None
-    return Refusal(
-        rule=f"resilience.{limited.limit}",
-        error_type="docket_rate_limited",
-        message=limited.reason,
-        provider=f.provider,
-        model=f.model,
-        event=limited.type,
-        fields=limited.fields(),
-        retry_after_s=limited.retry_after_s,
-    )
+    return guard_refusal(f, f"resilience.{limited.limit}", "docket_rate_limited", limited)
 
 
 async def learn(host: AdmissionHost, call: Admitting) -> None:
