@@ -80,6 +80,9 @@ async def test_sigterm_to_the_agent_is_recorded_before_it_lands(tmp_path):
     # yet (nothing was forwarded for it). A call stopped mid-write is `unsent`, never there.
     recorded = types.count("model.request")
     assert report["calls"] <= recorded <= report["calls"] + report["interrupted"]
+    # and what matters for spend: nothing reached a provider without its model.request
+    forwarded = sum(len(log) for log in result.stub_logs.values())
+    assert forwarded == recorded
 
 
 async def test_sigterm_to_the_supervisor_ends_the_run_legibly_and_is_not_an_interrupt(tmp_path):

@@ -215,6 +215,18 @@ def test_an_unknown_key_is_named_at_every_level(data, expected):
             "boundary.upstream_timeout: must be a positive duration",
         ),
         (
+            {"boundary": {"upstream_total_timeout": 0}},
+            "boundary.upstream_total_timeout: must be a positive duration",
+        ),
+        (
+            {"boundary": {"upstream_total_timeout": "ten minutes"}},
+            "boundary.upstream_total_timeout: must be a positive duration",
+        ),
+        (
+            {"boundary": {"upstream_total_timeout": True}},
+            "boundary.upstream_total_timeout: must be a positive duration",
+        ),
+        (
             {"boundary": {"connect_timeout": "5 parsecs"}},
             "boundary.connect_timeout: must be a positive duration",
         ),

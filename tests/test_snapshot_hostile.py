@@ -417,8 +417,21 @@ for here, dirs, files in os.walk(os.path.join(store, "objects")):
         os.unlink(os.path.join(here, name))
         os.mkfifo(os.path.join(here, name))
 print("swapped", flush=True)
-time.sleep(60)
+# One call the cap refuses: under on_breach = kill the run ends at once (exit 42), and
+# --rollback-on-breach then meets the FIFOs. No fixed wait for a wall-clock cap.
+import json, urllib.error, urllib.request
+call = urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+    headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"]},
+)
+try:
+    urllib.request.urlopen(call, timeout=30)
+except urllib.error.HTTPError as refused:  # the refusal: the run is ending
+    print("refused", refused.code, flush=True)
+time.sleep(60)  # ended by the run's stop, not by this sleep
 """
+KILL_ON_BREACH = '[caps]\nmax_usd = 0.000001\non_breach = "kill"\n'
 
 
 def test_a_run_whose_store_objects_are_fifos_ends_with_a_receipt(tmp_path):
@@ -427,6 +440,8 @@ def test_a_run_whose_store_objects_are_fifos_ends_with_a_receipt(tmp_path):
     store = tmp_path / "runs" / ".docket-snapshot-store"
     agent = tmp_path / "agent.py"
     agent.write_text(FIFO_AGENT)
+    policy = tmp_path / "docket.toml"
+    policy.write_text(KILL_ON_BREACH)
     started = time.monotonic()
     proc = subprocess.Popen(
         [
@@ -438,8 +453,8 @@ def test_a_run_whose_store_objects_are_fifos_ends_with_a_receipt(tmp_path):
             str(run),
             f"--snapshot={tree}",
             "--rollback-on-breach",
-            "--max-wall-clock",
-            "2",
+            "--policy",
+            str(policy),
             "--",
             sys.executable,
             str(agent),
@@ -470,6 +485,7 @@ def test_a_run_whose_store_objects_are_fifos_ends_with_a_receipt(tmp_path):
     assert restored["verified"] is False and restored["failed"]
     assert events[-1]["type"] == "session.end"
     receipt = json.loads((run / "receipt.json").read_text())
+    assert receipt["exit"]["cap"] == "max_usd"  # ended by the breach the agent caused
     assert receipt["snapshot"][0]["restored"]["verified"] is False
     assert "the rollback of" in err
 

@@ -38,9 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from docket.errors import InputError
+from docket.inputs import read_text
 
 SOURCE = "docs/resilience.md"
 DATA = "docs/fmea.json"
+MAX_DATA_BYTES = 1 << 20  # 23 rows are ~12 KB
 
 COLUMNS = ("id", "failure mode", "effect", "s", "o", "d", "rpn", "detectors", "mitigation")
 GAMEDAY = "gameday:"
@@ -297,7 +299,7 @@ def fmea_rows(text: str | None = None) -> list[FmeaRow]:
             for item in data
             if isinstance(item, dict)
         ]
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
         raise FmeaError(DATA, 1, f"not the FMEA rows ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, list) or len(rows) != len(data) or not rows:
         raise FmeaError(DATA, 1, "not the FMEA rows (a non-empty JSON list of rows)")
@@ -305,16 +307,15 @@ def fmea_rows(text: str | None = None) -> list[FmeaRow]:
 
 
 def _read_data() -> str:
-    from chaos.data.locate import folder
+    from chaos.data.locate import as_file, folder
 
+    # docket.inputs.read_text: a regular file (not a FIFO an agent left in its place, not
+    # a directory), at most MAX_DATA_BYTES, UTF-8 without NUL; else one line, named.
     try:
-        return (folder("docs") / "fmea.json").read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FmeaError(DATA, 1, "no such file") from None
-    except UnicodeDecodeError as exc:
-        raise FmeaError(DATA, 1, f"not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise FmeaError(DATA, 1, exc.strerror or type(exc).__name__) from None
+        with as_file(folder("docs") / "fmea.json") as path:
+            return read_text(path, "FMEA data", max_bytes=MAX_DATA_BYTES)
+    except InputError as exc:
+        raise FmeaError(DATA, 1, str(exc)) from None
 
 
 def main() -> int:

@@ -33,7 +33,11 @@ EVIDENCE_LOST_REASON = "evidence could not be written (fail_fast_evidence)"
 
 
 class Recorder:
-    """Appends redacted events; a refused write stops the run, then is re-raised."""
+    """Appends redacted events; a refused write stops the run, then is re-raised.
+
+    Each method spells out its own try/except rather than sharing a context manager:
+    they run on every call's path (the model.request, its closing event), and the
+    generator machinery of a @contextmanager showed in the boundary's profiles."""
 
     __slots__ = ("ledger", "redactor", "_stop")
 
