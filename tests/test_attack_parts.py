@@ -164,10 +164,10 @@ def test_the_alias_bomb_is_small_and_expands_nine_to_the_ninth():
 
 
 def test_the_input_judge_passes_a_refusal_and_fails_an_acceptance(tmp_path):
-    refused = inputs.Probe("port", ["stub", "--port", "99999"])
+    refused = inputs.CommandProbe("port", ["stub", "--port", "99999"])
     good, said = inputs.attempt(refused, tmp_path / "a")
     assert good and said.startswith("exit 2: docket: --port 99999"), said
-    accepted = inputs.Probe("version", ["--version"])  # exit 0 where 2 is wanted
+    accepted = inputs.CommandProbe("version", ["--version"])  # exit 0 where 2 is wanted
     good, said = inputs.attempt(accepted, tmp_path / "b")
     assert not good and said.startswith("exit 0")
 

@@ -24,9 +24,8 @@ from hypothesis import strategies as st
 from chaos.stub.server import Behaviour, steady
 from docket.cache import decide
 from docket.cache.config import CachePolicy
-from docket.cache.decide import Answer, Refuse, Store, request_refusal, storable
-from docket.cache.store import ENTRY_OVERHEAD, Entry, Key
-from docket.cache.store import Store as EntryStore
+from docket.cache.decide import Answer, Keep, Refuse, request_refusal, storable
+from docket.cache.store import ENTRY_OVERHEAD, Entry, Key, Store
 from docket.policy import PolicyError, policy_from_dict
 
 openai = LazyModule("openai")
@@ -62,7 +61,7 @@ ops = st.lists(
 @settings(deadline=None)
 @given(ops, st.integers(1, 8), st.integers(300, 8000), st.integers(1, 4))
 def test_store_bounds_hold_and_hits_are_exact_and_fresh(script, entries, max_bytes, max_hits):
-    store = EntryStore(max_entries=entries, max_bytes=max_bytes, ttl=3.0, max_hits=max_hits)
+    store = Store(max_entries=entries, max_bytes=max_bytes, ttl=3.0, max_hits=max_hits)
     now = 0.0
     served: dict[Key, int] = {}
     put_at: dict[Key, tuple[int, float]] = {}  # what was last stored under each key, when
@@ -90,7 +89,7 @@ def test_store_bounds_hold_and_hits_are_exact_and_fresh(script, entries, max_byt
 
 
 def test_a_hit_needs_the_same_provider_path_and_digest():
-    store = EntryStore(max_entries=10, max_bytes=10_000, ttl=60, max_hits=10)
+    store = Store(max_entries=10, max_bytes=10_000, ttl=60, max_hits=10)
     store.put(entry(key(1)), 0.0)
     assert store.lookup(key(1, provider="other"), 1.0) is None
     assert store.lookup(key(1, path="/v1/responses"), 1.0) is None
@@ -99,7 +98,7 @@ def test_a_hit_needs_the_same_provider_path_and_digest():
 
 
 def test_expired_and_clock_stepped_back_are_never_served():
-    store = EntryStore(max_entries=10, max_bytes=10_000, ttl=5, max_hits=10)
+    store = Store(max_entries=10, max_bytes=10_000, ttl=5, max_hits=10)
     store.put(entry(key(1), at=10.0), 10.0)
     assert store.lookup(key(1), 9.0) is None  # a reading before the store: age unknown
     store.put(entry(key(1), at=10.0), 10.0)
@@ -109,14 +108,14 @@ def test_expired_and_clock_stepped_back_are_never_served():
 
 
 def test_max_hits_is_a_brake_per_entry():
-    store = EntryStore(max_entries=10, max_bytes=10_000, ttl=60, max_hits=3)
+    store = Store(max_entries=10, max_bytes=10_000, ttl=60, max_hits=3)
     store.put(entry(key(1)), 0.0)
     hits = [store.lookup(key(1), 1.0) for _ in range(4)]
     assert [h.hits if h else None for h in hits] == [1, 2, 3, None]
 
 
 def test_an_entry_larger_than_max_bytes_is_not_stored_and_evicts_nothing():
-    store = EntryStore(max_entries=10, max_bytes=1000, ttl=60, max_hits=3)
+    store = Store(max_entries=10, max_bytes=1000, ttl=60, max_hits=3)
     store.put(entry(key(1), 100), 0.0)
     assert not store.put(entry(key(2), 1000 - ENTRY_OVERHEAD + 1), 0.0)
     assert store.lookup(key(1), 0.0) is not None
@@ -140,7 +139,7 @@ def why(endpoint="chat.completions", model="m", choices=1, payload=None, policy=
 
 def test_a_greedy_plain_request_is_servable():
     assert why() is None
-    assert storable(why(), GOOD, 1000) == Store()
+    assert storable(why(), GOOD, 1000) == Keep()
 
 
 def test_refused_endpoint():
@@ -209,7 +208,7 @@ def test_stored_only_when_every_condition_holds(reason, status, complete, missin
     # not vary; 201/204 and friends are forwarded every time)
     whole = status == 200 and complete
     good = reason is None and whole and not missing and not faulted and size <= 1000
-    assert (decision == Store()) == good
+    assert (decision == Keep()) == good
     if not good:
         assert isinstance(decision, Refuse) and decision.reason in decide.REASONS
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from chaos.attack import Figures
-from chaos.attack.http import Probe, chat, exchange, request
+from chaos.attack.http import RequestProbe, chat, exchange, request
 from chaos.attack.rig import live_run
 
 # Connections opened per probe, the boundary's cap, and the slowloris timings (seconds).
@@ -48,7 +48,7 @@ def connect(port: int) -> socket.socket | None:
 def real_call(port: int, token: str) -> int | None:
     """One model call on its own connection: its status (None: no answer)."""
     body = json.dumps(chat()).encode()
-    statuses, _ = exchange(port, Probe("real call", request(token, body), timeout=15))
+    statuses, _ = exchange(port, RequestProbe("real call", request(token, body), timeout=15))
     return statuses[-1] if statuses else None
 
 

@@ -37,7 +37,7 @@ FOUR_XX_OR_501 = "4xx or 501"  # an unknown transfer coding: RFC 9112 6.1 says 5
 
 
 @dataclass
-class Probe:
+class RequestProbe:
     name: str
     data: bytes
     expect: str = FOUR_XX
@@ -67,115 +67,115 @@ def request(token: str, body: bytes = b"", *, method: bytes = b"POST", target: b
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
-def probes(token: str, port: int, quick: bool) -> list[Probe]:
+def probes(token: str, port: int, quick: bool) -> list[RequestProbe]:
     ok = json.dumps(chat()).encode()
     r = lambda *a, **k: request(token, *a, **k)  # noqa: E731 - a short alias keeps the table readable
     basic = base64.b64encode(f"docket:{token}".encode())
     proxy_auth = b"Proxy-Authorization: Basic " + basic
     deep = b'{"model":"gpt-4o-mini","max_tokens":8,"messages":' + b"[" * 3000 + b"]" * 3000 + b"}"
     table = [
-        Probe("bad request line", b"GARBAGE\r\n\r\n"),
-        Probe("request line, extra spaces", b"POST  " + ROUTE + b"  HTTP/1.1\r\nHost: x\r\n\r\n"),
-        Probe("HTTP/2.0 version", b"POST " + ROUTE + b" HTTP/2.0\r\nHost: x\r\n\r\n"),
-        Probe("HTTP/0.9 request", b"GET /docket/healthz\r\n\r\n"),
-        Probe("binary junk", bytes(range(256)) * 4 + b"\r\n\r\n"),
-        Probe("NUL in target", b"GET /docket/healthz\x00x HTTP/1.1\r\nHost: x\r\n\r\n"),
-        Probe("non-ASCII in target", b"GET /openai/v1/\xe9\xff HTTP/1.1\r\nHost: x\r\n\r\n"),
-        Probe("header without colon", r(ok, headers=[b"X-Broken header"])),
-        Probe("space before colon", r(ok, headers=[b"X-Bad : 1"])),
-        Probe("obs-fold continuation", r(ok, headers=[b"X-Fold: a", b" folded"]), expect=ANSWERED),
-        Probe("NUL in header value", r(ok, headers=[b"X-Nul: a\x00b"])),
-        Probe("bare CR in header value", r(ok, headers=[b"X-Cr: a\rb"])),
-        Probe("header name with space", r(ok, headers=[b"Bad Name: 1"])),
-        Probe("one 100 KiB header", r(ok, headers=[b"X-Big: " + b"a" * 100_000])),
-        Probe("9000 headers", r(ok, headers=[b"X-H%d: v" % i for i in range(9000)])),
-        Probe("huge bearer token", request("x" * 70_000, ok)),
-        Probe("no Host on HTTP/1.1", b"GET /docket/healthz HTTP/1.1\r\n\r\n"),
-        Probe("two Host headers", b"GET /docket/healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
-        Probe("Host with a space", b"GET /docket/healthz HTTP/1.1\r\nHost: a b\r\n\r\n"),
-        Probe("two different Content-Length", r(ok, headers=[b"Content-Length: 3"])),
-        Probe("Content-Length -1", r(ok, length=False, headers=[b"Content-Length: -1"])),
-        Probe("Content-Length abc", r(ok, length=False, headers=[b"Content-Length: abc"])),
-        Probe("Content-Length +10", r(ok, length=False, headers=[b"Content-Length: +10"])),
-        Probe("Content-Length 10^20", r(ok, length=False, headers=[b"Content-Length: 1" + b"0" * 20])),
-        Probe("Content-Length and chunked",
+        RequestProbe("bad request line", b"GARBAGE\r\n\r\n"),
+        RequestProbe("request line, extra spaces", b"POST  " + ROUTE + b"  HTTP/1.1\r\nHost: x\r\n\r\n"),
+        RequestProbe("HTTP/2.0 version", b"POST " + ROUTE + b" HTTP/2.0\r\nHost: x\r\n\r\n"),
+        RequestProbe("HTTP/0.9 request", b"GET /docket/healthz\r\n\r\n"),
+        RequestProbe("binary junk", bytes(range(256)) * 4 + b"\r\n\r\n"),
+        RequestProbe("NUL in target", b"GET /docket/healthz\x00x HTTP/1.1\r\nHost: x\r\n\r\n"),
+        RequestProbe("non-ASCII in target", b"GET /openai/v1/\xe9\xff HTTP/1.1\r\nHost: x\r\n\r\n"),
+        RequestProbe("header without colon", r(ok, headers=[b"X-Broken header"])),
+        RequestProbe("space before colon", r(ok, headers=[b"X-Bad : 1"])),
+        RequestProbe("obs-fold continuation", r(ok, headers=[b"X-Fold: a", b" folded"]), expect=ANSWERED),
+        RequestProbe("NUL in header value", r(ok, headers=[b"X-Nul: a\x00b"])),
+        RequestProbe("bare CR in header value", r(ok, headers=[b"X-Cr: a\rb"])),
+        RequestProbe("header name with space", r(ok, headers=[b"Bad Name: 1"])),
+        RequestProbe("one 100 KiB header", r(ok, headers=[b"X-Big: " + b"a" * 100_000])),
+        RequestProbe("9000 headers", r(ok, headers=[b"X-H%d: v" % i for i in range(9000)])),
+        RequestProbe("huge bearer token", request("x" * 70_000, ok)),
+        RequestProbe("no Host on HTTP/1.1", b"GET /docket/healthz HTTP/1.1\r\n\r\n"),
+        RequestProbe("two Host headers", b"GET /docket/healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+        RequestProbe("Host with a space", b"GET /docket/healthz HTTP/1.1\r\nHost: a b\r\n\r\n"),
+        RequestProbe("two different Content-Length", r(ok, headers=[b"Content-Length: 3"])),
+        RequestProbe("Content-Length -1", r(ok, length=False, headers=[b"Content-Length: -1"])),
+        RequestProbe("Content-Length abc", r(ok, length=False, headers=[b"Content-Length: abc"])),
+        RequestProbe("Content-Length +10", r(ok, length=False, headers=[b"Content-Length: +10"])),
+        RequestProbe("Content-Length 10^20", r(ok, length=False, headers=[b"Content-Length: 1" + b"0" * 20])),
+        RequestProbe("Content-Length and chunked",
               r(b"5\r\nhello\r\n0\r\n\r\n", headers=[b"Transfer-Encoding: chunked"])),
-        Probe("chunk size not hex", r(b"zz\r\nhello\r\n0\r\n\r\n", length=False,
+        RequestProbe("chunk size not hex", r(b"zz\r\nhello\r\n0\r\n\r\n", length=False,
                                       headers=[b"Transfer-Encoding: chunked"])),
-        Probe("chunk size overflow", r(b"f" * 40 + b"\r\nhello\r\n0\r\n\r\n", length=False,
+        RequestProbe("chunk size overflow", r(b"f" * 40 + b"\r\nhello\r\n0\r\n\r\n", length=False,
                                        headers=[b"Transfer-Encoding: chunked"])),
-        Probe("chunked, no last chunk, then EOF", r(b"5\r\nhello\r\n", length=False,
+        RequestProbe("chunked, no last chunk, then EOF", r(b"5\r\nhello\r\n", length=False,
               headers=[b"Transfer-Encoding: chunked"]), expect=FOUR_XX_OR_CLOSE, half_close=True),
-        Probe("chunk longer than its size", r(b"5\r\nhelloXX\r\n0\r\n\r\n", length=False,
+        RequestProbe("chunk longer than its size", r(b"5\r\nhelloXX\r\n0\r\n\r\n", length=False,
                                               headers=[b"Transfer-Encoding: chunked"])),
-        Probe("chunk extension with NUL", r(b"5;\x00\r\nhello\r\n0\r\n\r\n", length=False,
+        RequestProbe("chunk extension with NUL", r(b"5;\x00\r\nhello\r\n0\r\n\r\n", length=False,
                                             headers=[b"Transfer-Encoding: chunked"])),
-        Probe("unknown transfer-coding", r(ok, length=False, headers=[b"Transfer-Encoding: gzip"]),
+        RequestProbe("unknown transfer-coding", r(ok, length=False, headers=[b"Transfer-Encoding: gzip"]),
               expect=FOUR_XX_OR_501),
-        Probe("truncated body, then EOF", r(ok, length=False, headers=[b"Content-Length: %d"
+        RequestProbe("truncated body, then EOF", r(ok, length=False, headers=[b"Content-Length: %d"
               % (len(ok) + 50)]), expect=FOUR_XX_OR_CLOSE, half_close=True),
-        Probe("pipelined junk after a request",
+        RequestProbe("pipelined junk after a request",
               b"GET /docket/healthz HTTP/1.1\r\nHost: x\r\n\r\n\x16\x03\x01\x02\x00junk\r\n\r\n",
               answers=2),
-        Probe("pipelined request then bad line",
+        RequestProbe("pipelined request then bad line",
               r(ok) + b"GET /docket/healthz HTTP/1.1\r\nHost: x\r\n\r\nNOT HTTP AT ALL\r\n\r\n",
               answers=3),
-        Probe("non-JSON body", r(b"model=gpt-4o-mini&max_tokens=8",
+        RequestProbe("non-JSON body", r(b"model=gpt-4o-mini&max_tokens=8",
                                  ctype=b"application/x-www-form-urlencoded")),
-        Probe("JSON array body", r(b"[" + ok + b"]")),
-        Probe("JSON string body", r(b'"hello"')),
-        Probe("empty body", r(b"")),
-        Probe("JSON nested 3000 deep", r(deep)),
-        Probe("duplicate model key", r(b'{"model":"gpt-4o-mini","model":"gpt-4o","max_tokens":8,'
+        RequestProbe("JSON array body", r(b"[" + ok + b"]")),
+        RequestProbe("JSON string body", r(b'"hello"')),
+        RequestProbe("empty body", r(b"")),
+        RequestProbe("JSON nested 3000 deep", r(deep)),
+        RequestProbe("duplicate model key", r(b'{"model":"gpt-4o-mini","model":"gpt-4o","max_tokens":8,'
                                        b'"messages":[{"role":"user","content":"hi"}]}')),
-        Probe("duplicate max_tokens key", r(b'{"model":"gpt-4o-mini","max_tokens":1,"max_tokens":'
+        RequestProbe("duplicate max_tokens key", r(b'{"model":"gpt-4o-mini","max_tokens":1,"max_tokens":'
                                             b'9999999,"messages":[{"role":"user","content":"hi"}]}')),
-        Probe("invalid UTF-8 in JSON", r(ok.replace(b"hi", b"h\xff\xfe"))),
-        Probe("lone surrogate in JSON", r(ok.replace(b"hi", b"\\ud800"))),
-        Probe("NaN in JSON", r(ok.replace(b'"max_tokens": 8', b'"max_tokens": NaN'))),
-        Probe("max_tokens 1e999", r(ok.replace(b'"max_tokens": 8', b'"max_tokens": 1e999'))),
-        Probe("max_tokens negative", r(ok.replace(b'"max_tokens": 8', b'"max_tokens": -5'))),
-        Probe("UTF-16 JSON", r(ok.decode().encode("utf-16"))),
-        Probe("wrong content-type, multipart",
+        RequestProbe("invalid UTF-8 in JSON", r(ok.replace(b"hi", b"h\xff\xfe"))),
+        RequestProbe("lone surrogate in JSON", r(ok.replace(b"hi", b"\\ud800"))),
+        RequestProbe("NaN in JSON", r(ok.replace(b'"max_tokens": 8', b'"max_tokens": NaN'))),
+        RequestProbe("max_tokens 1e999", r(ok.replace(b'"max_tokens": 8', b'"max_tokens": 1e999'))),
+        RequestProbe("max_tokens negative", r(ok.replace(b'"max_tokens": 8', b'"max_tokens": -5'))),
+        RequestProbe("UTF-16 JSON", r(ok.decode().encode("utf-16"))),
+        RequestProbe("wrong content-type, multipart",
               r(b"--x\r\nContent-Disposition: form-data; name=model\r\n\r\ngpt\r\n--x--\r\n",
                 ctype=b"multipart/form-data; boundary=x")),
-        Probe("unknown method BREW", r(ok, method=b"BREW")),
-        Probe("absolute-form, bad IPv6", b"GET http://user:pw@[::1/ HTTP/1.1\r\nHost: x\r\n"
+        RequestProbe("unknown method BREW", r(ok, method=b"BREW")),
+        RequestProbe("absolute-form, bad IPv6", b"GET http://user:pw@[::1/ HTTP/1.1\r\nHost: x\r\n"
               + proxy_auth + b"\r\n\r\n"),
-        Probe("absolute-form, port 99999", b"GET http://example.com:99999/ HTTP/1.1\r\nHost: x\r\n"
+        RequestProbe("absolute-form, port 99999", b"GET http://example.com:99999/ HTTP/1.1\r\nHost: x\r\n"
               + proxy_auth + b"\r\n\r\n"),
-        Probe("absolute-form, no host", b"GET http:/// HTTP/1.1\r\nHost: x\r\n" + proxy_auth
+        RequestProbe("absolute-form, no host", b"GET http:/// HTTP/1.1\r\nHost: x\r\n" + proxy_auth
               + b"\r\n\r\n"),
-        Probe("absolute-form, port abc", b"GET http://example.com:abc/ HTTP/1.1\r\nHost: x\r\n"
+        RequestProbe("absolute-form, port abc", b"GET http://example.com:abc/ HTTP/1.1\r\nHost: x\r\n"
               + proxy_auth + b"\r\n\r\n"),
-        Probe("CONNECT without port", b"CONNECT example.com HTTP/1.1\r\nHost: x\r\n" + proxy_auth
+        RequestProbe("CONNECT without port", b"CONNECT example.com HTTP/1.1\r\nHost: x\r\n" + proxy_auth
               + b"\r\n\r\n"),
-        Probe("CONNECT port 99999", b"CONNECT example.com:99999 HTTP/1.1\r\nHost: x\r\n"
+        RequestProbe("CONNECT port 99999", b"CONNECT example.com:99999 HTTP/1.1\r\nHost: x\r\n"
               + proxy_auth + b"\r\n\r\n"),
-        Probe("CONNECT port -1", b"CONNECT example.com:-1 HTTP/1.1\r\nHost: x\r\n" + proxy_auth
+        RequestProbe("CONNECT port -1", b"CONNECT example.com:-1 HTTP/1.1\r\nHost: x\r\n" + proxy_auth
               + b"\r\n\r\n"),
-        Probe("CONNECT unbracketed IPv6", b"CONNECT ::1:443 HTTP/1.1\r\nHost: x\r\n" + proxy_auth
+        RequestProbe("CONNECT unbracketed IPv6", b"CONNECT ::1:443 HTTP/1.1\r\nHost: x\r\n" + proxy_auth
               + b"\r\n\r\n"),
-        Probe("CONNECT with userinfo", b"CONNECT u:p@[::1:443 HTTP/1.1\r\nHost: x\r\n" + proxy_auth
+        RequestProbe("CONNECT with userinfo", b"CONNECT u:p@[::1:443 HTTP/1.1\r\nHost: x\r\n" + proxy_auth
               + b"\r\n\r\n"),
-        Probe("CONNECT to the boundary itself", b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: x\r\n"
+        RequestProbe("CONNECT to the boundary itself", b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: x\r\n"
               % port + proxy_auth + b"\r\n\r\n"),
-        Probe("CONNECT without the token", b"CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n"),
-        Probe("half-closed before a byte", b"", expect=CLOSE, half_close=True),
-        Probe("half-closed mid-head", b"POST " + ROUTE + b" HTTP/1.1\r\nHost: x\r\nContent-Le",
+        RequestProbe("CONNECT without the token", b"CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n"),
+        RequestProbe("half-closed before a byte", b"", expect=CLOSE, half_close=True),
+        RequestProbe("half-closed mid-head", b"POST " + ROUTE + b" HTTP/1.1\r\nHost: x\r\nContent-Le",
               expect=FOUR_XX_OR_CLOSE, half_close=True),
-        Probe("half-closed after a whole request", r(ok), expect=ANY, half_close=True),
-        Probe("reset right after a request", r(ok), expect=ANY, half_close=False, reset=True),
-        Probe("Expect: 100-continue, 50 MB declared",
+        RequestProbe("half-closed after a whole request", r(ok), expect=ANY, half_close=True),
+        RequestProbe("reset right after a request", r(ok), expect=ANY, half_close=False, reset=True),
+        RequestProbe("Expect: 100-continue, 50 MB declared",
               r(b"", length=False, headers=[b"Content-Length: 50000000", b"Expect: 100-continue"]),
               half_close=False),
     ]  # fmt: skip
     if not quick:
         big = b'{"model":"gpt-4o-mini","max_tokens":8,"pad":"' + b"a" * 50_000_000 + b'"}'
-        table.append(Probe("50 MB body sent whole", r(big)))
+        table.append(RequestProbe("50 MB body sent whole", r(big)))
         # A body that stops arriving, the connection kept open: the request timeout (30 s).
         table.append(
-            Probe(
+            RequestProbe(
                 "body stalls, socket open",
                 r(ok, length=False, headers=[b"Content-Length: %d" % (len(ok) + 50)]),
                 timeout=45.0,
@@ -184,7 +184,7 @@ def probes(token: str, port: int, quick: bool) -> list[Probe]:
     return table
 
 
-def exchange(port: int, probe: Probe) -> tuple[list[int], bytes]:
+def exchange(port: int, probe: RequestProbe) -> tuple[list[int], bytes]:
     """Send the probe; the statuses of the answers read back (in order) and the bytes."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=probe.timeout)
     try:
@@ -244,7 +244,9 @@ def provider_shaped(data: bytes) -> bool:
 
 def serving(port: int) -> bool:
     try:
-        statuses, _ = exchange(port, Probe("", b"GET /docket/healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+        statuses, _ = exchange(
+            port, RequestProbe("", b"GET /docket/healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        )
     except OSError:
         return False
     return statuses[:1] == [200]
@@ -278,7 +280,7 @@ def run(folder: Path, quick: bool) -> Figures:
         port = live.port
         # The control: the template every probe spoils, unspoiled, must be answered 200, so
         # a probe's 4xx is the answer to its own flaw (not to the route or the token).
-        control = Probe("control", request(live.token, json.dumps(chat()).encode()))
+        control = RequestProbe("control", request(live.token, json.dumps(chat()).encode()))
         if exchange(port, control)[0] != [200]:
             raise RuntimeError(
                 f"the control request was not answered 200: {exchange(port, control)}"

@@ -33,7 +33,7 @@ GOOD = (
 
 
 @dataclass
-class Probe:
+class CommandProbe:
     name: str
     argv: list[str]  # after `docket`; {d} is the probe's own folder
     files: dict[str, bytes] = field(default_factory=dict)  # written into {d} first
@@ -63,28 +63,28 @@ def alias_bomb(levels: int = 9, width: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
-def policy(name: str, text: str | bytes, quick: bool = False, **kw) -> Probe:
+def policy(name: str, text: str | bytes, quick: bool = False, **kw) -> CommandProbe:
     data = text if isinstance(text, bytes) else text.encode()
-    return Probe(f"policy: {name}", ["run", "--policy", "{d}/p.toml", "--ledger-dir", "{d}/run",
+    return CommandProbe(f"policy: {name}", ["run", "--policy", "{d}/p.toml", "--ledger-dir", "{d}/run",
                  "--", "true"], {"p.toml": data}, quick=quick, **kw)  # fmt: skip
 
 
-def fault(spec: str, quick: bool = False) -> Probe:
-    return Probe(f"fault: {spec[:60]!r}", ["chaos", "--dir", "{d}/run", "--fault", spec, "--",
+def fault(spec: str, quick: bool = False) -> CommandProbe:
+    return CommandProbe(f"fault: {spec[:60]!r}", ["chaos", "--dir", "{d}/run", "--fault", spec, "--",
                  "true"], quick=quick)  # fmt: skip
 
 
-def scenario(name: str, text: str | bytes, quick: bool = False) -> Probe:
+def scenario(name: str, text: str | bytes, quick: bool = False) -> CommandProbe:
     data = text if isinstance(text, bytes) else text.encode()
-    return Probe(f"scenario: {name}", ["chaos", "--dir", "{d}/run", "--scenario", "{d}/s.yaml"],
+    return CommandProbe(f"scenario: {name}", ["chaos", "--dir", "{d}/run", "--scenario", "{d}/s.yaml"],
                  {"s.yaml": data}, quick=quick)  # fmt: skip
 
 
-def phase(name: str, text: str | bytes, quick: bool = False) -> Probe:
+def phase(name: str, text: str | bytes, quick: bool = False) -> CommandProbe:
     data = text if isinstance(text, bytes) else text.encode()
     # The file is named for the phase: a phase whose name differs from its file is refused
     # for that alone, and a probe must be refused for its own flaw (the controls check it).
-    return Probe(f"phase: {name}", ["game-day", "--phase", "{d}/attack-probe.yaml", "--json",
+    return CommandProbe(f"phase: {name}", ["game-day", "--phase", "{d}/attack-probe.yaml", "--json",
                  "{d}/o.json", "--junit", "{d}/o.xml", "--report", "{d}/report"],
                  {"attack-probe.yaml": data}, quick=quick)  # fmt: skip
 
@@ -106,43 +106,43 @@ expect:
 """
 
 
-def probes() -> list[Probe]:
+def probes() -> list[CommandProbe]:
     junk = random.Random(11).randbytes(4096)
     deep = "[" * 3000 + "]" * 3000
     g = GOOD
     table = [
         # the command line
-        Probe("cli: run -- ''", ["run", "--ledger-dir", "{d}/run", "--", ""], quick=True),
-        Probe("cli: run with no command", ["run", "--ledger-dir", "{d}/run"]),
-        Probe("cli: --max-wall-clock abc", ["run", "--ledger-dir", "{d}/run",
+        CommandProbe("cli: run -- ''", ["run", "--ledger-dir", "{d}/run", "--", ""], quick=True),
+        CommandProbe("cli: run with no command", ["run", "--ledger-dir", "{d}/run"]),
+        CommandProbe("cli: --max-wall-clock abc", ["run", "--ledger-dir", "{d}/run",
               "--max-wall-clock", "abc", "--", "true"]),
-        Probe("cli: --max-wall-clock -1", ["run", "--ledger-dir", "{d}/run",
+        CommandProbe("cli: --max-wall-clock -1", ["run", "--ledger-dir", "{d}/run",
               "--max-wall-clock", "-1", "--", "true"]),
-        Probe("cli: --max-wall-clock nan", ["run", "--ledger-dir", "{d}/run",
+        CommandProbe("cli: --max-wall-clock nan", ["run", "--ledger-dir", "{d}/run",
               "--max-wall-clock", "nan", "--", "true"]),
-        Probe("cli: --max-wall-clock 1e400", ["run", "--ledger-dir", "{d}/run",
+        CommandProbe("cli: --max-wall-clock 1e400", ["run", "--ledger-dir", "{d}/run",
               "--max-wall-clock", "1e400", "--", "true"]),
-        Probe("cli: --max-wall-clock in fullwidth digits", ["run", "--ledger-dir", "{d}/run",
+        CommandProbe("cli: --max-wall-clock in fullwidth digits", ["run", "--ledger-dir", "{d}/run",
               "--max-wall-clock", "\uff15", "--", "true"]),
-        Probe("cli: --grace -1", ["run", "--ledger-dir", "{d}/run", "--grace", "-1", "--", "true"]),
-        Probe("cli: --grace inf", ["run", "--ledger-dir", "{d}/run", "--grace", "inf", "--", "true"]),
-        Probe("cli: --budget-mode bogus", ["run", "--budget-mode", "bogus", "--", "true"]),
-        Probe("cli: stub --port 99999", ["stub", "--port", "99999"], timeout=STUB_TIMEOUT),
-        Probe("cli: stub --port -1", ["stub", "--port", "-1"], timeout=STUB_TIMEOUT),
-        Probe("cli: stub --latency 5x", ["stub", "--latency", "5x"], timeout=STUB_TIMEOUT),
-        Probe("cli: stub --latency in Arabic-Indic digits", ["stub", "--latency", "\u0665ms"], timeout=STUB_TIMEOUT),
-        Probe("cli: chaos --seed abc", ["chaos", "--dir", "{d}/run", "--seed", "abc", "--", "true"]),
-        Probe("cli: init into a missing folder", ["init", "{d}/no/such/folder/docket.toml"]),
-        Probe("cli: verify a receipt whose ledger.file holds NUL", ["verify", "{d}/r.json"],
+        CommandProbe("cli: --grace -1", ["run", "--ledger-dir", "{d}/run", "--grace", "-1", "--", "true"]),
+        CommandProbe("cli: --grace inf", ["run", "--ledger-dir", "{d}/run", "--grace", "inf", "--", "true"]),
+        CommandProbe("cli: --budget-mode bogus", ["run", "--budget-mode", "bogus", "--", "true"]),
+        CommandProbe("cli: stub --port 99999", ["stub", "--port", "99999"], timeout=STUB_TIMEOUT),
+        CommandProbe("cli: stub --port -1", ["stub", "--port", "-1"], timeout=STUB_TIMEOUT),
+        CommandProbe("cli: stub --latency 5x", ["stub", "--latency", "5x"], timeout=STUB_TIMEOUT),
+        CommandProbe("cli: stub --latency in Arabic-Indic digits", ["stub", "--latency", "\u0665ms"], timeout=STUB_TIMEOUT),
+        CommandProbe("cli: chaos --seed abc", ["chaos", "--dir", "{d}/run", "--seed", "abc", "--", "true"]),
+        CommandProbe("cli: init into a missing folder", ["init", "{d}/no/such/folder/docket.toml"]),
+        CommandProbe("cli: verify a receipt whose ledger.file holds NUL", ["verify", "{d}/r.json"],
               {"r.json": NUL_RECEIPT}, quick=True),
-        Probe("cli: doctor a binary file", ["doctor", "{d}/b"], {"b": junk}),
-        Probe("cli: verify an empty receipt", ["verify", "{d}/e"], {"e": b""}),
-        Probe("cli: provider key with CR/LF", ["run", "--policy", "{d}/p.toml", "--ledger-dir",
+        CommandProbe("cli: doctor a binary file", ["doctor", "{d}/b"], {"b": junk}),
+        CommandProbe("cli: verify an empty receipt", ["verify", "{d}/e"], {"e": b""}),
+        CommandProbe("cli: provider key with CR/LF", ["run", "--policy", "{d}/p.toml", "--ledger-dir",
               "{d}/run", "--", "true"], {"p.toml": g.encode()},
               env={KEY_ENV: "sk-good\r\nX-Injected: 1"}, quick=True),
         # the policy
-        Probe("policy: missing", ["run", "--policy", "{d}/missing.toml", "--", "true"]),
-        Probe("policy: a directory", ["run", "--policy", "{d}", "--", "true"]),
+        CommandProbe("policy: missing", ["run", "--policy", "{d}/missing.toml", "--", "true"]),
+        CommandProbe("policy: a directory", ["run", "--policy", "{d}", "--", "true"]),
         policy("binary", junk),
         policy("malformed TOML", "[providers.openai\nkind = 1\n"),
         policy("huge (20 MB, not TOML)", b"a" * 20_000_000),
@@ -232,7 +232,7 @@ class _Drop:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __ror__(self, probe: Probe) -> Probe:
+    def __ror__(self, probe: CommandProbe) -> CommandProbe:
         probe.files.pop(self.name, None)
         return probe
 
@@ -247,7 +247,7 @@ def nul_receipt(control_dir: Path) -> bytes:
     return json.dumps(receipt, indent=2).encode()
 
 
-def controls() -> list[Probe]:
+def controls() -> list[CommandProbe]:
     """The templates the probes spoil, unspoiled, under the same bounds: each must exit 0,
     so a probe is refused for the flaw it carries, not the template or the bounds."""
     good = [
@@ -261,7 +261,7 @@ def controls() -> list[Probe]:
     return good
 
 
-def attempt(probe: Probe, folder: Path) -> tuple[bool, str]:
+def attempt(probe: CommandProbe, folder: Path) -> tuple[bool, str]:
     """Run one probe in `folder`; (good?, what happened in one line, starting with
     `exit N` or `timeout`)."""
     folder.mkdir(parents=True)

@@ -222,25 +222,27 @@ if os.fork() == 0:
 
 
 @dataclass
-class Probe:
+class EscapeProbe:
     technique: str
     count: int = 0  # N: links of a chain, members of a bomb
     quick: bool = False
 
 
 PROBES = [
-    Probe("double fork, setsid"),
-    Probe("fork chain", 80, quick=True),
-    Probe("fork chain", 200),
-    Probe("fork bomb to a count, then churning", 60),  # not quick: it starves what runs beside
-    Probe("fork bomb to a count, then churning", 250),
-    Probe("ignores SIGTERM"),
-    Probe("re-parents at every turn"),
-    Probe("stops itself with SIGSTOP", quick=True),
-    Probe("two wake each other with SIGCONT"),
-    Probe("its own child subreaper"),
-    Probe("a shell's setsid daemon"),
-    Probe("snooper for the next run's key"),
+    EscapeProbe("double fork, setsid"),
+    EscapeProbe("fork chain", 80, quick=True),
+    EscapeProbe("fork chain", 200),
+    EscapeProbe(
+        "fork bomb to a count, then churning", 60
+    ),  # not quick: it starves what runs beside
+    EscapeProbe("fork bomb to a count, then churning", 250),
+    EscapeProbe("ignores SIGTERM"),
+    EscapeProbe("re-parents at every turn"),
+    EscapeProbe("stops itself with SIGSTOP", quick=True),
+    EscapeProbe("two wake each other with SIGCONT"),
+    EscapeProbe("its own child subreaper"),
+    EscapeProbe("a shell's setsid daemon"),
+    EscapeProbe("snooper for the next run's key"),
 ]
 
 
@@ -312,7 +314,7 @@ def ledger_account(run_dir: Path) -> tuple[int, list[int], str | None]:
     return orphans, survivors, isolation
 
 
-def attempt(probe: Probe, folder: Path, stub_url: str, user: tuple[str, ...] = (),
+def attempt(probe: EscapeProbe, folder: Path, stub_url: str, user: tuple[str, ...] = (),
             python: str = sys.executable):  # fmt: skip
     """One probe (as another `user`, a setpriv prefix, with the `python` it can run):
     (good, what happened, figures)."""

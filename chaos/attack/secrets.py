@@ -36,7 +36,7 @@ from urllib.parse import quote, quote_plus
 
 from chaos.attack import Figures
 from chaos.attack.echo import echo_upstream
-from chaos.attack.http import ROUTE, Probe, exchange, request
+from chaos.attack.http import ROUTE, RequestProbe, exchange, request
 from chaos.attack.rig import PROVIDER_KEY, live_run
 
 RECORD_BODIES = "[ledger]\nrecord_bodies = true\n"
@@ -359,14 +359,14 @@ def run(folder: Path, quick: bool) -> Figures:
         # The canary: a value the record keeps by design (the model asked for), which the
         # search must find in the ledger, so a clean search is not a blind one.
         canary = fresh(99)
-        exchange(port, Probe("canary", request(live.token, json.dumps(
+        exchange(port, RequestProbe("canary", request(live.token, json.dumps(
             {"model": canary, "messages": [], "max_tokens": 1}).encode())))  # fmt: skip
         for n, plant in enumerate(planted):
             start = ledger.stat().st_size
             if plant.streamed:
                 answer = stream_exchange(port, plant.data)
             else:
-                _, answer = exchange(port, Probe(plant.where, plant.data))
+                _, answer = exchange(port, RequestProbe(plant.where, plant.data))
             # Each event is synced before its answer: what the ledger grew by is this plant's.
             windows.append((start, ledger.stat().st_size, n))
             key_bytes = PROVIDER_KEY.encode()

@@ -28,16 +28,15 @@ import trio
 from docket.cache.config import CachePolicy
 from docket.cache.decide import (
     Answer,
+    Keep,
     Refuse,
-    Store,
     request_refusal,
     shaping_headers,
     storable,
 )
 from docket.cache.entries import replayable_headers
 from docket.cache.shared import SharedStore, StoreProblem
-from docket.cache.store import ENTRY_OVERHEAD, Entry, Hit, Key
-from docket.cache.store import Store as EntryStore
+from docket.cache.store import ENTRY_OVERHEAD, Entry, Hit, Key, Store
 
 
 @dataclass(slots=True)
@@ -84,7 +83,7 @@ class ResponseCache:
     ) -> None:
         self.policy = policy
         self.on_outcome = on_outcome  # (provider, "stored" or a reason): the metrics' count
-        self.store = EntryStore(
+        self.store = Store(
             max_entries=policy.max_entries,
             max_bytes=policy.max_bytes,
             ttl=policy.ttl,
@@ -162,7 +161,7 @@ class ResponseCache:
 
     def decide(
         self, lookup: Lookup, *, complete: bool, usage_missing: bool
-    ) -> tuple[Store | Refuse, dict[str, Any]]:
+    ) -> tuple[Keep | Refuse, dict[str, Any]]:
         """The store decision for a call that is closing, and its closing event's fields."""
         capture = lookup.capture
         answer = Answer(

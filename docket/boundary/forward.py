@@ -42,7 +42,7 @@ from docket.boundary.closing import closing_bound as closing_bound
 from docket.boundary.guarded import Passage, record_changes
 from docket.boundary.ports import CallHost, Upstream
 from docket.boundary.providers.base import StreamTracker
-from docket.cache.decide import Store
+from docket.cache.decide import Keep
 from docket.guards.caps import Reservation, Settlement
 from docket.guards.scrub import Scrubber, joined_texts_scrubbed
 from docket.http import client as upstream
@@ -479,7 +479,7 @@ class ModelCall:
             **r.extra,
             **body,
         )
-        if isinstance(decision, Store) and self.closed_seq is not None and self.unrecorded is None:
+        if isinstance(decision, Keep) and self.closed_seq is not None and self.unrecorded is None:
             assert self.cache is not None and self.lookup is not None
             await self.cache.keep(
                 self.lookup,

@@ -56,8 +56,8 @@ def shaping_headers(kind: str, headers: Iterable[tuple[bytes, bytes]]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Store:
-    """Store the answer."""
+class Keep:
+    """Keep the answer in the store."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,7 @@ def _offers_tools(body: Mapping[str, object]) -> bool:
     return any(bool(body.get(name)) for name in ("tools", "functions"))
 
 
-def storable(request_reason: str | None, answer: Answer, max_bytes: int) -> Store | Refuse:
+def storable(request_reason: str | None, answer: Answer, max_bytes: int) -> Keep | Refuse:
     """Store only a whole, unfaulted 200 with its usage, to a request that may be
     served (another 2xx is no model's answer: 204 has no body to replay)."""
     if request_reason is not None:
@@ -123,4 +123,4 @@ def storable(request_reason: str | None, answer: Answer, max_bytes: int) -> Stor
         return Refuse("fault_injected")
     if answer.size > max_bytes:
         return Refuse("too_large")
-    return Store()
+    return Keep()
