@@ -22,9 +22,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from rich.console import Console
+
 from docket import __version__
 from docket.clock import Clock
 from docket.errors import DocketError, InputError
+from docket.ledger.doctor import classify
+from docket.ledger.writer import open_ledger
+from docket.pricing import load_price_table
+from docket.receipts.receipt import build_receipt, write_receipt
+from docket.receipts.tally import Tally
+from docket.receipts.verify import verify
 
 CALLS = [  # (model, input tokens, cached, output tokens)
     ("gpt-4o-mini", 1200, 0, 310),
@@ -35,11 +43,6 @@ CALLS = [  # (model, input tokens, cached, output tokens)
 
 
 async def record_run(folder: Path) -> tuple[Path, Path]:
-    from docket.ledger.writer import open_ledger
-    from docket.pricing import load_price_table
-    from docket.receipts.receipt import build_receipt, write_receipt
-    from docket.receipts.tally import Tally
-
     prices = load_price_table()
     ledger_path = folder / "ledger.jsonl"
     tally = Tally()
@@ -183,11 +186,6 @@ def supervised_run(folder: Path, stub_url: str, console) -> tuple[int, Path, Pat
 
 
 def demo_command(directory: str | None) -> int:
-    from rich.console import Console
-
-    from docket.ledger.doctor import classify
-    from docket.receipts.verify import verify
-
     console = Console(highlight=False, soft_wrap=True)
     folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="docket-demo-"))
     try:

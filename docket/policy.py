@@ -33,7 +33,9 @@ from typing import Any, NoReturn
 from docket.cache.config import CACHE_KEYS, CachePolicy, cache_policy
 from docket.errors import InputError
 from docket.fields import Fields, alternatives, show
+from docket.guards.egress import canonical_host, parse_entry
 from docket.inputs import read_text
+from docket.ledger.limits import LedgerLimits
 from docket.reading.thresholds import KEYS as EXPLAIN_KEYS
 from docket.reading.thresholds import read_thresholds
 from docket.values import is_ip, nano_usd
@@ -185,8 +187,6 @@ class Policy:
         start; the writer records evidence.low_disk when the volume drops below
         it); read them from self.ledger.
         """
-        from docket.ledger.limits import LedgerLimits
-
         return LedgerLimits(
             max_ledger_bytes=self.ledger.max_ledger_bytes,
             max_events=self.ledger.max_events,
@@ -479,8 +479,6 @@ def _snapshot(c: _Checker, t: dict) -> SnapshotPolicy:
 
 def _valid_egress(entry: str) -> bool:
     """The egress rule's own parser decides (one definition of a valid entry)."""
-    from docket.guards.egress import parse_entry
-
     try:
         parse_entry(entry, "egress.allow")
     except ValueError:
@@ -556,7 +554,6 @@ def url_problem(url: str) -> str | None:
         host, port = authority.split(":")
     if port is not None and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
         return "must have a port from 1 to 65535"
-    from docket.guards.egress import canonical_host
 
     try:
         canonical_host(host)

@@ -41,6 +41,7 @@ from decimal import Decimal
 from importlib import resources
 from types import MappingProxyType
 
+from docket.clock import Clock
 from docket.errors import InputError
 from docket.inputs import read_text
 
@@ -376,8 +377,6 @@ def parse_price_table(data: bytes, source: str = "<bytes>") -> PriceTable:
 
 def prices_command(args, *, clock=None) -> int:
     """Print the table, its date and provenance; warn (stderr) when it is over 90 days old."""
-    from docket.clock import Clock
-
     table = default_price_table()
     wall = (clock or Clock()).wall()
     today = datetime.fromtimestamp(wall, UTC).date()

@@ -17,6 +17,10 @@ from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
 from docket.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
 from docket.reading.calls import POLICY_REFUSALS, TRANSIENT_REFUSALS, client_attempt
 from docket.reading.source import read_lines
@@ -155,10 +159,6 @@ def diff_command(receipt_a: str, receipt_b: str, *, as_json: bool) -> int:
 
 
 def _render(who_a: dict, who_b: dict, rows: list[dict], notes: list[str], total: int) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     for tag, who in (("A", who_a), ("B", who_b)):
         console.print(

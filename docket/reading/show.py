@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from rich.console import Console
+from rich.text import Text
+
 from docket.errors import EXIT_OK, InputError
 from docket.ledger.reader import MAX_LINE_BYTES
 from docket.reading.source import EventReader, ledger_path, read_lines
@@ -149,9 +152,6 @@ _STYLES = {"model.response": "green", "model.request": "cyan", "session": "bold"
 
 
 def rich_printer(out: TextIO) -> Callable[[dict], None]:
-    from rich.console import Console
-    from rich.text import Text
-
     console = Console(file=out, highlight=False, soft_wrap=True)
 
     def show(event: dict) -> None:

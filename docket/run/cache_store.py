@@ -12,6 +12,7 @@ line and a `cache.waiting` event): a run never hangs silently before its agent s
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,8 +33,6 @@ def shared_cache(policy, env: Mapping[str, str] | None = None) -> SharedStore | 
     """The policy's shared cache store, not read yet; None without one. Its identity
     covers which key buys the answers (a keyed digest of each provider's key from
     `env`, default os.environ: never the key), and its seal is made with those keys."""
-    import os
-
     cache = getattr(policy, "cache", None)
     if cache is None or not cache.enabled or cache.scope == "run":
         return None

@@ -27,6 +27,7 @@ import trio
 
 from docket.boundary.stop import StopRequest
 from docket.guards.redact import redact_argv
+from docket.ledger.limits import EvidenceLost
 from docket.run.child import (
     EXIT_CANNOT_EXEC,
     EXIT_NOT_FOUND,
@@ -257,8 +258,6 @@ class ChildControl:
         trio sleeps and reads time on the monotonic clock, so a wall clock that
         steps (NTP, a chaos clock fault on `clock`) cannot move any of this.
         """
-        from docket.ledger.limits import EvidenceLost
-
         hard = self.options.max_wall_clock
         caps = boundary.caps
         while True:

@@ -16,13 +16,12 @@ them; command.py prints them.
 
 from __future__ import annotations
 
+from docket.selftest.checks_calls import calls
+from docket.selftest.checks_caps import caps
+from docket.selftest.checks_evidence import evidence
+from docket.selftest.checks_guards import guards
 from docket.selftest.runner import Check
 
 
 def all_checks() -> list[Check]:
-    from docket.selftest.checks_calls import calls
-    from docket.selftest.checks_caps import caps
-    from docket.selftest.checks_evidence import evidence
-    from docket.selftest.checks_guards import guards
-
     return [*calls.checks, *guards.checks, *caps.checks, *evidence.checks]

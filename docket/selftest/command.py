@@ -10,6 +10,9 @@ import sys
 import time
 
 import trio
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+from rich.table import Table
 
 from docket.errors import EXIT_CHECK_FAILED, EXIT_OK, DocketError
 from docket.selftest import all_checks
@@ -54,9 +57,6 @@ def selftest_command(only: list[str] | None = None, *, as_json: bool = False) ->
 
 
 def _run_with_progress(checks: list[Check]) -> list[Result]:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
-
     console = Console(stderr=True, highlight=False)
     with Progress(
         SpinnerColumn(),
@@ -81,9 +81,6 @@ def _run_with_progress(checks: list[Check]) -> list[Result]:
 
 
 def _print_table(results: list[Result], seconds: float) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console(highlight=False, soft_wrap=False)
     table = Table(title="docket selftest", title_justify="left")
     table.add_column("check", no_wrap=True)
