@@ -14,6 +14,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from chaos.yamldoc import Where, load
 from docket.agent.config import MODES
 from docket.errors import InputError
 from docket.fields import Fields
-from docket.policy import policy_from_dict
+from docket.policy import Policy, policy_from_dict
 from docket.values import host_problem
 
 # A seed must survive the receipt: its `faults.seed` is a JSON integer, exact only
@@ -91,16 +92,16 @@ def with_hosts(
         if problem is not None:
             raise InputError(f"{flag} {problem}")
     hosts = Hosts(stubs=stubs or scenario.hosts.stubs, proxies=proxies or scenario.hosts.proxies)
-    policy = scenario.policy
-    if boundary is not None:
-        edited: dict[str, Any] = copy.deepcopy(dict(policy))
-        edited["boundary"] = {**edited.get("boundary", {}), "host": boundary}
-        policy = edited
-        try:
-            policy_from_dict(copy.deepcopy(edited), source="--boundary-host")
-        except InputError as exc:
-            raise InputError(f"--boundary-host {boundary}: {exc}") from None
-    return dataclasses.replace(scenario, hosts=hosts, policy=policy)
+    if boundary is None:
+        return dataclasses.replace(scenario, hosts=hosts)
+    edited: dict[str, Any] = copy.deepcopy(dict(scenario.policy))
+    edited["boundary"] = {**edited.get("boundary", {}), "host": boundary}
+    moved = dataclasses.replace(scenario, hosts=hosts, policy=edited)
+    try:
+        moved.held_policy  # noqa: B018 - built once here, kept for the run's report
+    except InputError as exc:
+        raise InputError(f"--boundary-host {boundary}: {exc}") from None
+    return moved
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,14 @@ class Scenario:
     probe_every: float = DEFAULT_PROBE_EVERY
     source: str | None = None  # the file it came from, for the repro command
     hosts: Hosts = Hosts()
+
+    @cached_property
+    def held_policy(self) -> Policy:
+        """`policy` as the Policy object it builds, every default filled in: built once per
+        scenario (the reader builds it to check the file; the game day's report reads this
+        one back rather than parsing the mapping again). Without providers: the harness
+        adds its stubs' addresses for each run (chaos.run.upstreams.run_policy)."""
+        return policy_from_dict(copy.deepcopy(dict(self.policy)), source="policy")
 
     def provider(self, name: str | None) -> ProviderSpec:
         if name is None:
@@ -225,11 +234,7 @@ def scenario_from_data(data: object, where: Where, path: tuple = ()) -> Scenario
         raise top.fail("policy", f"must be a mapping, got {_kind(policy)}")
     if "providers" in policy:
         raise top.fail(("policy", "providers"), "is filled in by the harness: use `providers:`")
-    try:
-        policy_from_dict(copy.deepcopy(policy), source="policy")
-    except InputError as exc:
-        raise top.fail("policy", str(exc).removeprefix("policy ")) from None
-    return Scenario(
+    scenario = Scenario(
         seed=seed,
         faults=faults,
         providers=providers,
@@ -240,6 +245,11 @@ def scenario_from_data(data: object, where: Where, path: tuple = ()) -> Scenario
         source=where.file,
         hosts=_hosts(top),
     )
+    try:
+        scenario.held_policy  # noqa: B018 - built once here, kept for the run's report
+    except InputError as exc:
+        raise top.fail("policy", str(exc).removeprefix("policy ")) from None
+    return scenario
 
 
 def _hosts(top: _Check) -> Hosts:

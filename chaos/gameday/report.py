@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import signal
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
+import jinja2
+from markupsafe import Markup, escape
+
+from chaos.data.locate import folder
 from chaos.gameday.assertions import FAIL, UNKNOWN, brief, expectation
+from chaos.gameday.fmea import fmea_rows as rows
 from chaos.gameday.numbers import latency_text, plain
 from chaos.gameday.results import GameDayResult, PhaseResult, PhaseRun, phases_for_fmea
 from chaos.gameday.review import changes_made, fmea_anchor, open_risks, review
@@ -69,8 +78,6 @@ class FmeaView:
 
 def fmea_rows() -> list:
     """The FMEA rows (docs/fmea.json, the data written from docs/resilience.md's table)."""
-    from chaos.gameday.fmea import fmea_rows as rows
-
     return rows()
 
 
@@ -153,9 +160,6 @@ class EvidenceView:
 def evidence_view(run: PhaseRun, report_dir: str | os.PathLike | None) -> EvidenceView | None:
     """The links to a run's kept evidence (None when it ran in a temporary folder). Links
     are relative to the report, so the folder can be moved or published as one artefact."""
-    import shlex
-    from urllib.parse import quote
-
     if not run.evidence_dir:
         return None
     folder = Path(run.evidence_dir)
@@ -184,10 +188,6 @@ def evidence_view(run: PhaseRun, report_dir: str | os.PathLike | None) -> Eviden
 
 
 def _environment():
-    import jinja2
-
-    from chaos.data.locate import folder
-
     reports = folder("reports")
 
     def load(name: str) -> str:
@@ -213,8 +213,6 @@ def _environment():
 
 
 def _signal_name(number: int) -> str:
-    import signal
-
     try:
         return f"{number} ({signal.Signals(number).name})"
     except ValueError:
@@ -224,9 +222,6 @@ def _signal_name(number: int) -> str:
 def code_spans(text: object):
     """Markdown code spans (`x`) as <code>, the rest escaped: the FMEA table's cells come
     from docs/resilience.md, where `docket_breaker_open` is written with backticks."""
-    import re
-
-    from markupsafe import Markup, escape
 
     parts = re.split(r"`([^`]+)`", str(text))
     return Markup("").join(

@@ -18,7 +18,10 @@ was bad), 130 interrupted (the report of the phases that ran is still written).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -28,14 +31,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
+import yaml
 
+from chaos.cli import last_line
+from chaos.faults.schedule import FaultSchedule
 from chaos.gameday import aftermath
 from chaos.gameday.assertions import UNKNOWN, Check, evaluate, with_preconditions
 from chaos.gameday.derive import derive
-from chaos.gameday.phase import Phase, RunSpec
+from chaos.gameday.phase import Phase, RunSpec, load_phases
+from chaos.gameday.progress import Progress
+from chaos.gameday.report import fmea_rows, write_reports
 from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult, PhaseRun
 from chaos.gameday.review import facts_for_review
 from chaos.gameday.timeline import timeline_of
+from chaos.gameday.your_agent import findings_for_run, for_user, user_agent_from_args
+from chaos.run.collect import collect
+from chaos.run.engine import run_chaos
+from chaos.run.here import GRACE_SECONDS, repro_command
+from chaos.run.upstreams import check_toxiproxy, left_alone_notes
+from chaos.scenario import Scenario, with_hosts
+from docket import __version__
+from docket.clock import rfc3339
+from docket.errors import DocketError, InputError
 
 if TYPE_CHECKING:
     from chaos.scenario import Scenario
@@ -60,24 +77,21 @@ class Outcome:
     your_agent: dict | None = None  # the user's agent's findings (chaos.gameday.your_agent)
 
 
-def resolved_policy(policy: dict) -> dict:
-    """The phase's policy with every default filled in (what the run was held to)."""
-    import copy
-
-    from docket.policy import policy_from_dict
-
-    resolved = policy_from_dict(copy.deepcopy(dict(policy)), source="policy").to_dict()
+def resolved_policy(scenario: Scenario) -> dict:
+    """The phase's policy with every default filled in (what the run was held to): the
+    object the scenario built when it was read, not the mapping parsed again."""
+    resolved = scenario.held_policy.to_dict()
     resolved.pop("providers", None)  # the harness fills these with its stubs' addresses
     return resolved
 
 
-def complete_evidence(evidence: dict, scenario) -> dict:
+def complete_evidence(evidence: dict, scenario: Scenario) -> dict:
     """The engine's evidence plus the derived facts and the policy, under their own names."""
     out = dict(evidence)
-    names = [p.name for p in getattr(scenario, "providers", ())]
+    names = [p.name for p in scenario.providers]
     for key, value in derive(evidence, names).items():
         out.setdefault(key, value)
-    out.setdefault("policy", resolved_policy(getattr(scenario, "policy", {}) or {}))
+    out.setdefault("policy", resolved_policy(scenario))
     return out
 
 
@@ -163,10 +177,8 @@ def judge(
 
 
 def _safe_policy(scenario) -> dict:
-    from docket.errors import DocketError
-
     try:
-        return resolved_policy(getattr(scenario, "policy", {}) or {})
+        return resolved_policy(scenario)
     except DocketError as exc:  # checked when the phase was read; say so if it is not
         return {"error": str(exc)}
 
@@ -206,15 +218,11 @@ def _scenario(spec: RunSpec) -> Scenario:
     """The run's scenario as the engine's type. RunSpec holds it as `object` (phase.py
     leaves the engine unimported until a file is read); the phase reader builds every
     one with chaos.scenario.scenario_from_data, so the check always holds."""
-    from chaos.scenario import Scenario
-
     assert isinstance(spec.scenario, Scenario), type(spec.scenario)
     return spec.scenario
 
 
 async def run_in_process(spec: RunSpec, seed: int, folder: Path, toxiproxy: str | None) -> Outcome:
-    from chaos.run.engine import run_chaos
-
     run_dir = folder / "run"
     result = await run_chaos(_scenario(spec), seed=seed, folder=run_dir, toxiproxy_url=toxiproxy)
     if result.interrupted_by is not None:
@@ -238,10 +246,6 @@ async def run_in_subprocess(
 ) -> Outcome:
     """`docket chaos` as a child process, read back from its folder afterwards: the
     CLI path end to end, and a run whose supervisor may be killed outright."""
-    import yaml
-
-    from chaos.run.collect import collect
-    from chaos.run.here import repro_command
 
     scenario = folder / "run.yaml"
     scenario.write_text(yaml.safe_dump(dict(spec.data), sort_keys=False), encoding="utf-8")
@@ -281,7 +285,6 @@ async def add_aftermath(evidence: dict) -> None:
         evidence.update(aftermath.doctor_facts(ledger))
     # each agent's last word on stderr: why it exited as it did (the reference agent
     # prints its own verdict there, "agent: ..."), for the report's "run ended"
-    from chaos.cli import last_line
 
     evidence["agent_stderr"] = {
         err.stem: said
@@ -323,15 +326,13 @@ async def run_one(
         outcome = Outcome(None, f"the run could not run: {_leaves(exc)}")
     if outcome.evidence is not None:
         try:
-            outcome.evidence = complete_evidence(outcome.evidence, spec.scenario)
+            outcome.evidence = complete_evidence(outcome.evidence, _scenario(spec))
         except Exception as exc:  # noqa: BLE001 - a bug in a derivation: unknown, with why
             outcome = Outcome(None, f"deriving facts failed: {type(exc).__name__}: {exc}")
     if outcome.evidence is not None and phase.user_view.get("beside"):
         # The reference agents drove the phase beside the user's agent, so its checks
         # are judged whatever the user's agent did; an agent that crashed at start or
         # gave up is a finding about it (runs_to_the_end), never a Docket UNKNOWN.
-        from chaos.gameday.your_agent import findings_for_run
-        from chaos.run.here import GRACE_SECONDS
 
         outcome.your_agent = findings_for_run(
             phase, spec, outcome.evidence, folder / "run", GRACE_SECONDS
@@ -346,9 +347,6 @@ async def run_one(
 def write_scenario(spec: RunSpec, folder: Path, seed: int, toxiproxy: str | None) -> str:
     """The run's scenario block as FOLDER/run.yaml, and the `docket chaos` command that
     runs it again into a new folder beside it (the engine alone, without the game day)."""
-    import shlex
-
-    import yaml
 
     scenario = folder / "run.yaml"
     scenario.write_text(yaml.safe_dump(dict(spec.data), sort_keys=False), encoding="utf-8")
@@ -369,8 +367,6 @@ def evidence_folder(keep: Path, phase: Phase) -> Path:
 def check_keep(keep: Path, phases: Sequence[Phase]) -> None:
     """The phases' evidence folders can be made: each is new, or one a game day left
     (it has MARKER), which the next game day replaces. Checked before anything runs."""
-    from docket.errors import InputError
-
     writable_folder(keep, "--keep")
     for phase in phases:
         target = evidence_folder(keep, phase)
@@ -384,8 +380,6 @@ def check_keep(keep: Path, phases: Sequence[Phase]) -> None:
 def fresh_evidence_folder(keep: Path, phase: Phase) -> Path:
     """The phase's evidence folder, empty, with its marker (a previous game day's is
     removed: the report that linked it was rewritten too)."""
-    import shutil
-
     target = evidence_folder(keep, phase)
     if (target / MARKER).is_file():
         shutil.rmtree(target)
@@ -463,9 +457,6 @@ def game_day(
 ) -> GameDayResult:
     """Run a game day (trio.run inside); Ctrl-C gives a result marked interrupted.
     With `keep`, each phase's evidence stays in KEEP/PHASE (see run_phase)."""
-    from docket import __version__
-    from docket.clock import rfc3339
-
     started_at = rfc3339(time.time())
     started = time.monotonic()
     done: list[PhaseResult] = []
@@ -507,8 +498,6 @@ def game_day(
 
 def writable_folder(folder: Path, what: str) -> None:
     """The folder exists and is writable, or could be created: checked, nothing created."""
-    from docket.errors import InputError
-
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -521,9 +510,6 @@ def writable_folder(folder: Path, what: str) -> None:
 async def check_toxiproxy_for(phases: Sequence[Phase], seed: int | None, url: str) -> list[str]:
     """Every run's faults are ones a real Toxiproxy can perform, and it answers.
     Returns a note for each docket proxy already on it (other runs', left alone)."""
-    from chaos.faults.schedule import FaultSchedule
-    from chaos.run.upstreams import check_toxiproxy, left_alone_notes
-
     for phase in phases:
         for spec in phase.runs:
             schedule = FaultSchedule.parse(
@@ -538,9 +524,6 @@ def phases_on_hosts(
 ) -> list:
     """Every run of every phase with the hosts given on the command line (the flags win
     over a phase's `hosts:`); a subprocess phase's block carries them to `docket chaos`."""
-    import dataclasses
-
-    from chaos.scenario import with_hosts
 
     if stubs is None and proxies is None and boundary is None:
         return phases
@@ -557,14 +540,8 @@ def phases_on_hosts(
 
 
 def game_day_command(args) -> int:
-    from chaos.gameday.phase import load_phases
-    from chaos.gameday.progress import Progress
-    from chaos.gameday.report import fmea_rows, write_reports
-    from docket.errors import InputError
-
     if args.seed is not None and not 0 <= args.seed < (1 << 53):
         raise InputError(f"--seed {args.seed}: a seed is a whole number from 0 to 2**53 - 1")
-    from chaos.gameday.your_agent import for_user, user_agent_from_args
 
     user = user_agent_from_args(args)  # --agent-command, --policy, --agent-findings
     phases = load_phases(args.phase or ())  # every phase file is checked before any runs
