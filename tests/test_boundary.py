@@ -1064,7 +1064,7 @@ async def test_a_refusal_before_the_body_is_read_does_not_break_the_next_call(
 def counters_only_boundary():
     """What Metrics.render reads of a boundary: caps totals and the ledger's counters."""
     ledger = types.SimpleNamespace(count=0, stats=types.SimpleNamespace(unwritten_events=0))
-    return types.SimpleNamespace(caps=CapsGuard(CapsPolicy(), PRICES), ledger=ledger)
+    return types.SimpleNamespace(caps=CapsGuard(CapsPolicy(), PRICES), ledger=ledger, cache=None)
 
 
 @settings(deadline=None)

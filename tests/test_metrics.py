@@ -33,7 +33,9 @@ def test_histogram_buckets_count_what_is_at_or_below_each_bound(bounds, values):
 
 def boundary_without_guards():
     ledger = types.SimpleNamespace(count=7, stats=types.SimpleNamespace(unwritten_events=0))
-    return types.SimpleNamespace(caps=CapsGuard(CapsPolicy(), default_price_table()), ledger=ledger)
+    return types.SimpleNamespace(
+        caps=CapsGuard(CapsPolicy(), default_price_table()), ledger=ledger, cache=None
+    )
 
 
 def test_each_metrics_object_exports_only_its_own_figures():

@@ -71,9 +71,8 @@ class Boundary:
         self.prices = prices or default_price_table()
         self.caps = CapsGuard(policy.caps, self.prices)
         self.guards = Guards(policy.resilience, policy.providers)
-        self.metrics = Metrics()
-        self.metrics.guards = self.guards
-        ledger.on_sync = self.metrics.fsync_done
+        self.metrics = Metrics(self.guards)
+        ledger.on_sync = self.metrics.fsync_done  # the ledger's one listener: its fsync times
         # Off unless [cache] enabled: then admitted calls are looked up (docs/cache.md).
         cache_policy = policy.cache
         self.cache = (
@@ -81,8 +80,6 @@ class Boundary:
             if cache_policy is not None and cache_policy.enabled
             else None
         )
-        if self.cache is not None:
-            self.metrics.cache_store = self.cache.store
         env = os.environ if env is None else env
         self.routes = {
             name: make_route(

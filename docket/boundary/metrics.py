@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from docket.boundary.guarded import Guards
@@ -56,7 +56,10 @@ class Histogram:
 
 
 class Metrics:
-    def __init__(self) -> None:
+    """The boundary's counters. `guards`: the breakers, limiter and bulkheads whose state
+    a scrape reads (None in a boundary built without them, as some tests do)."""
+
+    def __init__(self, guards: Guards | None = None) -> None:
         self.calls: Counter[tuple[str, str]] = Counter()  # (provider, outcome)
         self.refusals: Counter[tuple[str, str]] = Counter()  # (provider, docket error type)
         self.shed: Counter[str] = Counter()  # upstream -> load.shed refusals
@@ -64,11 +67,10 @@ class Metrics:
         self.latency_count = 0
         self.upstream_latency: dict[str, Histogram] = {}
         self.fsync = Histogram(FSYNC_BUCKETS)
-        self.guards: Guards | None = None  # when the boundary has them
-        # The response cache (docs/cache.md), when [cache] is on: its store (read when
-        # scraped), and per provider what became of each call it was asked about:
-        # hit, stored, or the reason an answer was not stored (decide.REASONS: bounded).
-        self.cache_store: Sized | None = None
+        self.guards = guards
+        # The response cache (docs/cache.md), when [cache] is on: per provider what became
+        # of each call it was asked about: hit, stored, or the reason an answer was not
+        # stored (decide.REASONS: bounded). Its size is read from the boundary when scraped.
         self.cache_outcomes: Counter[tuple[str, str]] = Counter()
         self.cache_saved_nusd = 0
 
@@ -162,10 +164,10 @@ class _Scrape:
         yield from self._money_and_ledger()
         if m.guards is not None:
             yield from self._guards(m.guards)
-        if m.cache_store is not None:
-            yield from self._cache(m)
+        if self.b.cache is not None:
+            yield from self._cache(m, len(self.b.cache.store))
 
-    def _cache(self, m: Metrics) -> Iterator[Metric]:
+    def _cache(self, m: Metrics, entries: int) -> Iterator[Metric]:
         from prometheus_client.core import (  # at scrape time: see render
             CounterMetricFamily,
             GaugeMetricFamily,
@@ -185,9 +187,8 @@ class _Scrape:
             "What the answers served from the cache cost when first paid, in USD.",
             value=m.cache_saved_nusd / 1e9,
         )
-        assert m.cache_store is not None
         yield GaugeMetricFamily(
-            "docket_cache_entries", "Answers held by the response cache.", value=len(m.cache_store)
+            "docket_cache_entries", "Answers held by the response cache.", value=entries
         )
 
     def _money_and_ledger(self) -> Iterator[Metric]:

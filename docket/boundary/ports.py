@@ -8,7 +8,7 @@ small stand-in. app.Boundary satisfies all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import TYPE_CHECKING, Protocol
 
 from docket.boundary.recorder import Recorder
@@ -106,14 +106,23 @@ class LedgerCounts(Protocol):
     def stats(self) -> LedgerStats: ...
 
 
+class CacheEntries(Protocol):
+    """The response cache, as a scrape reads it: how many answers its store holds."""
+
+    @property
+    def store(self) -> Sized: ...
+
+
 class MetricsSource(Protocol):
-    """What a metrics scrape (metrics.render) reads: the caps' totals and the ledger's
-    counters, at the moment of the scrape."""
+    """What a metrics scrape (metrics.render) reads: the caps' totals, the ledger's
+    counters and the response cache's size (None: no cache), at the moment of the scrape."""
 
     @property
     def caps(self) -> TotalsSource: ...
     @property
     def ledger(self) -> LedgerCounts: ...
+    @property
+    def cache(self) -> CacheEntries | None: ...
 
 
 class AdmissionHost(Protocol):
