@@ -61,6 +61,7 @@ class Boundary:
         stop: Callable[[StopRequest], None],
         prices: PriceTable | None = None,
         env: Mapping[str, str] | None = None,
+        call_probe: Callable[[str], object] | None = None,
     ) -> None:
         self.policy = policy
         self.token = token
@@ -92,7 +93,7 @@ class Boundary:
             for name, p in policy.providers.items()
         }
         # A harness's probe at each await point of a model call (hooks.CALL_POINTS).
-        self.call_probe: Callable[[str], object] | None = None  # RunHooks.call_probe
+        self.call_probe = call_probe  # RunHooks.call_probe, or None
         # Never written into the ledger, whatever text or encoding they turn up in:
         # every event the boundary records passes self.redactor (see record).
         self.redactor = Redactor([token, *(route.api_key for route in self.routes.values())])

@@ -287,8 +287,8 @@ class Supervisor:
                 clock=self.clock,
                 stop=self.request_stop,
                 env=self.env,
+                call_probe=self.hooks.call_probe,
             )
-            boundary.call_probe = self.hooks.call_probe
             if boundary.cache is not None and self.shared_cache is not None:
                 await open_shared_cache(
                     self.shared_cache, boundary.cache, self.run_id, self.wall_limit(), self._record
