@@ -67,6 +67,7 @@ def test_opens_after_threshold_consecutive_failures_and_says_why():
         "window_failures": 3,
         "window_calls": 3,
         "rate": 1.0,
+        "window_slow": 0,
     }
 
 

@@ -343,6 +343,12 @@ async def test_breaker_opens_refuses_probes_doubles_and_closes(upstream_server, 
     fams = families(scraped)
     assert sample(fams, "docket_breaker_refusals", upstream="openai") == len(refusals)
     assert sample(fams, "docket_breaker_state", upstream="openai") == 0
+    # The gauge reads closed, as before any failure; the transition counters still show
+    # the two openings the scrape would otherwise have missed, one per breaker.state.
+    for to_state in ("open", "half_open", "closed"):
+        moved = sum(1 for e in events if e["type"] == "breaker.state" and e["to"] == to_state)
+        assert sample(fams, "docket_breaker_transitions", upstream="openai", to=to_state) == moved
+    assert sample(fams, "docket_breaker_transitions", upstream="openai", to="open") == 2
     closes = [e for e in events if e["type"] in ("model.response", "model.error")]
     by_outcome: dict[str, int] = {}
     for e in closes:
@@ -877,3 +883,32 @@ async def test_a_probe_whose_caller_leaves_frees_the_probe_slot(upstream_server,
         ("open", "half_open"),
         ("half_open", "closed"),
     ]
+
+
+async def test_slow_answers_open_the_breaker_on_the_slow_call_rate(upstream_server, boundary_rig):
+    """Every answer is a 200, but each takes longer than breaker_slow_call_ms: once the
+    window holds min_calls of them the breaker opens with reason slow_call_rate, and
+    the next call is refused without reaching the upstream."""
+    up = Slow(0.08)
+    policy = {
+        "resilience": {
+            "breaker_slow_call_ms": 40,
+            "breaker_slow_call_rate": 1.0,
+            "breaker_min_calls": 2,
+            "breaker_cooldown_seconds": 30,
+            "breaker_max_cooldown_seconds": 30,
+        }
+    }
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(up, "openai") as server,
+            boundary_rig({"openai": server}, policy) as rig,
+            rig.client() as http,
+        ):
+            for _ in range(2):
+                assert (await http.post(CHAT, json=chat())).status_code == 200
+            refused = await http.post(CHAT, json=chat())
+    assert error_type(refused) == "docket_breaker_open" and up.arrivals == 2
+    (opened,) = rig.events("breaker.state")
+    assert (opened["to"], opened["reason"]) == ("open", "slow_call_rate")
+    assert (opened["window_calls"], opened["window_slow"], opened["window_failures"]) == (2, 2, 0)

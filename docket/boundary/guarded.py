@@ -101,13 +101,16 @@ class Waited:
 @dataclass
 class Passage:
     """One call that the guards let through: its breaker ticket, its bulkhead slot
-    and the limits of its upstream attempt. `report` once, when the call closes."""
+    and the limits of its upstream attempt. `report` once, when the call closes.
+    `forwarded` is the guards' clock when it was let through: the breaker's slow-call
+    duration runs from there to the report (after any wait for a bulkhead slot)."""
 
     guards: Guards
     upstream: str
     ticket: brk.Ticket
     attempt: Attempt
     entered: Entered | None = None
+    forwarded: float | None = None
     reported: bool = field(default=False, init=False)
 
     def report(self, reason: str | None, status: int | None) -> tuple[brk.StateChange, ...]:
@@ -120,7 +123,8 @@ class Passage:
         now = self.guards.now()
         if outcome is None:
             return breaker.abandon(self.ticket, now)
-        return breaker.record(self.ticket, outcome, now)
+        duration = None if self.forwarded is None else max(0.0, now - self.forwarded)
+        return breaker.record(self.ticket, outcome, now, duration)
 
 
 class Guards:
@@ -249,7 +253,9 @@ class Hold:
     def pass_through(self, attempt: Attempt) -> Passage:
         """The call is admitted: its Passage, to report how it ended."""
         assert self.ticket is not None  # admitted means the breaker gave a ticket
-        self.passage = Passage(self.guards, self.upstream, self.ticket, attempt, self.entered)
+        self.passage = Passage(
+            self.guards, self.upstream, self.ticket, attempt, self.entered, self.guards.now()
+        )
         return self.passage
 
     def leave(self) -> None:
