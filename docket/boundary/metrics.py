@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator, Sized
 from typing import TYPE_CHECKING
 
 from docket.boundary.guarded import Guards
-from docket.guards import breaker as brk
 from docket.boundary.ports import MetricsSource
+from docket.guards import breaker as brk
 
 if TYPE_CHECKING:  # prometheus_client is imported when a scrape needs it
     from prometheus_client.metrics_core import Metric

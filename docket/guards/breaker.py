@@ -391,7 +391,9 @@ class CircuitBreaker:
                 f"a probe may go in {retry_after:.3g} s"
             )
         else:
-            reason = f"circuit breaker for {self.upstream} is half-open and its probes are in flight"
+            reason = (
+                f"circuit breaker for {self.upstream} is half-open and its probes are in flight"
+            )
         refusal = BreakerRefusal(
             upstream=self.upstream, state=state, retry_after_s=retry_after, reason=reason
         )
