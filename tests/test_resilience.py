@@ -912,3 +912,69 @@ async def test_slow_answers_open_the_breaker_on_the_slow_call_rate(upstream_serv
     (opened,) = rig.events("breaker.state")
     assert (opened["to"], opened["reason"]) == ("open", "slow_call_rate")
     assert (opened["window_calls"], opened["window_slow"], opened["window_failures"]) == (2, 2, 0)
+
+
+class Gated:
+    """An upstream that holds every call until `release` is set, counting arrivals."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+        self.arrivals = 0
+
+    async def __call__(self, request, respond) -> None:
+        await request.read_body()
+        self.arrivals += 1
+        await self.release.wait()
+        await respond.simple(200, JSON, openai_reply())
+
+
+async def test_a_full_bulkhead_sheds_the_retry_and_health_never_queues(
+    upstream_server, boundary_rig
+):
+    """One slot, a queue of one. A client's retry (x-stainless-retry-count: 1) waits in
+    the queue; a first attempt arriving at the full queue takes its place, and the retry
+    is answered 503 load-shed (reason retry_displaced); a second retry is shed at once.
+    Meanwhile /docket/healthz and /docket/readyz answer without waiting for a slot."""
+    up = Gated()
+    policy = {"resilience": {"max_concurrent_upstream": 1, "max_queue": 1}}
+    retry = {"x-stainless-retry-count": "1"}
+    answers: dict[str, httpx.Response] = {}
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(up, "openai") as server,
+            boundary_rig({"openai": server}, policy) as rig,
+            rig.client() as http,
+        ):
+            core = rig.boundary.guards.bulkheads["openai"].core
+
+            async def post(name: str, headers: dict) -> None:
+                answers[name] = await http.post(CHAT, json=chat(), headers=headers)
+
+            async def until(condition) -> None:
+                while not condition():
+                    await trio.sleep(0.005)  # polling a condition, bounded by fail_after
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(post, "holder", {})
+                await until(lambda: up.arrivals == 1)
+                nursery.start_soon(post, "retry", retry)
+                await until(lambda: core.status().queued == 1)
+                health = await http.get("/docket/healthz")
+                ready = await http.get("/docket/readyz")
+                assert core.status().queued == 1 and not up.release.is_set()
+                nursery.start_soon(post, "first", {})
+                await until(lambda: "retry" in answers)
+                await post("second retry", retry)
+                up.release.set()
+    assert health.status_code == 200 and ready.status_code == 200
+    assert answers["holder"].status_code == answers["first"].status_code == 200
+    assert error_type(answers["retry"]) == error_type(answers["second retry"]) == "docket_load_shed"
+    assert up.arrivals == 2
+    sheds = [(e["reason"], e["rule"]) for e in rig.events("load.shed")]
+    assert sheds == [
+        ("retry_displaced", "resilience.max_queue"),
+        ("queue_full", "resilience.max_queue"),
+    ]
+    assert rig.events("load.shed")[0]["waited_s"] >= 0
+    forwarded = [e.get("client_attempt") for e in rig.events("model.request")]
+    assert forwarded == [None, None]  # only the first attempts reached the upstream
