@@ -127,6 +127,14 @@ class ResiliencePolicy:
     breaker_max_cooldown_seconds: float = 300.0
     breaker_failure_rate: float = 0.5
     breaker_min_calls: int = 20
+    # None: as long as breaker_min_calls (the window the rate is read over).
+    breaker_window_calls: int | None = None
+    # Calls the window must hold before breaker_threshold consecutive failures open it.
+    breaker_consecutive_min_calls: int = 1
+    # None: no call counts as slow (docket/guards/breaker.py says why that is the default).
+    breaker_slow_call_ms: int | None = None
+    breaker_slow_call_rate: float = 1.0
+    breaker_half_open_probes: int = 1
     max_calls_per_second: float | None = None
     max_calls_per_minute: int | None = None
     max_concurrent_upstream: int | None = None
@@ -412,6 +420,15 @@ def _resilience(c: _Checker, t: dict) -> ResiliencePolicy:
         ),
         breaker_failure_rate=f.fraction("breaker_failure_rate", d.breaker_failure_rate),
         breaker_min_calls=f.integer("breaker_min_calls", d.breaker_min_calls, minimum=1),
+        breaker_window_calls=f.integer("breaker_window_calls", None, minimum=1),
+        breaker_consecutive_min_calls=f.integer(
+            "breaker_consecutive_min_calls", d.breaker_consecutive_min_calls, minimum=1
+        ),
+        breaker_slow_call_ms=f.integer("breaker_slow_call_ms", None, minimum=1),
+        breaker_slow_call_rate=f.fraction("breaker_slow_call_rate", d.breaker_slow_call_rate),
+        breaker_half_open_probes=f.integer(
+            "breaker_half_open_probes", d.breaker_half_open_probes, minimum=1
+        ),
         max_calls_per_second=f.positive("max_calls_per_second", None),
         max_calls_per_minute=f.integer("max_calls_per_minute", None, minimum=1),
         max_concurrent_upstream=f.integer("max_concurrent_upstream", None, minimum=1),
@@ -422,6 +439,18 @@ def _resilience(c: _Checker, t: dict) -> ResiliencePolicy:
             "resilience.breaker_max_cooldown_seconds",
             f"must be at least breaker_cooldown_seconds ({r.breaker_cooldown_seconds:g}), "
             f"got {r.breaker_max_cooldown_seconds:g}",
+        )
+    window = r.breaker_min_calls if r.breaker_window_calls is None else r.breaker_window_calls
+    if window < r.breaker_min_calls:
+        c.fail(
+            "resilience.breaker_window_calls",
+            f"must be at least breaker_min_calls ({r.breaker_min_calls}), got {window}",
+        )
+    if r.breaker_consecutive_min_calls > window:
+        c.fail(
+            "resilience.breaker_consecutive_min_calls",
+            f"must be at most the window's length ({window} calls: breaker_window_calls, "
+            f"else breaker_min_calls), got {r.breaker_consecutive_min_calls}",
         )
     return r
 

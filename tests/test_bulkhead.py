@@ -17,6 +17,7 @@ from docket.boundary.wiring import bulkhead_core_for
 from docket.guards.bulkhead import (
     DEADLINE,
     QUEUE_FULL,
+    RETRY_DISPLACED,
     UNKNOWN_RETRY_S,
     BulkheadCore,
     Enter,
@@ -116,6 +117,32 @@ def test_cancel_leaves_the_queue_or_passes_a_granted_slot_on():
     assert (s.in_flight, s.queued, s.mean_duration_s) == (1, 0, 1.0)  # no duration from w1
 
 
+def test_a_full_queue_sheds_retries_before_first_attempts():
+    core = BulkheadCore("u", slots=1, max_queue=3)
+    core.try_enter(T0)
+    first = core.try_enter(T0)
+    r1 = core.try_enter(T0, retry=True)
+    r2 = core.try_enter(T0, retry=True)
+    late_retry = core.try_enter(T0, retry=True)  # full: a retry is shed
+    assert isinstance(late_retry, Shed) and late_retry.reason == QUEUE_FULL
+    newcomer = core.try_enter(T0)  # full: a first attempt takes the last retry's place
+    assert isinstance(newcomer, Wait) and newcomer.position == 3
+    assert newcomer.displaced.ticket == r2.ticket
+    shed = newcomer.displaced.shed
+    assert (shed.reason, shed.queue) == (RETRY_DISPLACED, 2)
+    assert "gave its place" in shed.message
+    another = core.try_enter(T0)  # and then r1's
+    assert another.displaced.ticket == r1.ticket
+    third = core.try_enter(T0)  # no retry left queued: the first attempt is shed
+    assert isinstance(third, Shed) and third.reason == QUEUE_FULL
+    s = core.status()
+    assert (s.queued, s.shed_queue_full, s.shed_retries_displaced) == (3, 2, 2)
+    # Slots still go in arrival order among those queued.
+    assert [first.ticket, newcomer.ticket, another.ticket] == [
+        core.leave(t, T0 + 1, 1.0) for t in (Ticket(0), first.ticket, newcomer.ticket)
+    ]
+
+
 def test_misuse_is_an_error():
     core = BulkheadCore("u", slots=1, max_queue=1)
     entered = core.try_enter(T0)
@@ -163,6 +190,7 @@ class BulkheadMachine(RuleBasedStateMachine):
         self.clamped = -math.inf
         self.holding: list[Ticket] = []
         self.queue: list[Ticket] = []  # the model's FIFO
+        self.retries: set[Ticket] = set()  # the queued callers that said they retry
         self.durations: list[float] = []
 
     def now(self) -> float:
@@ -174,6 +202,7 @@ class BulkheadMachine(RuleBasedStateMachine):
         if a is not None:
             # Only ever the oldest waiter still queued.
             assert self.queue and a == self.queue.pop(0)
+            self.retries.discard(a)
             self.holding.append(a)
         else:
             assert not self.queue
@@ -182,20 +211,37 @@ class BulkheadMachine(RuleBasedStateMachine):
     def step(self, dt):
         self.raw += dt
 
-    @rule(deadline_in=st.one_of(st.none(), st.floats(-1, 20, allow_nan=False)))
-    def arrive(self, deadline_in):
+    @rule(
+        deadline_in=st.one_of(st.none(), st.floats(-1, 20, allow_nan=False)),
+        retry=st.booleans(),
+    )
+    def arrive(self, deadline_in, retry):
         now = self.now()
         deadline = None if deadline_in is None else self.raw + deadline_in
-        got = self.core.try_enter(self.raw, deadline)
-        assert got == self.twin.try_enter(now, deadline)
+        got = self.core.try_enter(self.raw, deadline, retry=retry)
+        assert got == self.twin.try_enter(now, deadline, retry=retry)
         slots, max_queue = self.core.slots, self.core.max_queue
         mean = self.core.status().mean_duration_s
+        full = len(self.queue) >= max_queue
         if isinstance(got, Enter):
             assert len(self.holding) < slots and not self.queue
             self.holding.append(got.ticket)
         elif isinstance(got, Wait):
-            assert len(self.holding) == slots and len(self.queue) < max_queue
+            assert len(self.holding) == slots
+            if full:
+                # Priority: only a first attempt gets into a full queue, in the place of
+                # the retry queued last, which is shed.
+                assert not retry and self.retries and got.displaced is not None
+                last_retry = [t for t in self.queue if t in self.retries][-1]
+                assert got.displaced.ticket == last_retry
+                assert got.displaced.shed.reason == RETRY_DISPLACED
+                self.queue.remove(last_retry)
+                self.retries.remove(last_retry)
+            else:
+                assert got.displaced is None
             self.queue.append(got.ticket)
+            if retry:
+                self.retries.add(got.ticket)
             assert got.position == len(self.queue)
             if mean is not None:
                 assert got.expected_wait_s == math.ceil(got.position / slots) * mean
@@ -204,13 +250,15 @@ class BulkheadMachine(RuleBasedStateMachine):
         else:
             assert len(self.holding) == slots
             if got.reason == QUEUE_FULL:
-                assert len(self.queue) >= max_queue
+                # a first attempt is shed from a full queue only when no retry waits
+                assert full and (retry or not self.retries)
             else:
-                assert deadline is not None and len(self.queue) < max_queue
+                assert got.reason == DEADLINE and deadline is not None
+                assert not full or (not retry and self.retries)
                 if mean is None:
                     assert deadline <= now
                 else:
-                    position = len(self.queue) + 1
+                    position = len(self.queue) + (0 if full else 1)
                     expected = math.ceil(position / slots) * mean
                     assert got.expected_wait_s == expected and now + expected > deadline
             assert got.retry_after_s >= 0
@@ -234,6 +282,7 @@ class BulkheadMachine(RuleBasedStateMachine):
         b = self.twin.cancel(ticket, self.now())
         if ticket in self.queue:
             self.queue.remove(ticket)
+            self.retries.discard(ticket)
             assert a is None and b is None
         else:
             self.holding.remove(ticket)
@@ -245,6 +294,7 @@ class BulkheadMachine(RuleBasedStateMachine):
         assert s == self.twin.status()
         assert s.in_flight == len(self.holding) <= s.slots
         assert s.queued == len(self.queue) <= s.max_queue
+        assert self.retries <= set(self.queue)
         if s.queued:
             assert s.in_flight == s.slots  # nobody waits beside a free slot
         if self.durations:
@@ -310,8 +360,8 @@ async def crowd(bulkhead: Bulkhead, callers: int, work: float, spread: float, se
 
     original_try_enter = bulkhead.core.try_enter
 
-    def recording_try_enter(now, deadline=None):
-        decision = original_try_enter(now, deadline)
+    def recording_try_enter(now, deadline=None, *, retry=False):
+        decision = original_try_enter(now, deadline, retry=retry)
         if isinstance(decision, Wait):
             waits.append(decision.ticket.id)
             queued_by[trio.lowlevel.current_task()] = decision.ticket.id
@@ -400,6 +450,30 @@ async def test_200_callers_against_4_slots_and_a_queue_of_8_real_time():
     assert max(log["shed_elapsed"]) < 0.025 + log["lag"]
     assert len(log["entered"]) >= 12 and len(log["grants"]) > 0
     assert bulkhead.core.status().shed_deadline > 0
+
+
+async def test_a_queued_retry_is_woken_with_its_shed_when_a_first_attempt_takes_its_place():
+    bulkhead = Bulkhead(BulkheadCore("u", slots=1, max_queue=1))
+    results = {}
+    with trio.fail_after(LIMIT):
+        holder = await bulkhead.enter()
+        async with trio.open_nursery() as nursery:
+
+            async def caller(name, retry):
+                async with bulkhead.occupy(retry=retry) as got:
+                    results[name] = got
+
+            nursery.start_soon(caller, "retry", True)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(caller, "first", False)
+            await trio.testing.wait_all_tasks_blocked()
+            assert isinstance(results["retry"], Shed)
+            assert results["retry"].reason == RETRY_DISPLACED
+            assert bulkhead.waiting == 1 and bulkhead.core.status().queued == 1
+            bulkhead.leave(holder)
+    assert isinstance(results["first"], Entered) and results["first"].position == 1
+    s = bulkhead.core.status()
+    assert (s.in_flight, s.queued, s.shed_retries_displaced) == (0, 0, 1)
 
 
 async def test_a_cancelled_waiter_leaves_the_queue_and_the_next_one_gets_the_slot():

@@ -65,6 +65,18 @@ def status_503_not_a_failure(monkeypatch):
     monkeypatch.setattr(guarded, "breaker_outcome", outcome)
 
 
+def slow_calls_not_timed(monkeypatch):
+    """The breaker is told no call's duration, so no call is ever slow."""
+    from docket.guards import breaker as brk
+
+    real = brk.CircuitBreaker.record
+
+    def record(self, ticket, outcome, now, duration=None):
+        return real(self, ticket, outcome, now)
+
+    monkeypatch.setattr(brk.CircuitBreaker, "record", record)
+
+
 def caps_never_refuse(monkeypatch):
     """The caps guard reserves every call as if no cap were set."""
     from docket.guards.caps import CapsGuard
@@ -406,9 +418,14 @@ class Mutant:
 
 OPENED = "the breaker opened"
 CYCLE = "the whole cycle is in the ledger"
+BY_RATE = "failures between successes opened it on the failure rate"
+BY_SLOWNESS = "slow answers opened it on the slow-call rate, with no failure in the window"
 MUTANTS = [
     Mutant(breaker_never_opens, "circuit-breaker", frozenset({OPENED, CYCLE}), ("F03",)),
-    Mutant(status_503_not_a_failure, "circuit-breaker", frozenset({OPENED, CYCLE}), ("F03",)),
+    # The slow answers still open it (no failure needed), so "opened" alone holds; the
+    # cycle and the failure-rate opening do not.
+    Mutant(status_503_not_a_failure, "circuit-breaker", frozenset({CYCLE, BY_RATE}), ("F03",)),
+    Mutant(slow_calls_not_timed, "circuit-breaker", frozenset({CYCLE, BY_SLOWNESS}), ("F03",)),
     Mutant(
         caps_never_refuse,
         "runaway-loop",

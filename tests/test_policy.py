@@ -240,6 +240,42 @@ def test_an_unknown_key_is_named_at_every_level(data, expected):
         ),
         ({"resilience": {"max_queue": -1}}, "resilience.max_queue: must be at least 0, got -1"),
         (
+            {"resilience": {"breaker_window_calls": 10}},
+            "resilience.breaker_window_calls: must be at least breaker_min_calls (20), got 10",
+        ),
+        (
+            {"resilience": {"breaker_window_calls": "40"}},
+            'resilience.breaker_window_calls: must be a whole number, got "40"',
+        ),
+        (
+            {"resilience": {"breaker_consecutive_min_calls": 0}},
+            "resilience.breaker_consecutive_min_calls: must be at least 1, got 0",
+        ),
+        (
+            {"resilience": {"breaker_min_calls": 4, "breaker_consecutive_min_calls": 5}},
+            "resilience.breaker_consecutive_min_calls: must be at most the window's length (4 calls",
+        ),
+        (
+            {"resilience": {"breaker_slow_call_ms": 0}},
+            "resilience.breaker_slow_call_ms: must be at least 1, got 0",
+        ),
+        (
+            {"resilience": {"breaker_slow_call_ms": 2.5}},
+            "resilience.breaker_slow_call_ms: must be a whole number, got 2.5",
+        ),
+        (
+            {"resilience": {"breaker_slow_call_rate": 0}},
+            "resilience.breaker_slow_call_rate: must be a number above 0 and at most 1",
+        ),
+        (
+            {"resilience": {"breaker_half_open_probes": 0}},
+            "resilience.breaker_half_open_probes: must be at least 1, got 0",
+        ),
+        (
+            {"resilience": {"breaker_half_open_probes": True}},
+            "resilience.breaker_half_open_probes: must be a whole number, got true",
+        ),
+        (
             {"resilience": {"breaker_cooldown_seconds": 60, "breaker_max_cooldown_seconds": 30}},
             "resilience.breaker_max_cooldown_seconds: must be at least breaker_cooldown_seconds (60), got 30",
         ),
@@ -330,6 +366,11 @@ CHANGES = {
     "resilience.breaker_max_cooldown_seconds": 600,
     "resilience.breaker_failure_rate": 0.25,
     "resilience.breaker_min_calls": 5,
+    "resilience.breaker_window_calls": 40,
+    "resilience.breaker_consecutive_min_calls": 3,
+    "resilience.breaker_slow_call_ms": 5000,
+    "resilience.breaker_slow_call_rate": 0.5,
+    "resilience.breaker_half_open_probes": 3,
     "resilience.max_calls_per_second": 2.5,
     "resilience.max_calls_per_minute": 100,
     "resilience.max_concurrent_upstream": 4,

@@ -343,6 +343,12 @@ async def test_breaker_opens_refuses_probes_doubles_and_closes(upstream_server, 
     fams = families(scraped)
     assert sample(fams, "docket_breaker_refusals", upstream="openai") == len(refusals)
     assert sample(fams, "docket_breaker_state", upstream="openai") == 0
+    # The gauge reads closed, as before any failure; the transition counters still show
+    # the two openings the scrape would otherwise have missed, one per breaker.state.
+    for to_state in ("open", "half_open", "closed"):
+        moved = sum(1 for e in events if e["type"] == "breaker.state" and e["to"] == to_state)
+        assert sample(fams, "docket_breaker_transitions", upstream="openai", to=to_state) == moved
+    assert sample(fams, "docket_breaker_transitions", upstream="openai", to="open") == 2
     closes = [e for e in events if e["type"] in ("model.response", "model.error")]
     by_outcome: dict[str, int] = {}
     for e in closes:
@@ -877,3 +883,98 @@ async def test_a_probe_whose_caller_leaves_frees_the_probe_slot(upstream_server,
         ("open", "half_open"),
         ("half_open", "closed"),
     ]
+
+
+async def test_slow_answers_open_the_breaker_on_the_slow_call_rate(upstream_server, boundary_rig):
+    """Every answer is a 200, but each takes longer than breaker_slow_call_ms: once the
+    window holds min_calls of them the breaker opens with reason slow_call_rate, and
+    the next call is refused without reaching the upstream."""
+    up = Slow(0.08)
+    policy = {
+        "resilience": {
+            "breaker_slow_call_ms": 40,
+            "breaker_slow_call_rate": 1.0,
+            "breaker_min_calls": 2,
+            "breaker_cooldown_seconds": 30,
+            "breaker_max_cooldown_seconds": 30,
+        }
+    }
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(up, "openai") as server,
+            boundary_rig({"openai": server}, policy) as rig,
+            rig.client() as http,
+        ):
+            for _ in range(2):
+                assert (await http.post(CHAT, json=chat())).status_code == 200
+            refused = await http.post(CHAT, json=chat())
+    assert error_type(refused) == "docket_breaker_open" and up.arrivals == 2
+    (opened,) = rig.events("breaker.state")
+    assert (opened["to"], opened["reason"]) == ("open", "slow_call_rate")
+    assert (opened["window_calls"], opened["window_slow"], opened["window_failures"]) == (2, 2, 0)
+
+
+class Gated:
+    """An upstream that holds every call until `release` is set, counting arrivals."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+        self.arrivals = 0
+
+    async def __call__(self, request, respond) -> None:
+        await request.read_body()
+        self.arrivals += 1
+        await self.release.wait()
+        await respond.simple(200, JSON, openai_reply())
+
+
+async def test_a_full_bulkhead_sheds_the_retry_and_health_never_queues(
+    upstream_server, boundary_rig
+):
+    """One slot, a queue of one. A client's retry (x-stainless-retry-count: 1) waits in
+    the queue; a first attempt arriving at the full queue takes its place, and the retry
+    is answered 503 load-shed (reason retry_displaced); a second retry is shed at once.
+    Meanwhile /docket/healthz and /docket/readyz answer without waiting for a slot."""
+    up = Gated()
+    policy = {"resilience": {"max_concurrent_upstream": 1, "max_queue": 1}}
+    retry = {"x-stainless-retry-count": "1"}
+    answers: dict[str, httpx.Response] = {}
+    with trio.fail_after(DEADLINE):
+        async with (
+            upstream_server(up, "openai") as server,
+            boundary_rig({"openai": server}, policy) as rig,
+            rig.client() as http,
+        ):
+            core = rig.boundary.guards.bulkheads["openai"].core
+
+            async def post(name: str, headers: dict) -> None:
+                answers[name] = await http.post(CHAT, json=chat(), headers=headers)
+
+            async def until(condition) -> None:
+                while not condition():
+                    await trio.sleep(0.005)  # polling a condition, bounded by fail_after
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(post, "holder", {})
+                await until(lambda: up.arrivals == 1)
+                nursery.start_soon(post, "retry", retry)
+                await until(lambda: core.status().queued == 1)
+                health = await http.get("/docket/healthz")
+                ready = await http.get("/docket/readyz")
+                assert core.status().queued == 1 and not up.release.is_set()
+                nursery.start_soon(post, "first", {})
+                await until(lambda: "retry" in answers)
+                await post("second retry", retry)
+                up.release.set()
+    assert health.status_code == 200 and ready.status_code == 200
+    assert answers["holder"].status_code == answers["first"].status_code == 200
+    assert error_type(answers["retry"]) == error_type(answers["second retry"]) == "docket_load_shed"
+    assert up.arrivals == 2
+    sheds = [(e["reason"], e["rule"]) for e in rig.events("load.shed")]
+    assert sheds == [
+        ("retry_displaced", "resilience.max_queue"),
+        ("queue_full", "resilience.max_queue"),
+    ]
+    assert rig.events("load.shed")[0]["waited_s"] >= 0
+    forwarded = [e.get("client_attempt") for e in rig.events("model.request")]
+    assert forwarded == [None, None]  # only the first attempts reached the upstream

@@ -96,10 +96,16 @@ def _setting(phase: PhaseResult, run: PhaseRun, upstream: str) -> Setting:
     policy = run.policy
     boundary = policy.get("boundary", {})
     r = policy.get("resilience", {})
+    slow = r.get("breaker_slow_call_ms")
     breaker = (
         f"opens after {r.get('breaker_threshold')} consecutive failures or "
-        f"{r.get('breaker_failure_rate')} of ≥{r.get('breaker_min_calls')} calls; "
-        f"cooldown {_seconds(r.get('breaker_cooldown_seconds'))} doubling to "
+        f"{r.get('breaker_failure_rate')} of ≥{r.get('breaker_min_calls')} calls"
+        + (
+            f" or {r.get('breaker_slow_call_rate')} of them slower than {slow} ms"
+            if slow is not None
+            else ""
+        )
+        + f"; cooldown {_seconds(r.get('breaker_cooldown_seconds'))} doubling to "
         f"{_seconds(r.get('breaker_max_cooldown_seconds'))}"
         if r
         else "unknown"

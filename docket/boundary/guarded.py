@@ -40,7 +40,7 @@ import trio
 from docket.boundary import wiring
 from docket.boundary.recorder import Recorder
 from docket.guards import breaker as brk
-from docket.guards.bulkhead import DEADLINE, UNKNOWN_RETRY_S, Shed
+from docket.guards.bulkhead import DEADLINE, RETRY_DISPLACED, UNKNOWN_RETRY_S, Shed
 from docket.guards.bulkhead_trio import Bulkhead, Entered
 from docket.guards.deadline import Attempt, Spent, plan_attempt
 from docket.guards.limiter import Admit, Refuse
@@ -101,13 +101,16 @@ class Waited:
 @dataclass
 class Passage:
     """One call that the guards let through: its breaker ticket, its bulkhead slot
-    and the limits of its upstream attempt. `report` once, when the call closes."""
+    and the limits of its upstream attempt. `report` once, when the call closes.
+    `forwarded` is the guards' clock when it was let through: the breaker's slow-call
+    duration runs from there to the report (after any wait for a bulkhead slot)."""
 
     guards: Guards
     upstream: str
     ticket: brk.Ticket
     attempt: Attempt
     entered: Entered | None = None
+    forwarded: float | None = None
     reported: bool = field(default=False, init=False)
 
     def report(self, reason: str | None, status: int | None) -> tuple[brk.StateChange, ...]:
@@ -120,7 +123,8 @@ class Passage:
         now = self.guards.now()
         if outcome is None:
             return breaker.abandon(self.ticket, now)
-        return breaker.record(self.ticket, outcome, now)
+        duration = None if self.forwarded is None else max(0.0, now - self.forwarded)
+        return breaker.record(self.ticket, outcome, now, duration)
 
 
 class Guards:
@@ -157,17 +161,17 @@ class Guards:
         return plan_attempt(now, budget, reserve_s=CLOSE_RESERVE_S)
 
     async def _enter(
-        self, bulkhead: Bulkhead, budget: tuple[int, float] | None
+        self, bulkhead: Bulkhead, budget: tuple[int, float] | None, retry: bool
     ) -> tuple[Entered | Shed, float | None]:
         """A slot, or a shed: at once when the queue is full or the expected wait
-        outlasts the deadline, or when the deadline passes while queued (then with
-        the time it waited)."""
-        if budget is None:
-            return await bulkhead.enter(None), None
-        deadline = budget[1]
+        outlasts the deadline, or when the deadline passes while queued or a first
+        attempt displaces this retry from the queue (then with the time it waited)."""
         arrived = self.now()
+        if budget is None:
+            return self._waited(await bulkhead.enter(None, retry=retry), arrived)
+        deadline = budget[1]
         with trio.move_on_at(deadline):
-            return await bulkhead.enter(deadline), None
+            return self._waited(await bulkhead.enter(deadline, retry=retry), arrived)
         status = bulkhead.core.status()
         shed = Shed(
             upstream=bulkhead.core.upstream,
@@ -178,6 +182,11 @@ class Guards:
             expected_wait_s=None,  # the message says: the deadline passed, no slot came
         )
         return shed, self.now() - arrived
+
+    def _waited(self, got: Entered | Shed, arrived: float) -> tuple[Entered | Shed, float | None]:
+        if isinstance(got, Shed) and got.reason == RETRY_DISPLACED:
+            return got, self.now() - arrived  # shed in the queue
+        return got, None
 
     # ------------------------------------------------------------------ readings
 
@@ -230,13 +239,14 @@ class Hold:
         self.ticket = verdict.ticket
         return verdict
 
-    async def bulkhead(self) -> Entered | Waited | None:
+    async def bulkhead(self, retry: bool = False) -> Entered | Waited | None:
         """A slot (held from here on), a shed (with the time queued, when shed in the
-        queue), or None without a bulkhead."""
+        queue), or None without a bulkhead. `retry`: the client says this is a retry
+        (docket.guards.bulkhead, Priority)."""
         bulkhead = self.guards.bulkheads.get(self.upstream)
         if bulkhead is None:
             return None
-        got, waited = await self.guards._enter(bulkhead, self.budget)
+        got, waited = await self.guards._enter(bulkhead, self.budget, retry)
         if isinstance(got, Shed):
             return Waited(got, waited)
         self.entered = got
@@ -249,7 +259,9 @@ class Hold:
     def pass_through(self, attempt: Attempt) -> Passage:
         """The call is admitted: its Passage, to report how it ended."""
         assert self.ticket is not None  # admitted means the breaker gave a ticket
-        self.passage = Passage(self.guards, self.upstream, self.ticket, attempt, self.entered)
+        self.passage = Passage(
+            self.guards, self.upstream, self.ticket, attempt, self.entered, self.guards.now()
+        )
         return self.passage
 
     def leave(self) -> None:

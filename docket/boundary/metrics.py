@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from docket.boundary.guarded import Guards
 from docket.boundary.ports import MetricsSource
+from docket.guards import breaker as brk
 
 if TYPE_CHECKING:  # prometheus_client is imported when a scrape needs it
     from prometheus_client.metrics_core import Metric
@@ -231,12 +232,22 @@ class _Scrape:
             "Calls the circuit breaker refused, per upstream.",
             labels=["upstream"],
         )
+        # The gauge alone can miss a whole open -> half-open -> closed cycle between two
+        # scrapes; the counters cannot: an increase of `to="open"` is an opening seen.
+        moved = CounterMetricFamily(
+            "docket_breaker_transitions",
+            "Circuit breaker transitions per upstream, by the state moved to.",
+            labels=["upstream", "to"],
+        )
         for name, breaker in sorted(guards.breakers.items()):
             status = breaker.status(now)
             state.add_metric([name], status.state_code)
             refused.add_metric([name], status.refusals)
+            for to_state in sorted(brk.STATE_CODES):
+                moved.add_metric([name, to_state], status.transitions_to.get(to_state, 0))
         yield state
         yield refused
+        yield moved
         limited = 0 if guards.limiter is None else guards.limiter.status(now).refused
         yield CounterMetricFamily(
             "docket_rate_limited", "Calls the rate limiter refused.", value=limited

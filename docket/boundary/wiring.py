@@ -29,6 +29,15 @@ def breaker_for(upstream: str, resilience: ResiliencePolicy) -> CircuitBreaker:
         max_cooldown=resilience.breaker_max_cooldown_seconds,
         failure_rate=resilience.breaker_failure_rate,
         min_calls=resilience.breaker_min_calls,
+        window_calls=resilience.breaker_window_calls,
+        consecutive_min_calls=resilience.breaker_consecutive_min_calls,
+        slow_call_s=(
+            None
+            if resilience.breaker_slow_call_ms is None
+            else resilience.breaker_slow_call_ms / 1000
+        ),
+        slow_call_rate=resilience.breaker_slow_call_rate,
+        half_open_probes=resilience.breaker_half_open_probes,
     )
 
 

@@ -7,7 +7,8 @@ the same `max_concurrent_upstream`, and this object decides who may use it.
 `try_enter(now, deadline)` answers at once:
 - Enter: a slot is free and nobody is queued (a newcomer never overtakes a
   waiter);
-- Shed("queue_full"): all slots are busy and `max_queue` callers already wait;
+- Shed("queue_full"): all slots are busy and `max_queue` callers already wait
+  (see Priority for a first attempt meeting a full queue that holds a retry);
 - Shed("deadline"): the caller's deadline (same clock as `now`) would pass
   before a slot is expected to come its way;
 - Wait(position): queued; `leave()` or `cancel()` of another call later
@@ -25,6 +26,16 @@ durations a waiter that is let in does not outwait its deadline; it sheds some
 callers that would have made it, which costs a fast 503 instead of a slow
 timeout. Before any duration is known the wait is unknown and only a deadline
 already passed is shed.
+
+Priority: a caller says whether it is a retry (`retry=True`: the client's own
+attempt number, x-stainless-retry-count, is above 0). When the queue is full, a
+retry is shed; a first attempt takes the place of the queued retry that
+arrived last (it has waited least), which is shed with reason
+"retry_displaced" (Wait.displaced: the trio layer wakes it with its Shed), and
+only when no retry waits is a first attempt shed. So under overload the calls
+shed are retries before first attempts: a retry's caller has already been
+answered once and is backing off, a first attempt's has not. Slots are still
+granted in arrival order; priority decides only who is shed.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from dataclasses import dataclass
 
 QUEUE_FULL = "queue_full"
 DEADLINE = "deadline"
+RETRY_DISPLACED = "retry_displaced"
 EWMA_WEIGHT = 0.2  # weight of the newest duration: about the last ten calls count
 UNKNOWN_RETRY_S = 1.0  # Retry-After when no call has finished yet to estimate from
 
@@ -54,6 +66,15 @@ class Wait:
     ticket: Ticket
     position: int  # 1 = next to get a slot
     expected_wait_s: float | None  # None before any duration is known
+    displaced: Displaced | None = None  # a queued retry this caller took the place of
+
+
+@dataclass(frozen=True)
+class Displaced:
+    """A queued retry shed to make room for a first attempt."""
+
+    ticket: Ticket
+    shed: Shed
 
 
 @dataclass(frozen=True)
@@ -61,7 +82,7 @@ class Shed:
     """A `load.shed` event value; the boundary answers 503 + Retry-After."""
 
     upstream: str
-    reason: str  # queue_full | deadline
+    reason: str  # queue_full | deadline | retry_displaced
     retry_after_s: float
     queue: int  # callers waiting when it was shed
     in_flight: int
@@ -71,6 +92,11 @@ class Shed:
 
     @property
     def message(self) -> str:
+        if self.reason == RETRY_DISPLACED:
+            return (
+                f"{self.upstream}: this retry gave its place in the full queue to a first "
+                f"attempt; retry in {self.retry_after_s:.3g} s"
+            )
         if self.reason == QUEUE_FULL:
             return (
                 f"{self.upstream}: all {self.in_flight} upstream slots are busy and "
@@ -105,6 +131,7 @@ class BulkheadStatus:
     entered: int  # calls that got a slot (at once or after waiting)
     shed_queue_full: int
     shed_deadline: int
+    shed_retries_displaced: int  # queued retries shed for a first attempt
     cancelled_waiting: int  # waiters that gave up in the queue
 
 
@@ -119,30 +146,38 @@ class BulkheadCore:
         self.max_queue = max_queue
         self._holding: set[int] = set()
         self._queue: OrderedDict[int, Ticket] = OrderedDict()
+        self._retries: set[int] = set()  # ids of the queued callers that are retries
         self._mean: float | None = None
         self._next_id = 0
         self._last_now = -math.inf
         self._entered = 0
-        self._shed = {QUEUE_FULL: 0, DEADLINE: 0}
+        self._shed = {QUEUE_FULL: 0, DEADLINE: 0, RETRY_DISPLACED: 0}
         self._cancelled_waiting = 0
 
-    def try_enter(self, now: float, deadline: float | None = None) -> Enter | Wait | Shed:
+    def try_enter(
+        self, now: float, deadline: float | None = None, *, retry: bool = False
+    ) -> Enter | Wait | Shed:
         now = self._clamp(now)
         if deadline is not None:
             deadline = _check_reading("deadline", deadline)
         if len(self._holding) < self.slots and not self._queue:
             return Enter(self._grant(self._issue()))
-        if len(self._queue) >= self.max_queue:
+        full = len(self._queue) >= self.max_queue
+        if full and (retry or not self._retries):
             return self._shed_now(QUEUE_FULL, self._expected_wait(1), None)
-        position = len(self._queue) + 1
+        # full here means a first attempt that will displace the last retry queued
+        position = len(self._queue) + (0 if full else 1)
         expected = self._expected_wait(position)
         if deadline is not None:
             late = deadline <= now if expected is None else now + expected > deadline
             if late:
                 return self._shed_now(DEADLINE, expected, expected)
+        displaced = self._displace_last_retry() if full else None
         ticket = self._issue()
         self._queue[ticket.id] = ticket
-        return Wait(ticket, position, expected)
+        if retry:
+            self._retries.add(ticket.id)
+        return Wait(ticket, position, expected, displaced)
 
     def leave(self, ticket: Ticket, now: float, duration: float) -> Ticket | None:
         """A call that held a slot is done after `duration` seconds; returns the
@@ -162,6 +197,7 @@ class BulkheadCore:
         the freed slot, if any."""
         self._clamp(now)
         if self._queue.pop(ticket.id, None) is not None:
+            self._retries.discard(ticket.id)
             self._cancelled_waiting += 1
             return None
         self._release(ticket)
@@ -181,6 +217,7 @@ class BulkheadCore:
             entered=self._entered,
             shed_queue_full=self._shed[QUEUE_FULL],
             shed_deadline=self._shed[DEADLINE],
+            shed_retries_displaced=self._shed[RETRY_DISPLACED],
             cancelled_waiting=self._cancelled_waiting,
         )
 
@@ -206,7 +243,15 @@ class BulkheadCore:
         if not self._queue:
             return None
         _, ticket = self._queue.popitem(last=False)
+        self._retries.discard(ticket.id)
         return self._grant(ticket)
+
+    def _displace_last_retry(self) -> Displaced:
+        last = next(i for i in reversed(self._queue) if i in self._retries)
+        self._retries.remove(last)
+        ticket = self._queue.pop(last)
+        # It would have got a slot about when the queue's head moves on.
+        return Displaced(ticket, self._shed_now(RETRY_DISPLACED, self._expected_wait(1), None))
 
     def _release(self, ticket: Ticket) -> None:
         if ticket.id not in self._holding:

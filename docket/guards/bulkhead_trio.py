@@ -9,7 +9,8 @@
 
 Each waiter waits on its own trio.Event, set when the core grants it a slot,
 so waiters are woken in the core's FIFO order. A shed is decided before the
-first await. A waiter whose task is cancelled (the caller's deadline is a
+first await. A queued retry displaced by a first attempt (the core's
+Priority) is woken with its Shed. A waiter whose task is cancelled (the caller's deadline is a
 cancel scope around the call) leaves the queue; if the core had already
 granted it a slot, the slot goes straight to the next waiter.
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 import trio
 
-from docket.guards.bulkhead import BulkheadCore, Enter, Shed, Ticket
+from docket.guards.bulkhead import BulkheadCore, Enter, Shed, Ticket, Wait
 
 
 @dataclass(frozen=True)
@@ -41,20 +42,27 @@ class Bulkhead:
         self.core = core
         self._clock = clock
         self._waiters: dict[int, trio.Event] = {}
+        self._displaced: dict[int, Shed] = {}  # woken waiters shed for a first attempt
 
-    async def enter(self, deadline: float | None = None) -> Entered | Shed:
-        """A slot (after queueing if need be), or a shed decided without waiting.
+    async def enter(self, deadline: float | None = None, *, retry: bool = False) -> Entered | Shed:
+        """A slot (after queueing if need be), or a shed: decided without waiting, or,
+        for a retry, when a first attempt takes its place in the queue.
 
         The caller must hand an Entered back to leave(); occupy() does it.
         """
         arrived = self._clock()
-        decision = self.core.try_enter(arrived, deadline)
+        decision = self.core.try_enter(arrived, deadline, retry=retry)
         if isinstance(decision, Shed):
             await trio.lowlevel.cancel_shielded_checkpoint()
             return decision
         if isinstance(decision, Enter):
             await trio.lowlevel.cancel_shielded_checkpoint()
             return Entered(decision.ticket, started=arrived, waited_s=0.0, position=0)
+        assert isinstance(decision, Wait)
+        if decision.displaced is not None:
+            gone = decision.displaced
+            self._displaced[gone.ticket.id] = gone.shed
+            self._waiters.pop(gone.ticket.id).set()
         ticket = decision.ticket
         granted = trio.Event()
         self._waiters[ticket.id] = granted
@@ -62,10 +70,15 @@ class Bulkhead:
             await granted.wait()
         except BaseException:
             # Cancelled while queued: leave the queue, or pass on a slot granted
-            # in the same instant, then let the cancellation go on.
+            # in the same instant, then let the cancellation go on. A waiter shed
+            # in the same instant holds nothing: the core has already let it go.
             self._waiters.pop(ticket.id, None)
-            self._wake(self.core.cancel(ticket, self._clock()))
+            if self._displaced.pop(ticket.id, None) is None:
+                self._wake(self.core.cancel(ticket, self._clock()))
             raise
+        shed = self._displaced.pop(ticket.id, None)
+        if shed is not None:
+            return shed
         started = self._clock()
         return Entered(
             ticket, started=started, waited_s=started - arrived, position=decision.position
@@ -76,8 +89,10 @@ class Bulkhead:
         self._wake(self.core.leave(entered.ticket, now, max(0.0, now - entered.started)))
 
     @asynccontextmanager
-    async def occupy(self, deadline: float | None = None) -> AsyncIterator[Entered | Shed]:
-        got = await self.enter(deadline)
+    async def occupy(
+        self, deadline: float | None = None, *, retry: bool = False
+    ) -> AsyncIterator[Entered | Shed]:
+        got = await self.enter(deadline, retry=retry)
         try:
             yield got
         finally:

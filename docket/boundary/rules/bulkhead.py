@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from docket.boundary.calls import CallFacts, Fact
 from docket.boundary.guarded import Waited
+from docket.boundary.providers.client_marks import client_marks
 from docket.boundary.rules.base import Refusal, Rule
 from docket.guards.bulkhead import DEADLINE
 from docket.guards.bulkhead_trio import Entered
@@ -40,7 +41,10 @@ def check(slot: Entered | Waited | None, f: CallFacts) -> Refusal | None:
 
 async def learn(host: AdmissionHost, call: Admitting) -> None:
     assert call.hold is not None  # the deadline rule entered the guards
-    call.facts[FACT] = await call.hold.bulkhead()
+    # The client's own attempt number (x-stainless-retry-count), as model.request
+    # records it: a retry is shed before a first attempt.
+    attempt = client_marks(call.request.headers).attempt
+    call.facts[FACT] = await call.hold.bulkhead(retry=attempt is not None and attempt > 0)
 
 
 RULE = Rule("bulkhead", FACT, check, learn)
