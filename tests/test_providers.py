@@ -20,6 +20,7 @@ from docket.boundary.providers import (
     ProviderError,
     RequestFacts,
     Usage,
+    by_kind,
     changed_paths,
     error_body,
     error_from_body,
@@ -35,6 +36,7 @@ from docket.boundary.providers import (
 
 anthropic = LazyModule("anthropic")
 openai = LazyModule("openai")
+OPENAI, ANTHROPIC = by_kind("openai"), by_kind("anthropic")  # Docket's adapters, not the SDKs
 
 CHAT_COMPLETION = {
     "id": "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG",
@@ -150,7 +152,7 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 
 def facts(kind, path, payload, headers=JSON_HEADERS, **kw):
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    return request_facts(kind, path, headers, body, **kw)
+    return request_facts(by_kind(kind), path, headers, body, **kw)
 
 
 def test_chat_facts_prefer_max_completion_tokens():
@@ -258,7 +260,7 @@ def test_query_string_and_trailing_slash_are_ignored_and_unknown_paths_are_other
 )
 def test_bad_bodies_are_bad_requests_with_one_clear_line(kind, path, body, words):
     with pytest.raises(BadRequest) as caught:
-        request_facts(kind, path, JSON_HEADERS, body)
+        request_facts(by_kind(kind), path, JSON_HEADERS, body)
     assert words in caught.value.message
     assert "\n" not in caught.value.message
 
@@ -308,28 +310,28 @@ _fields = st.fixed_dictionaries(
 def test_any_body_gives_facts_or_a_bad_request_and_nothing_else(route, body):
     kind, path = route
     try:
-        f = request_facts(kind, path, JSON_HEADERS, body)
+        f = request_facts(by_kind(kind), path, JSON_HEADERS, body)
     except BadRequest as exc:
         assert exc.message and "\n" not in exc.message
         return
     assert isinstance(f.model, str) and f.model
     assert f.max_output_tokens is None or f.max_output_tokens >= 1
-    new_body, strip = prepare(f, body)
+    new_body, strip = prepare(by_kind(kind), f, body)
     assert strip == (new_body is not body)
     assert json.loads(new_body) is not None
 
 
 def test_bad_request_names_the_param_and_compressed_bodies_are_refused():
     with pytest.raises(BadRequest) as caught:
-        request_facts("openai", "/v1/chat/completions", [], b'{"model": "m", "max_tokens": -1}')
+        request_facts(OPENAI, "/v1/chat/completions", [], b'{"model": "m", "max_tokens": -1}')
     assert caught.value.param == "max_tokens"
     with pytest.raises(BadRequest, match="content-encoding 'gzip'"):
-        request_facts("anthropic", "/v1/messages", [(b"Content-Encoding", b"gzip")], b"\x1f\x8b")
+        request_facts(ANTHROPIC, "/v1/messages", [(b"Content-Encoding", b"gzip")], b"\x1f\x8b")
 
 
 def test_unknown_kind_is_a_programming_error():
     with pytest.raises(ValueError, match="unknown provider kind"):
-        request_facts("gemini", "/v1/x", [], b"{}")
+        by_kind("gemini")
 
 
 # --- preparation ------------------------------------------------------------------
@@ -342,8 +344,8 @@ def test_streamed_chat_without_usage_asks_for_it_and_strips_it():
         "stream": True,
     }
     body = json.dumps(payload).encode()
-    f = request_facts("openai", "/v1/chat/completions", JSON_HEADERS, body)
-    new_body, strip = prepare(f, body)
+    f = request_facts(OPENAI, "/v1/chat/completions", JSON_HEADERS, body)
+    new_body, strip = prepare(OPENAI, f, body)
     assert strip
     assert json.loads(new_body) == {**payload, "stream_options": {"include_usage": True}}
 
@@ -356,7 +358,7 @@ def test_existing_stream_options_are_kept_and_an_explicit_false_is_overridden():
         "stream_options": {"include_usage": False, "include_obfuscation": False},
     }
     body = json.dumps(payload).encode()
-    new_body, strip = prepare(request_facts("openai", "/v1/completions", [], body), body)
+    new_body, strip = prepare(OPENAI, request_facts(OPENAI, "/v1/completions", [], body), body)
     assert strip
     assert json.loads(new_body)["stream_options"] == {
         "include_usage": True,
@@ -379,7 +381,7 @@ def test_existing_stream_options_are_kept_and_an_explicit_false_is_overridden():
 )
 def test_bodies_that_need_nothing_are_not_reencoded(kind, path, payload):
     body = json.dumps(payload, indent=2).encode()
-    new_body, strip = prepare(request_facts(kind, path, [], body), body)
+    new_body, strip = prepare(by_kind(kind), request_facts(by_kind(kind), path, [], body), body)
     assert new_body is body
     assert not strip
 
@@ -403,7 +405,7 @@ REAL_KEY = "sk-real-provider-key-0123456789"
 def test_token_is_found_in_each_form_and_never_forwarded(kind, credential):
     headers = [(b"host", b"127.0.0.1:8900"), credential, (b"content-type", b"application/json")]
     token, out = swap_auth(
-        kind, headers, api_key=REAL_KEY, upstream_host="api.example.com", content_length=42
+        by_kind(kind), headers, api_key=REAL_KEY, upstream_host="api.example.com", content_length=42
     )
     assert token == RUN_TOKEN
     assert token_matches(token, RUN_TOKEN)
@@ -439,7 +441,7 @@ def test_hop_by_hop_headers_are_removed_and_the_rest_kept():
         ("User-Agent", "Anthropic/Python 2.14.0"),
     ]
     token, out = swap_auth(
-        "anthropic", headers, api_key=REAL_KEY, upstream_host="api.anthropic.com", content_length=12
+        ANTHROPIC, headers, api_key=REAL_KEY, upstream_host="api.anthropic.com", content_length=12
     )
     assert token == RUN_TOKEN
     names = [n for n, _ in out]
@@ -470,7 +472,7 @@ def test_hop_by_hop_headers_are_removed_and_the_rest_kept():
 
 def test_no_token_or_a_non_bearer_scheme_presents_nothing():
     token, out = swap_auth(
-        "openai",
+        OPENAI,
         [(b"authorization", b"Basic dXNlcjpwYXNz")],
         api_key=REAL_KEY,
         upstream_host="h",
@@ -484,7 +486,7 @@ def test_no_token_or_a_non_bearer_scheme_presents_nothing():
 
 def test_a_key_with_a_line_break_is_refused():
     with pytest.raises(ValueError, match="control character"):
-        swap_auth("openai", [], api_key="sk-x\r\nX-Evil: 1", upstream_host="h", content_length=0)
+        swap_auth(OPENAI, [], api_key="sk-x\r\nX-Evil: 1", upstream_host="h", content_length=0)
 
 
 # --- usage --------------------------------------------------------------------------
@@ -495,47 +497,45 @@ def enc(obj) -> bytes:
 
 
 def test_usage_of_each_endpoint():
-    assert usage_from_body("openai", "chat.completions", enc(CHAT_COMPLETION)) == Usage(
+    assert usage_from_body(OPENAI, "chat.completions", enc(CHAT_COMPLETION)) == Usage(
         1117, 46, 1024, True, 0
     )
-    assert usage_from_body("openai", "responses", enc(RESPONSE)) == Usage(36, 87, 0, True, 0)
-    assert usage_from_body("openai", "embeddings", enc(EMBEDDINGS)) == Usage(8, 0, 0, True, 0)
-    usage = usage_from_body("anthropic", "messages", enc(MESSAGE))
+    assert usage_from_body(OPENAI, "responses", enc(RESPONSE)) == Usage(36, 87, 0, True, 0)
+    assert usage_from_body(OPENAI, "embeddings", enc(EMBEDDINGS)) == Usage(8, 0, 0, True, 0)
+    usage = usage_from_body(ANTHROPIC, "messages", enc(MESSAGE))
     assert usage == Usage(2095, 503, 100, False, 2051)
     assert usage.total_input_tokens == 2095 + 100 + 2051
     assert (
-        usage_from_body("openai", "chat.completions", enc(CHAT_COMPLETION)).total_input_tokens
-        == 1117
+        usage_from_body(OPENAI, "chat.completions", enc(CHAT_COMPLETION)).total_input_tokens == 1117
     )
 
 
 def test_missing_usage_is_none_not_zero():
     no_usage = {k: v for k, v in CHAT_COMPLETION.items() if k != "usage"}
-    assert usage_from_body("openai", "chat.completions", enc(no_usage)) is None
+    assert usage_from_body(OPENAI, "chat.completions", enc(no_usage)) is None
     assert (
-        usage_from_body("openai", "chat.completions", enc({**CHAT_COMPLETION, "usage": None}))
-        is None
+        usage_from_body(OPENAI, "chat.completions", enc({**CHAT_COMPLETION, "usage": None})) is None
     )
-    assert usage_from_body("anthropic", "messages", b"<html>502 Bad Gateway</html>") is None
-    assert usage_from_body("anthropic", "messages.count_tokens", b'{"input_tokens": 14}') is None
+    assert usage_from_body(ANTHROPIC, "messages", b"<html>502 Bad Gateway</html>") is None
+    assert usage_from_body(ANTHROPIC, "messages.count_tokens", b'{"input_tokens": 14}') is None
     odd = {**MESSAGE, "usage": {"input_tokens": "12", "output_tokens": -1}}
-    assert usage_from_body("anthropic", "messages", enc(odd)) == Usage(None, None, 0, False, 0)
+    assert usage_from_body(ANTHROPIC, "messages", enc(odd)) == Usage(None, None, 0, False, 0)
     assert Usage(None, 3).total_input_tokens is None
 
 
 def test_usage_converts_to_the_disjoint_counts_pricing_charges():
     from docket import pricing
 
-    openai_usage = usage_from_body("openai", "chat.completions", enc(CHAT_COMPLETION))
+    openai_usage = usage_from_body(OPENAI, "chat.completions", enc(CHAT_COMPLETION))
     assert openai_usage.priced() == pricing.Usage(1117 - 1024, 46, 1024)
-    anthropic_usage = usage_from_body("anthropic", "messages", enc(MESSAGE))
+    anthropic_usage = usage_from_body(ANTHROPIC, "messages", enc(MESSAGE))
     assert anthropic_usage.cache_write_1h_tokens is None
     assert anthropic_usage.priced() == pricing.Usage(2095, 503, 100, 0, 2051)  # unsplit: all at 1h
     split = {
         **MESSAGE["usage"],
         "cache_creation": {"ephemeral_5m_input_tokens": 2000, "ephemeral_1h_input_tokens": 51},
     }
-    split_usage = usage_from_body("anthropic", "messages", enc({**MESSAGE, "usage": split}))
+    split_usage = usage_from_body(ANTHROPIC, "messages", enc({**MESSAGE, "usage": split}))
     assert split_usage.cache_write_1h_tokens == 51
     assert split_usage.as_fields()["cache_write_1h_tokens"] == 51
     assert split_usage.priced() == pricing.Usage(2095, 503, 100, 2000, 51)
@@ -563,9 +563,7 @@ def _respond_with(refused, calls):
 @pytest.mark.parametrize("error_type", sorted(DOCKET_ERRORS))
 def test_openai_sdk_reads_every_refusal(error_type):
     extra = {"code": "max_events"} if error_type == "docket_ledger_full" else {"cap": "max_usd"}
-    refused = refusal(
-        "openai", error_type, f"refused: {error_type}", extra=extra, retry_after_s=0.2
-    )
+    refused = refusal(OPENAI, error_type, f"refused: {error_type}", extra=extra, retry_after_s=0.2)
     calls = []
     client = openai.OpenAI(
         api_key=RUN_TOKEN,
@@ -589,7 +587,7 @@ def test_openai_sdk_reads_every_refusal(error_type):
 
 @pytest.mark.parametrize("error_type", sorted(DOCKET_ERRORS))
 def test_anthropic_sdk_reads_every_refusal(error_type):
-    refused = refusal("anthropic", error_type, f"refused: {error_type}", extra={"cap": "max_usd"})
+    refused = refusal(ANTHROPIC, error_type, f"refused: {error_type}", extra={"cap": "max_usd"})
     calls = []
     client = anthropic.Anthropic(
         api_key=RUN_TOKEN,
@@ -611,7 +609,7 @@ def test_anthropic_sdk_reads_every_refusal(error_type):
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 def test_sdk_does_not_retry_a_refusal_no_retry_can_lift(kind):
     refused = refusal(
-        kind, "docket_ledger_full", "ledger is full", extra={"code": "max_ledger_bytes"}
+        by_kind(kind), "docket_ledger_full", "ledger is full", extra={"code": "max_ledger_bytes"}
     )
     calls = []
     http = _respond_with(refused, calls)
@@ -634,7 +632,7 @@ def test_sdk_does_not_retry_a_refusal_no_retry_can_lift(kind):
 
 
 def test_error_body_shapes_and_argument_checks():
-    assert json.loads(error_body("openai", 429, "docket_rate_limited", "slow down")) == {
+    assert json.loads(error_body(OPENAI, 429, "docket_rate_limited", "slow down")) == {
         "error": {
             "message": "slow down",
             "type": "docket_rate_limited",
@@ -643,29 +641,29 @@ def test_error_body_shapes_and_argument_checks():
         }
     }
     assert json.loads(
-        error_body("anthropic", 400, "docket_bad_request", "bad", {"param": "model"})
+        error_body(ANTHROPIC, 400, "docket_bad_request", "bad", {"param": "model"})
     ) == {
         "type": "error",
         "error": {"type": "docket_bad_request", "message": "bad", "param": "model"},
     }
     with pytest.raises(ValueError, match="4xx or 5xx"):
-        error_body("openai", 200, "docket_bad_request", "x")
+        error_body(OPENAI, 200, "docket_bad_request", "x")
     with pytest.raises(ValueError, match="unknown docket error type"):
-        error_body("openai", 400, "docket_made_up", "x")
+        error_body(OPENAI, 400, "docket_made_up", "x")
     with pytest.raises(ValueError, match="extra may not set type"):
-        error_body("anthropic", 400, "docket_bad_request", "x", {"type": "other"})
+        error_body(ANTHROPIC, 400, "docket_bad_request", "x", {"type": "other"})
 
 
 def test_upstream_error_bodies_are_read():
     assert error_from_body(
-        "openai",
+        OPENAI,
         b'{"error": {"message": "Rate limit reached", "type": "requests", "param": null, "code": "rate_limit_exceeded"}}',
     ) == ProviderError("requests", "Rate limit reached", "rate_limit_exceeded")
     assert error_from_body(
-        "anthropic",
+        ANTHROPIC,
         b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}',
     ) == ProviderError("overloaded_error", "Overloaded")
-    assert error_from_body("openai", b"upstream connect error") is None
+    assert error_from_body(OPENAI, b"upstream connect error") is None
 
 
 # --- stream facts ---------------------------------------------------------------------
@@ -726,7 +724,7 @@ def _sdk_chunks(stream: bytes):
 
 def test_the_openai_sdk_sees_the_stripped_stream_as_one_without_usage():
     stream, usage_event = _chat_stream()
-    tracker = stream_tracker(CHAT_FACTS, strip_usage_chunk=True)
+    tracker = stream_tracker(OPENAI, CHAT_FACTS, strip_usage_chunk=True)
     forwarded = tracker.feed(stream) + tracker.flush()
     assert forwarded == stream.replace(usage_event, b"")
     assert tracker.usage == Usage(9, 2)
@@ -740,11 +738,11 @@ def test_the_openai_sdk_sees_the_stripped_stream_as_one_without_usage():
 def test_openai_stream_error_chunk_and_cut_stream():
     stream, _ = _chat_stream()
     cut = stream[: stream.index(b"data: [DONE]")] + b"data: [DO"
-    tracker = stream_tracker(CHAT_FACTS)
+    tracker = stream_tracker(OPENAI, CHAT_FACTS)
     tracker.feed(cut)
     assert not tracker.finished and tracker.pending == len(b"data: [DO")
 
-    tracker = stream_tracker(CHAT_FACTS)
+    tracker = stream_tracker(OPENAI, CHAT_FACTS)
     tracker.feed(
         _sse(
             None,
@@ -763,7 +761,7 @@ def test_openai_stream_error_chunk_and_cut_stream():
 
 
 def test_a_usage_chunk_that_is_not_json_is_a_problem_not_a_crash():
-    tracker = stream_tracker(CHAT_FACTS, strip_usage_chunk=True)
+    tracker = stream_tracker(OPENAI, CHAT_FACTS, strip_usage_chunk=True)
     bad = b'data: {"choices":[],"usage":{"prompt_tokens":\n\n'
     assert tracker.feed(bad) == bad  # not recognised as the usage chunk, so not removed
     assert "not valid JSON" in tracker.problem
@@ -794,13 +792,13 @@ def test_responses_stream_usage_comes_from_the_terminal_event():
         + _sse("response.output_text.delta", delta)
         + _sse("response.completed", done)
     )
-    tracker = stream_tracker(RESPONSES_FACTS)
+    tracker = stream_tracker(OPENAI, RESPONSES_FACTS)
     assert tracker.feed(stream) is not None
     assert tracker.finished
     assert tracker.usage == Usage(36, 87)
     assert tracker.events == 3
     with pytest.raises(ValueError, match="no usage chunk"):
-        stream_tracker(RESPONSES_FACTS, strip_usage_chunk=True)
+        stream_tracker(OPENAI, RESPONSES_FACTS, strip_usage_chunk=True)
 
 
 def test_responses_stream_failure_and_error_events():
@@ -814,13 +812,13 @@ def test_responses_stream_failure_and_error_events():
             "usage": None,
         },
     }
-    tracker = stream_tracker(RESPONSES_FACTS)
+    tracker = stream_tracker(OPENAI, RESPONSES_FACTS)
     tracker.feed(_sse("response.failed", failed))
     assert tracker.finished
     assert tracker.error == ProviderError("server_error", "boom", "server_error")
     assert tracker.usage is None
 
-    tracker = stream_tracker(RESPONSES_FACTS)
+    tracker = stream_tracker(OPENAI, RESPONSES_FACTS)
     tracker.feed(
         _sse(
             "error",
@@ -838,7 +836,9 @@ def test_responses_stream_failure_and_error_events():
 
 
 def test_anthropic_stream_error_event():
-    tracker = stream_tracker(RequestFacts("anthropic", "messages", "claude-sonnet-4-5", True, 100))
+    tracker = stream_tracker(
+        ANTHROPIC, RequestFacts("anthropic", "messages", "claude-sonnet-4-5", True, 100)
+    )
     tracker.feed(
         _sse(
             "error",
@@ -848,7 +848,9 @@ def test_anthropic_stream_error_event():
     assert tracker.error == ProviderError("overloaded_error", "Overloaded")
     assert not tracker.finished
     with pytest.raises(ValueError, match="no usage chunk"):
-        stream_tracker(RequestFacts("anthropic", "messages", "m", True, 1), strip_usage_chunk=True)
+        stream_tracker(
+            ANTHROPIC, RequestFacts("anthropic", "messages", "m", True, 1), strip_usage_chunk=True
+        )
 
 
 def test_a_count_beyond_two_to_the_53_is_not_a_count():
@@ -873,16 +875,16 @@ def test_the_standard_librarys_fallback_refuses_nan_and_infinity_too(literal):
 
 def test_forwarded_names_what_prepare_changed_and_is_its_body():
     body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
-    f = request_facts("openai", "/v1/chat/completions", JSON_HEADERS, body)
-    sent = forwarded(f, body)
-    assert (sent.body, sent.strip_usage) == prepare(f, body)
+    f = request_facts(OPENAI, "/v1/chat/completions", JSON_HEADERS, body)
+    sent = forwarded(OPENAI, f, body)
+    assert (sent.body, sent.strip_usage) == prepare(OPENAI, f, body)
     assert sent.changes == ("stream_options.include_usage",)
     # include_usage 1 is not true: made true, and named (1 == True in Python, not here).
     body = json.dumps(
         {"model": "m", "messages": [], "stream": True, "stream_options": {"include_usage": 1}}
     ).encode()
-    f = request_facts("openai", "/v1/chat/completions", JSON_HEADERS, body)
-    assert forwarded(f, body).changes == ("stream_options.include_usage",)
+    f = request_facts(OPENAI, "/v1/chat/completions", JSON_HEADERS, body)
+    assert forwarded(OPENAI, f, body).changes == ("stream_options.include_usage",)
 
 
 @pytest.mark.parametrize(
@@ -908,7 +910,7 @@ def test_forwarded_names_what_prepare_changed_and_is_its_body():
 )
 def test_forwarded_bytes_that_are_the_agents_carry_no_changes(kind, path, payload):
     body = json.dumps(payload).encode()
-    sent = forwarded(request_facts(kind, path, JSON_HEADERS, body), body)
+    sent = forwarded(by_kind(kind), request_facts(by_kind(kind), path, JSON_HEADERS, body), body)
     assert sent.body is body and sent.changes == ()
 
 

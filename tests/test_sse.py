@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from docket.boundary.providers import RequestFacts, stream_tracker
+from docket.boundary.providers import RequestFacts, by_kind, stream_tracker
 from docket.boundary.providers.sse import SSEEvent, SSEParser, parse_block
 
 # --- a model of valid streams -------------------------------------------------
@@ -162,8 +162,8 @@ def test_chat_stream_strips_exactly_the_usage_event_under_any_split(texts, cuts,
         ends.append(total)
         seen.append((seen[-1] if seen else 0) + (0 if block is _USAGE_CHUNK else len(block)))
 
-    stripping = stream_tracker(_CHAT, strip_usage_chunk=True)
-    passing = stream_tracker(_CHAT, strip_usage_chunk=False)
+    stripping = stream_tracker(by_kind(_CHAT.kind), _CHAT, strip_usage_chunk=True)
+    passing = stream_tracker(by_kind(_CHAT.kind), _CHAT, strip_usage_chunk=False)
     out_strip, out_pass, fed = b"", b"", 0
     for chunk in split(stream, cuts):
         forwarded = passing.feed(chunk)
@@ -258,7 +258,7 @@ def _anthropic_stream(output_steps: list[int]) -> list[bytes]:
 )
 def test_anthropic_usage_is_the_latest_cumulative_value_under_any_split(steps, cuts):
     stream = b"".join(_anthropic_stream(steps))
-    tracker = stream_tracker(_MESSAGES)
+    tracker = stream_tracker(by_kind(_MESSAGES.kind), _MESSAGES)
     out = b"".join(tracker.feed(c) for c in split(stream, cuts)) + tracker.flush()
     assert out == stream
     assert tracker.finished
@@ -273,7 +273,7 @@ def test_anthropic_stream_cut_keeps_what_is_known():
     blocks = _anthropic_stream([3, 9, 14])
     # message_start, content_block_start, ping, then (delta, message_delta) twice, then a torn event
     cut = b"".join(blocks[:7]) + blocks[7][:20]
-    tracker = stream_tracker(_MESSAGES)
+    tracker = stream_tracker(by_kind(_MESSAGES.kind), _MESSAGES)
     assert tracker.feed(cut) == cut
     assert not tracker.finished
     assert tracker.usage.input_tokens == 25
@@ -298,7 +298,7 @@ def test_anthropic_cache_write_split_survives_later_deltas():
         },
     }
     delta = {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 40}}
-    tracker = stream_tracker(_MESSAGES)
+    tracker = stream_tracker(by_kind(_MESSAGES.kind), _MESSAGES)
     tracker.feed(f"event: message_start\ndata: {json.dumps(start)}\n\n".encode())
     tracker.feed(f"event: message_delta\ndata: {json.dumps(delta)}\n\n".encode())
     assert tracker.usage.output_tokens == 40
@@ -306,14 +306,16 @@ def test_anthropic_cache_write_split_survives_later_deltas():
 
 
 def test_anthropic_stream_cut_before_message_start_has_no_usage():
-    tracker = stream_tracker(_MESSAGES)
+    tracker = stream_tracker(by_kind(_MESSAGES.kind), _MESSAGES)
     tracker.feed(_anthropic_stream([1])[0][:40])
     assert tracker.usage is None
     assert tracker.events == 0
 
 
 def test_an_oversized_event_switches_the_tracker_to_pass_through():
-    tracker = stream_tracker(_CHAT, strip_usage_chunk=True, max_event_bytes=100)
+    tracker = stream_tracker(
+        by_kind(_CHAT.kind), _CHAT, strip_usage_chunk=True, max_event_bytes=100
+    )
     first = _chat_chunk("hi")
     held = b"data: " + b"x" * 60
     assert tracker.feed(first + held) == first
@@ -326,7 +328,9 @@ def test_an_oversized_event_switches_the_tracker_to_pass_through():
 
 
 def test_a_complete_event_ahead_of_an_oversized_one_is_not_lost():
-    tracker = stream_tracker(_CHAT, strip_usage_chunk=True, max_event_bytes=100)
+    tracker = stream_tracker(
+        by_kind(_CHAT.kind), _CHAT, strip_usage_chunk=True, max_event_bytes=100
+    )
     chunk = _chat_chunk("a") + _USAGE_CHUNK + b"data: " + b"z" * 200
     assert tracker.feed(chunk) == chunk.replace(_USAGE_CHUNK, b"")
     assert tracker.usage.input_tokens == 19
@@ -334,7 +338,7 @@ def test_a_complete_event_ahead_of_an_oversized_one_is_not_lost():
 
 
 def test_an_oversized_event_is_not_kept_in_memory_when_passing_through():
-    tracker = stream_tracker(_MESSAGES, max_event_bytes=100)
+    tracker = stream_tracker(by_kind(_MESSAGES.kind), _MESSAGES, max_event_bytes=100)
     big = b"event: content_block_delta\ndata: " + b"x" * 500
     assert tracker.feed(big) is big
     assert tracker.pending == 0

@@ -183,20 +183,22 @@ class Boundary:
     ) -> tuple[bytes, bytes]:
         """The body of an answer the HTTP server makes itself (malformed HTTP, an invalid
         Host, a stalled or oversized request: docket.http.server), in the shape of the
-        provider the target names: a configured route's kind, else OpenAI's (what
+        provider the target names: a configured route's, else OpenAI's (what
         most SDKs and a request too broken to name a route get). Not recorded: no
         request was parsed, and an event per malformed request would let any local
         process fill the ledger."""
-        kind = "openai"
+        provider: providers.Provider = providers.openai
         if target is not None:
             path = target.partition(b"?")[0].decode("latin-1")
             if path.startswith(("http://", "https://")):
                 path = urlsplit(path).path
             route = self.routes.get(path.lstrip("/").partition("/")[0])
             if route is not None:
-                kind = route.kind
+                provider = route.provider
         error_type = "docket_bad_request" if status < 500 else "docket_internal_error"
-        body = providers.error_body(kind, status, error_type, self.scrub(message), {"code": code})
+        body = providers.error_body(
+            provider, status, error_type, self.scrub(message), {"code": code}
+        )
         return b"application/json", body
 
     # ------------------------------------------------------------------ recording
@@ -262,6 +264,6 @@ class Boundary:
                 UNKNOWN_ROUTE,
                 body_complete=request.body_complete,
             )
-            await self.intake.answer_refusal(respond, "openai", refusal)
+            await self.intake.answer_refusal(respond, providers.openai, refusal)
             return
         await self.intake.model_call(route, rest, request, respond)

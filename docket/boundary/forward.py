@@ -126,7 +126,7 @@ class ModelCall:
         # What goes upstream, decided here, once (prepare is pure): the model.request
         # names these bytes' digest when they differ from the agent's, and _exchange
         # sends exactly them.
-        self.forwarded = providers.forwarded(facts, request_body)
+        self.forwarded = providers.forwarded(self.route.provider, facts, request_body)
         self.record = CallRecord(call_id, route.name, facts.model, boundary.clock.mono())
         self.closed = False  # the closing event's write has begun (it is then finished)
         self._outcome: Settlement | None = (
@@ -201,7 +201,7 @@ class ModelCall:
         _probe(self.b, "call.forward")
         body, strip = self.forwarded.body, self.forwarded.strip_usage
         out_headers = providers.upstream_headers(  # the token was checked on arrival
-            self.route.kind,
+            self.route.provider,
             headers,
             api_key=self.route.api_key,
             upstream_host=self.route.host_header,
@@ -267,11 +267,11 @@ class ModelCall:
             self.lookup.capture.add(relayed)
         if 200 <= resp.status < 300:
             self.record.usage = providers.usage_from_body(
-                self.route.kind, self.facts.endpoint, data
+                self.route.provider, self.facts.endpoint, data
             )
             await self._close_ok()
         else:
-            error = providers.error_from_body(self.route.kind, data)
+            error = providers.error_from_body(self.route.provider, data)
             if error is not None:
                 self.record.extra["upstream_error"] = self._error_fields(error)
             retry_after = resp.header(b"retry-after")
@@ -286,7 +286,7 @@ class ModelCall:
         await respond.simple(resp.status, headers, relayed)
 
     async def _relay_stream(self, resp: UpstreamResponse, respond: Responder, strip: bool) -> None:
-        tracker = providers.stream_tracker(self.facts, strip_usage_chunk=strip)
+        tracker = providers.stream_tracker(self.route.provider, self.facts, strip_usage_chunk=strip)
         held = b""
         try:
             # What one read brought goes out in one write, the head with the chunks that
@@ -387,7 +387,7 @@ class ModelCall:
             return
         kind = "docket_upstream_timeout" if reason == "timeout" else "docket_upstream_unreachable"
         answer = providers.refusal(
-            self.route.kind, kind, f"upstream {self.route.name}: {reason}: {exc}"
+            self.route.provider, kind, f"upstream {self.route.name}: {reason}: {exc}"
         )
         await respond.simple(answer.status, answer.headers, answer.body)
 
@@ -412,7 +412,7 @@ class ModelCall:
             await self._refuse_unrecorded(respond)
             return
         answer = providers.refusal(
-            self.route.kind,
+            self.route.provider,
             "docket_upstream_timeout",
             f"upstream {self.route.name}: timeout: {detail}",
         )
@@ -421,7 +421,7 @@ class ModelCall:
     async def _refuse_unrecorded(self, respond: Responder) -> None:
         assert self.unrecorded is not None  # called only once it is set
         error_type, message = self.unrecorded
-        answer = providers.refusal(self.route.kind, error_type, message)
+        answer = providers.refusal(self.route.provider, error_type, message)
         await respond.simple(answer.status, answer.headers, answer.body)
 
     # ------------------------------------------------------------------ closing events

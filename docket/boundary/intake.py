@@ -27,7 +27,7 @@ from docket.boundary.forward import (
 from docket.boundary.guarded import Passage
 from docket.boundary.non_model import non_model_endpoint, relay_non_model
 from docket.boundary.ports import IntakeHost
-from docket.boundary.providers import RequestFacts
+from docket.boundary.providers import Provider, RequestFacts
 from docket.boundary.providers.client_marks import client_marks
 from docket.boundary.routes import Route
 from docket.boundary.rules import caps as caps_rule
@@ -56,7 +56,7 @@ class Intake:
     async def answer_refusal(
         self,
         respond: Responder,
-        kind: str,
+        provider: Provider,
         refusal: Refusal,
         request_headers: HeaderPairs | None = None,
     ) -> None:
@@ -88,7 +88,7 @@ class Intake:
         if refusal.shed:
             self.host.metrics.load_shed(refusal.provider)
         answer = providers.refusal(
-            kind,
+            provider,
             refusal.error_type,
             message,
             extra=dict(refusal.extra) if refusal.extra else None,
@@ -128,7 +128,7 @@ class Intake:
             if respond.started:
                 await respond.abort()  # a started answer must not look complete
                 return
-            answer = providers.refusal(route.kind, "docket_internal_error", message)
+            answer = providers.refusal(route.provider, "docket_internal_error", message)
             headers = [*answer.headers, (b"connection", b"close")]
             await respond.simple(answer.status, headers, answer.body)
             return
@@ -137,7 +137,7 @@ class Intake:
             self.host.caps.cancel(held)  # never forwarded
         model = call.facts.model
         refusal = admission.internal_error(route.name, model, self.host.scrub(what)[:300])
-        await self.answer_refusal(respond, route.kind, refusal)
+        await self.answer_refusal(respond, route.provider, refusal)
 
     async def _model_call(self, call: Admitting, rest: str, respond: Responder) -> None:
         """Learn the call's facts in the order admission.admit asks for them, then
@@ -167,7 +167,7 @@ class Intake:
             return
         if isinstance(step, Refusal):
             self._give_back(call)
-            await self.answer_refusal(respond, route.kind, step, request.headers)
+            await self.answer_refusal(respond, route.provider, step, request.headers)
             return
         hold = call.hold
         assert hold is not None  # admitted: the guards were asked
@@ -183,7 +183,7 @@ class Intake:
                     payload=step.request.payload,
                     body=step.body,
                     now=self.host.clock.mono(),
-                    kind=route.kind,
+                    kind=route.provider.KIND,
                     headers=request.headers,
                 )
                 await self.host.record_cache_problems()
@@ -221,11 +221,11 @@ class Intake:
             )
         except LedgerFull as full:
             refusal = admission.ledger_full(route.name, facts.model, full.reason, str(full))
-            await self.answer_refusal(respond, route.kind, refusal)
+            await self.answer_refusal(respond, route.provider, refusal)
             return
         except EvidenceLost:
             refusal = admission.evidence_lost(route.name, facts.model)
-            await self.answer_refusal(respond, route.kind, refusal)
+            await self.answer_refusal(respond, route.provider, refusal)
             return
         call.opened = True  # recorded: an error from here on is answered, not recorded again
         self.host.metrics.cache_outcome(route.name, "hit", entry.cost_nusd)
@@ -297,12 +297,12 @@ class Intake:
         except LedgerFull as full:
             self.host.caps.cancel(reservation)
             refusal = admission.ledger_full(route.name, facts.model, full.reason, str(full))
-            await self.answer_refusal(respond, route.kind, refusal)
+            await self.answer_refusal(respond, route.provider, refusal)
             return
         except EvidenceLost:
             self.host.caps.cancel(reservation)
             refusal = admission.evidence_lost(route.name, facts.model)
-            await self.answer_refusal(respond, route.kind, refusal)
+            await self.answer_refusal(respond, route.provider, refusal)
             return
         call.slot, admitting.opened = slot, True
         call.record.started = self.host.clock.mono()  # its duration counts from here

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from docket.boundary import admission, providers
 from docket.boundary.forward import error_reason, relay_headers
 from docket.boundary.ports import IntakeHost
+from docket.boundary.providers import Provider
 from docket.boundary.providers.client_marks import client_marks
 from docket.boundary.routes import Route
 from docket.boundary.rules.base import Refusal
@@ -30,7 +31,7 @@ from docket.http.server_exchange import Request, Responder
 from docket.ledger.limits import EvidenceLost, LedgerFull
 
 EVENT = "provider.call"
-Refuse = Callable[[Responder, str, Refusal], Awaitable[None]]  # Intake.answer_refusal
+Refuse = Callable[[Responder, Provider, Refusal], Awaitable[None]]  # Intake.answer_refusal
 # GET /v1/models and GET /v1/models/{id}: the same paths on OpenAI and Anthropic.
 _MODELS = re.compile(r"/v1/models(/[A-Za-z0-9._:@-]{1,128})?/?")
 MAX_ANSWER_BYTES = 4 << 20  # a model list is kilobytes; more is not a model list
@@ -69,7 +70,7 @@ async def relay_non_model(
         **client_marks(request.headers, boundary.scrub).as_fields(),
     }
     headers = providers.upstream_headers(
-        route.kind,
+        route.provider,
         request.headers,
         api_key=route.api_key,
         upstream_host=route.host_header,
@@ -90,7 +91,9 @@ async def relay_non_model(
             kind = (
                 "docket_upstream_timeout" if reason == "timeout" else "docket_upstream_unreachable"
             )
-            answer = providers.refusal(route.kind, kind, f"upstream {route.name}: {reason}: {exc}")
+            answer = providers.refusal(
+                route.provider, kind, f"upstream {route.name}: {reason}: {exc}"
+            )
             await respond.simple(answer.status, answer.headers, answer.body)
         return
     answered = fields | {"status": status, "bytes": len(data)}
@@ -116,5 +119,5 @@ async def _recorded(
         refusal = admission.ledger_full(route.name, None, full.reason, str(full))
     except EvidenceLost:
         refusal = admission.evidence_lost(route.name, None)
-    await refuse(respond, route.kind, refusal)
+    await refuse(respond, route.provider, refusal)
     return False

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sized
 from typing import TYPE_CHECKING, Protocol
 
+from docket.boundary.providers import Provider
 from docket.boundary.recorder import Recorder
 from docket.clock import Clock
 from docket.guards.caps import CapsGuard, Decision, Settlement, Totals
@@ -34,7 +35,7 @@ class Upstream(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def kind(self) -> str: ...
+    def provider(self) -> Provider: ...
     @property
     def api_key(self) -> str: ...
     @property

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from docket.boundary.providers import Provider, by_kind
 from docket.http.client import UpstreamPool
 from docket.policy import ProviderPolicy
 
@@ -26,7 +27,7 @@ class Route:
     """One configured provider: where `/<name>/...` goes and with which key."""
 
     name: str
-    kind: str
+    provider: Provider  # its wire format (providers/interface.py)
     api_key: str
     pool: UpstreamPool
     host_header: str
@@ -64,7 +65,7 @@ def make_route(
         )
     return Route(
         name=provider.name,
-        kind=provider.kind,
+        provider=by_kind(provider.kind),
         api_key=env.get(provider.key_env, ""),
         pool=pool,
         host_header=host_header,

@@ -2,13 +2,14 @@
 
 Sans-IO and cheap enough for the hot path. The boundary, for one call:
 
-    facts = request_facts(kind, path, headers, body)       # BadRequest -> refusal(...)
-    body, strip = prepare(facts, body)
-    token, headers = swap_auth(kind, headers, api_key=..., upstream_host=...,
+    provider = by_kind(policy_kind)                 # once, when the route is made
+    facts = request_facts(provider, path, headers, body)   # BadRequest -> refusal(...)
+    body, strip = prepare(provider, facts, body)
+    token, headers = swap_auth(provider, headers, api_key=..., upstream_host=...,
                                content_length=len(body))
     ... forward ...
-    usage_from_body(kind, facts.endpoint, response_body)    # or, streamed:
-    tracker = stream_tracker(facts, strip_usage_chunk=strip)
+    usage_from_body(provider, facts.endpoint, response_body)    # or, streamed:
+    tracker = stream_tracker(provider, facts, strip_usage_chunk=strip)
     send(tracker.feed(chunk)) ...; send(tracker.flush()); tracker.usage / .finished / .error
 """
 
@@ -41,6 +42,9 @@ from docket.boundary.providers.sse import SSEEvent, SSEParser
 __all__ = [
     "DOCKET_ERRORS",
     "KINDS",
+    "PROVIDERS",
+    "Provider",
+    "by_kind",
     "BadRequest",
     "ProviderError",
     "ErrorAnswer",
@@ -64,20 +68,22 @@ __all__ = [
     "usage_from_body",
 ]
 
-# The providers, by kind: each module implements interface.Provider (mypy checks it here).
-_ADAPTERS: dict[str, Provider] = {"openai": openai, "anthropic": anthropic}
-KINDS = tuple(_ADAPTERS)
+# The providers, by the policy's `kind`: each module implements interface.Provider (mypy
+# checks it here). A kind string is looked up once, when a route is made (by_kind); from
+# there on the call holds the Provider itself.
+PROVIDERS: dict[str, Provider] = {openai.KIND: openai, anthropic.KIND: anthropic}
+KINDS = tuple(PROVIDERS)
 
 
-def _adapter(kind: str) -> Provider:
+def by_kind(kind: str) -> Provider:
     try:
-        return _ADAPTERS[kind]
+        return PROVIDERS[kind]
     except KeyError:
         raise ValueError(f"unknown provider kind {kind!r}; expected one of {KINDS}") from None
 
 
 def request_facts(
-    kind: str, path: str, headers: Headers, body: bytes, *, method: str = "POST"
+    provider: Provider, path: str, headers: Headers, body: bytes, *, method: str = "POST"
 ) -> RequestFacts:
     """Model, stream flag, declared output limit and endpoint of one request.
 
@@ -89,16 +95,16 @@ def request_facts(
     path = path.partition("?")[0]
     if len(path) > 1 and path.endswith("/"):
         path = path[:-1]
-    return _adapter(kind).request_facts(path, headers, body, method=method)
+    return provider.request_facts(path, headers, body, method=method)
 
 
-def prepare(facts: RequestFacts, body: bytes) -> tuple[bytes, bool]:
+def prepare(provider: Provider, facts: RequestFacts, body: bytes) -> tuple[bytes, bool]:
     """The body to forward, and whether the stream's usage chunk must be hidden from the client.
 
     The body is re-encoded only when changed: an OpenAI streamed chat or
     completion that did not ask for usage is made to, so usage is always recorded.
     """
-    return _adapter(facts.kind).prepare(facts, body)
+    return provider.prepare(facts, body)
 
 
 class Forwarded(NamedTuple):
@@ -113,9 +119,9 @@ class Forwarded(NamedTuple):
 RE_ENCODED = "(re-encoded)"  # the bytes differ, no value does (whitespace, order, escapes)
 
 
-def forwarded(facts: RequestFacts, body: bytes) -> Forwarded:
+def forwarded(provider: Provider, facts: RequestFacts, body: bytes) -> Forwarded:
     """prepare(), and what it changed: JSON paths such as `stream_options.include_usage`."""
-    new, strip = prepare(facts, body)
+    new, strip = prepare(provider, facts, body)
     if new is body or new == body:
         return Forwarded(body, strip, ())
     changes = changed_paths(facts.payload, loads(new))
@@ -141,7 +147,7 @@ def changed_paths(before: object, after: object, path: str = "") -> list[str]:
 
 
 def swap_auth(
-    kind: str,
+    provider: Provider,
     headers: Headers,
     *,
     api_key: str,
@@ -154,7 +160,7 @@ def swap_auth(
     provider's own header; see headers.outgoing_headers for everything else removed.
     """
     return presented_token(headers), upstream_headers(
-        kind,
+        provider,
         headers,
         api_key=api_key,
         upstream_host=upstream_host,
@@ -163,50 +169,60 @@ def swap_auth(
 
 
 def upstream_headers(
-    kind: str, headers: Headers, *, api_key: str, upstream_host: str, content_length: int | None
+    provider: Provider,
+    headers: Headers,
+    *,
+    api_key: str,
+    upstream_host: str,
+    content_length: int | None,
 ) -> Headers:
     """swap_auth's headers alone, for a caller that has already checked the token."""
     return outgoing_headers(
         headers,
-        credential=_adapter(kind).credential(api_key),
+        credential=provider.credential(api_key),
         upstream_host=upstream_host,
         content_length=content_length,
     )
 
 
-def usage_from_body(kind: str, endpoint: str, body: bytes) -> Usage | None:
+def usage_from_body(provider: Provider, endpoint: str, body: bytes) -> Usage | None:
     """Usage of a non-streamed response, or None when the body carries none."""
-    return _adapter(kind).usage_from_body(endpoint, body)
+    return provider.usage_from_body(endpoint, body)
 
 
 def stream_tracker(
+    provider: Provider,
     facts: RequestFacts,
     *,
     strip_usage_chunk: bool = False,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> StreamTracker:
     """A tracker for the streamed response to this request."""
-    return _adapter(facts.kind).stream_tracker(
+    return provider.stream_tracker(
         facts, strip_usage_chunk=strip_usage_chunk, max_event_bytes=max_event_bytes
     )
 
 
 def error_body(
-    kind: str, status: int, error_type: str, message: str, extra: dict[str, Any] | None = None
+    provider: Provider,
+    status: int,
+    error_type: str,
+    message: str,
+    extra: dict[str, Any] | None = None,
 ) -> bytes:
     """An error body in the provider's own shape. `extra` fields (such as the rule
     that refused: {"cap": "max_usd"}) go inside the error object; for OpenAI,
     extra "param" and "code" fill those standard fields."""
-    return _adapter(kind).error_body(status, error_type, message, extra)
+    return provider.error_body(status, error_type, message, extra)
 
 
-def error_from_body(kind: str, body: bytes) -> ProviderError | None:
+def error_from_body(provider: Provider, body: bytes) -> ProviderError | None:
     """The error an upstream error response carries, if its body has the provider's shape."""
     try:
         obj = loads(body)
     except ValueError:
         return None
-    return _adapter(kind).error_from_object(obj)
+    return provider.error_from_object(obj)
 
 
 class ErrorAnswer(NamedTuple):
@@ -218,7 +234,7 @@ class ErrorAnswer(NamedTuple):
 
 
 def refusal(
-    kind: str,
+    provider: Provider,
     error_type: str,
     message: str,
     *,
@@ -234,7 +250,7 @@ def refusal(
     if spec is None:
         raise ValueError(f"unknown docket error type {error_type!r}")
     status = spec.status if status is None else status
-    body = error_body(kind, status, error_type, message, extra)
+    body = error_body(provider, status, error_type, message, extra)
     headers: Headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode("ascii")),

@@ -2,8 +2,8 @@
 
 openai.py and anthropic.py are its two implementations (modules that provide these
 functions; mypy checks each against this Protocol where providers/__init__.py
-registers them). A new provider is a module with these seven functions and one line
-in that registry.
+registers them). A new provider is a module with its KIND and these seven functions, and
+one line in that registry.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from docket.boundary.providers.headers import Headers
 
 
 class Provider(Protocol):
+    KIND: str  # the policy's `kind` for it ("openai", "anthropic")
+
     def request_facts(
         self, path: str, headers: Headers, body: bytes, *, method: str = ...
     ) -> RequestFacts:

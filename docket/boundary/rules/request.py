@@ -41,7 +41,7 @@ async def learn(host: AdmissionHost, call: Admitting) -> None:
     request = call.request
     try:
         parsed = providers.request_facts(
-            call.route.kind, "/" + call.facts.path, request.headers, data, method=request.method
+            call.route.provider, "/" + call.facts.path, request.headers, data, method=request.method
         )
     except providers.BadRequest as exc:
         # Scrubbed: the message may quote the body (a member's name or value).
