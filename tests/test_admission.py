@@ -53,7 +53,7 @@ RESERVATION = cp.Reservation(7, MODEL, None, 0, 10, 5, 5, True)
 ADMITTED_CAPS = cp.Decision(allowed=True, reservation=RESERVATION, refusal=None)
 ATTEMPT = Attempt(math.inf, None)
 SPENT = Spent(deadline_ms=50, remaining_s=0.001, reserve_s=0.02)
-TICKET = brk.Ticket(1, 0, probe=False)
+TICKET = brk.Permit(1, 0, probe=False)
 ENTERED = Entered(SlotTicket(3), started=1.0, waited_s=0.0, position=0)
 
 

@@ -26,14 +26,14 @@ from docket.guards.breaker import (
     SLOW_CALL_RATE,
     SUCCESS,
     CircuitBreaker,
-    Ticket,
+    Permit,
 )
 from docket.policy import ResiliencePolicy, policy_from_dict
 
 T0 = 1000.0
 
 
-def call(b: CircuitBreaker, now: float) -> Ticket:
+def call(b: CircuitBreaker, now: float) -> Permit:
     verdict = b.before_call(now)
     assert verdict.allowed, verdict.refusal
     return verdict.ticket
@@ -230,7 +230,7 @@ def test_misuse_is_an_error_not_a_silent_miscount():
     with pytest.raises(ValueError, match="not outstanding"):
         b.record(t, SUCCESS, T0)
     with pytest.raises(ValueError, match="not outstanding"):
-        b.record(Ticket(id=99, epoch=0, probe=False), FAILURE, T0)
+        b.record(Permit(id=99, epoch=0, probe=False), FAILURE, T0)
     for bad in (math.nan, math.inf, "1"):
         with pytest.raises(ValueError, match="now must be"):
             b.before_call(bad)
@@ -512,7 +512,7 @@ def test_half_open_decides_by_the_rule(n, steps):
     )
     trip(b, T0)
     now = T0 + 1
-    out: list[Ticket] = []
+    out: list[Permit] = []
     issued = passed = 0
     for action, outcome, pick in steps:
         if b.state != HALF_OPEN and issued:
@@ -571,7 +571,7 @@ class BreakerMachine(RuleBasedStateMachine):
         self.twin = CircuitBreaker("u", **kw)
         self.raw = T0
         self.clamped = -math.inf  # nothing handed over yet
-        self.outstanding: list[Ticket] = []
+        self.outstanding: list[Permit] = []
         self.opened_at: float | None = None
         self.refusals = 0
 

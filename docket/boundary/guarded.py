@@ -107,7 +107,7 @@ class Passage:
 
     guards: Guards
     upstream: str
-    ticket: brk.Ticket
+    ticket: brk.Permit
     attempt: Attempt
     entered: Entered | None = None
     forwarded: float | None = None
@@ -217,7 +217,7 @@ class Hold:
         self.upstream = upstream
         self.budget = budget
         self.now = 0.0
-        self.ticket: brk.Ticket | None = None
+        self.ticket: brk.Permit | None = None
         self.entered: Entered | None = None
         self.passage: Passage | None = None
 

@@ -81,7 +81,7 @@ PROBE_PENDING_RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
-class Ticket:
+class Permit:
     """A call the breaker let through; hand it back to record() or abandon()."""
 
     id: int
@@ -144,7 +144,7 @@ class BreakerRefusal:
 class Verdict:
     """What before_call decided: a ticket, or a refusal; and any transition it made."""
 
-    ticket: Ticket | None
+    ticket: Permit | None
     refusal: BreakerRefusal | None
     events: tuple[StateChange, ...] = ()
 
@@ -248,7 +248,7 @@ class CircuitBreaker:
         self._window: deque[tuple[bool, bool]] = deque(maxlen=window_calls)
         self._window_failures = 0
         self._window_slow = 0
-        self._outstanding: dict[int, Ticket] = {}
+        self._outstanding: dict[int, Permit] = {}
         self._probes: set[int] = set()  # ids of the probes in flight
         self._probes_issued = 0  # in this half-open episode, less the ignored and abandoned
         self._probes_passed = 0  # successful probes in this half-open episode
@@ -281,7 +281,7 @@ class CircuitBreaker:
         return Verdict(ticket=self._issue(probe=False), refusal=None)
 
     def record(
-        self, ticket: Ticket, outcome: str, now: float, duration: float | None = None
+        self, ticket: Permit, outcome: str, now: float, duration: float | None = None
     ) -> tuple[StateChange, ...]:
         """A forwarded call's outcome, and how long it took (seconds; None: unknown,
         never slow); returns the transitions it caused (often none)."""
@@ -321,7 +321,7 @@ class CircuitBreaker:
             return (self._open(now, SLOW_CALL_RATE, self.base_cooldown),)
         return ()
 
-    def abandon(self, ticket: Ticket, now: float) -> tuple[StateChange, ...]:
+    def abandon(self, ticket: Permit, now: float) -> tuple[StateChange, ...]:
         """A let-through call that will never report (cancelled): counts as nothing.
 
         An abandoned probe frees its probe place, so the breaker cannot wedge in
@@ -372,13 +372,13 @@ class CircuitBreaker:
             self._last_now = now
         return self._last_now
 
-    def _issue(self, *, probe: bool) -> Ticket:
-        ticket = Ticket(id=self._next_id, epoch=self._epoch, probe=probe)
+    def _issue(self, *, probe: bool) -> Permit:
+        ticket = Permit(id=self._next_id, epoch=self._epoch, probe=probe)
         self._next_id += 1
         self._outstanding[ticket.id] = ticket
         return ticket
 
-    def _settle(self, ticket: Ticket) -> None:
+    def _settle(self, ticket: Permit) -> None:
         held = self._outstanding.pop(ticket.id, None)
         if held is None or held != ticket:
             raise ValueError(f"breaker ticket {ticket.id} is not outstanding (reported twice?)")
