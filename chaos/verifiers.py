@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from docket.cli import main
+
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "spec" / "vectors"
 # The smoke check: a vector every conforming verifier passes (exit 0).
@@ -181,8 +183,6 @@ def python_command(python: str) -> Verifier:
 def verify_in_process(receipt: Path, ledger: Path | None = None) -> Answer:
     """`docket verify` through the CLI's own entry point in this process (no interpreter
     start per case), read like the others. Not thread-safe: it redirects stdout."""
-    from docket.cli import main
-
     err, out = io.StringIO(), io.StringIO()
     argv = ["verify", str(receipt)] + (["--ledger", str(ledger)] if ledger else [])
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):

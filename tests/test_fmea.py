@@ -18,6 +18,7 @@ from helpers import io_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import chaos.gameday.fmea
 from chaos.gameday.fmea import FmeaError, FmeaRow, fmea_rows, load_fmea, rows_as_data
 from chaos.yamldoc import YamlError, load
 from docket.cli_help import GAMEDAY_PHASES
@@ -371,9 +372,7 @@ def test_any_ranked_table_round_trips_and_any_misranked_one_is_refused_where_it_
 
 
 def test_reading_the_page_itself_fails_in_one_line(tmp_path, monkeypatch):
-    import chaos.data.locate
-
-    monkeypatch.setattr(chaos.data.locate, "folder", lambda name: tmp_path)
+    monkeypatch.setattr(chaos.gameday.fmea, "folder", lambda name: tmp_path)
     with pytest.raises(FmeaError, match=r"^docs/resilience\.md:1: no such file$"):
         load_fmea()
     (tmp_path / "resilience.md").write_bytes(b"| id |\n\xff\n")
@@ -395,12 +394,11 @@ def test_the_data_file_is_the_table_in_the_page(rows):
 
 
 def test_a_broken_table_on_the_page_does_not_break_the_game_day(tmp_path, monkeypatch):
-    import chaos.data.locate
     from chaos.gameday.phase import fmea_ids
 
     (tmp_path / "fmea.json").write_bytes((ROOT / "docs" / "fmea.json").read_bytes())
     (tmp_path / "resilience.md").write_text("| id | effect |\n| nothing |\n", encoding="utf-8")
-    monkeypatch.setattr(chaos.data.locate, "folder", lambda name: tmp_path)
+    monkeypatch.setattr(chaos.gameday.fmea, "folder", lambda name: tmp_path)
     with pytest.raises(FmeaError):
         load_fmea()  # the page no longer parses...
     assert fmea_ids() == ROW_IDS  # ...and the game day reads its rows all the same
@@ -428,8 +426,6 @@ def test_a_broken_table_on_the_page_does_not_break_the_game_day(tmp_path, monkey
 def test_a_missing_or_broken_data_file_is_one_line_naming_it(tmp_path, monkeypatch, content, says):
     """What an agent of the same user could leave at docs/fmea.json: one line naming the
     file, never a hang (a FIFO is refused unopened) nor a traceback."""
-    import chaos.data.locate
-
     data = tmp_path / "fmea.json"
     if content == "fifo":
         os.mkfifo(data)
@@ -437,7 +433,7 @@ def test_a_missing_or_broken_data_file_is_one_line_naming_it(tmp_path, monkeypat
         data.mkdir()
     elif content is not None:
         data.write_bytes(content)
-    monkeypatch.setattr(chaos.data.locate, "folder", lambda name: tmp_path)
+    monkeypatch.setattr(chaos.gameday.fmea, "folder", lambda name: tmp_path)
     with pytest.raises(FmeaError) as caught:
         fmea_rows()
     assert str(caught.value).startswith("docs/fmea.json:1: ")

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from chaos.attack import Figures
 from chaos.attack.rig import DOCKET, KEY_ENV, run_env, stub
+from docket.cli import main
 
 DETECTED = (1, 2)  # verify's "a check failed" and "this is not a receipt"
 _PREV = re.compile(rb'"prev":"([0-9a-f]{64})"')
@@ -243,8 +244,6 @@ def _forge_number(lines: list[bytes], rng: random.Random):
 def verify_in_process(receipt: Path) -> tuple[int, str]:
     """`docket verify RECEIPT` through the CLI's own entry point, in this process
     (the same code path as the command, minus an interpreter start per probe)."""
-    from docket.cli import main
-
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         code = main(["verify", str(receipt)])

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import trio
 
+from chaos.run.collect import read_agent_pids
 from docket.errors import DocketError
+from docket.ledger.doctor import CLEAN, classify, quarantine_torn_tail
 
 LEDGER = "ledger.jsonl"
 
@@ -30,8 +32,6 @@ def doctor_facts(ledger: Path) -> dict:
     read back and must be clean with doctor's event count and head. A step that
     refuses is recorded with its reason, for the assertions to see.
     """
-    from docket.ledger.doctor import CLEAN, classify, quarantine_torn_tail
-
     try:
         diagnosis = classify(ledger)
     except DocketError as exc:
@@ -93,8 +93,6 @@ def spawned_pids(events: Iterable[dict], folder: Path, notes: list[str]) -> list
     """The pids the supervisor spawned (process.spawn: the launcher) and every agent
     the launcher started (agents/NAME.pid, on file before each agent ran, read as
     chaos.run.collect reads them for RunResult.agent_pids)."""
-    from chaos.run.collect import read_agent_pids
-
     pids = [e["pid"] for e in events if e.get("type") == "process.spawn" and _pid(e.get("pid"))]
     pids += read_agent_pids(folder, notes).values()
     return sorted(set(pids))

@@ -16,7 +16,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jmespath
@@ -342,8 +342,6 @@ def with_preconditions(checks: list[Check], requires: list[tuple[str, ...]]) -> 
 
 
 def _replace_verdict(check: Check, verdict: str, reason: str) -> Check:
-    from dataclasses import replace
-
     return replace(check, verdict=verdict, reason=reason)
 
 

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 TIMEOUT_S = 60
 FLAGS = [
@@ -33,16 +34,12 @@ FLAGS = [
 
 def is_local(href: str) -> bool:
     """A relative path (the kept evidence beside the report), not a URL or absolute path."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(href)
     return not (parts.scheme or parts.netloc or href.startswith("/"))
 
 
 def missing_local(report: Path, hrefs: list[str]) -> list[str]:
     """The relative links that name nothing on disk, from the report's folder."""
-    from urllib.parse import unquote
-
     return sorted({h for h in hrefs if not (report.parent / unquote(h)).exists()})
 
 

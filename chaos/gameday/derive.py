@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeGuard, TypeVar
 
+from docket.ledger.chain import EVENT_TYPES
+
 _T = TypeVar("_T")
 
 CLOSING = ("model.response", "model.error")
@@ -417,8 +419,6 @@ def _numbers(values: Sequence[object]) -> TypeGuard[Sequence[float]]:
 def derive(evidence: Mapping, upstreams: Iterable[str] = ()) -> dict:
     """The derived fields, by the name an assertion queries them by; `upstreams` are
     the configured providers' names, so a fact about each exists from its first state."""
-    from docket.ledger.chain import EVENT_TYPES
-
     events = evidence.get("events") or []
     stubs = evidence.get("stubs") or {}
     return {

@@ -37,6 +37,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from chaos.data.locate import as_file, folder
 from docket.errors import InputError
 from docket.inputs import read_text
 
@@ -127,8 +128,6 @@ def load_fmea(text: str | None = None, *, source: str = SOURCE) -> list[FmeaRow]
 
 
 def _read_packaged(source: str) -> str:
-    from chaos.data.locate import folder
-
     page = folder("docs") / "resilience.md"
     try:
         return page.read_text(encoding="utf-8")
@@ -307,8 +306,6 @@ def fmea_rows(text: str | None = None) -> list[FmeaRow]:
 
 
 def _read_data() -> str:
-    from chaos.data.locate import as_file, folder
-
     # docket.inputs.read_text: a regular file (not a FIFO an agent left in its place, not
     # a directory), at most MAX_DATA_BYTES, UTF-8 without NUL; else one line, named.
     try:

@@ -21,8 +21,11 @@ from dataclasses import dataclass, field, replace
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from chaos.data.locate import folder as data_folder
 from chaos.gameday.assertions import OPERATORS, Assertion, QueryError, compile_query
 from chaos.gameday.assertions import operand_problem as _operand_problem
+from chaos.gameday.fmea import fmea_rows
+from chaos.gameday.your_agent import about_from_data, declaration_from_data
 from chaos.yamldoc import Where, YamlError, load, loads
 from docket.errors import InputError
 from docket.fields import Fields
@@ -157,8 +160,6 @@ def leading_comment(text: str) -> str:
 
 def fmea_ids() -> frozenset[str] | None:
     """The FMEA table's row ids (docs/fmea.json via chaos.gameday.fmea)."""
-    from chaos.gameday.fmea import fmea_rows
-
     return frozenset(row.id for row in fmea_rows())
 
 
@@ -238,8 +239,6 @@ def phase_from_data(
 def _your_agent(data: dict, where: Where, runs: tuple[RunSpec, ...], expect) -> object:
     """`your_agent:` (chaos.gameday.your_agent), and no boundary check that requires a
     check `about: agent` (skipped when the user's agent runs, it would leave it hanging)."""
-    from chaos.gameday.your_agent import declaration_from_data
-
     about = {e.assertion.name: e.about for e in expect}
     for i, e in enumerate(expect):
         if e.about != "agent" and any(about[r] == "agent" for r in e.requires):
@@ -393,8 +392,6 @@ _MORE_EXPECT_KEYS = ("run", "requires", "about")
 
 
 def _about(item: dict, where: Where, at: tuple) -> str:
-    from chaos.gameday.your_agent import about_from_data
-
     return about_from_data(item, where, at)
 
 
@@ -469,8 +466,6 @@ def load_phases(selected: Sequence[str] = (), *, folder: Traversable | None = No
     """
     bundled = folder is None
     if folder is None:
-        from chaos.data.locate import folder as data_folder
-
         folder = data_folder("gamedays")
     known = fmea_ids()
     phases: list[Phase] = []

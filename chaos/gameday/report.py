@@ -28,7 +28,7 @@ from markupsafe import Markup, escape
 
 from chaos.data.locate import folder
 from chaos.gameday.assertions import FAIL, UNKNOWN, brief, expectation
-from chaos.gameday.fmea import fmea_rows as rows
+from chaos.gameday.fmea import fmea_rows
 from chaos.gameday.numbers import latency_text, plain
 from chaos.gameday.results import GameDayResult, PhaseResult, PhaseRun, phases_for_fmea
 from chaos.gameday.review import changes_made, fmea_anchor, open_risks, review
@@ -74,11 +74,6 @@ class FmeaView:
             if v in verdicts:
                 return v
         return ""
-
-
-def fmea_rows() -> list:
-    """The FMEA rows (docs/fmea.json, the data written from docs/resilience.md's table)."""
-    return rows()
 
 
 def fmea_view(rows: Sequence, phases: Sequence[PhaseResult]) -> tuple[FmeaView, ...]:

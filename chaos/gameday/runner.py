@@ -38,9 +38,10 @@ from chaos.faults.schedule import FaultSchedule
 from chaos.gameday import aftermath
 from chaos.gameday.assertions import UNKNOWN, Check, evaluate, with_preconditions
 from chaos.gameday.derive import derive
+from chaos.gameday.fmea import fmea_rows
 from chaos.gameday.phase import Phase, RunSpec, load_phases
 from chaos.gameday.progress import Progress
-from chaos.gameday.report import fmea_rows, write_reports
+from chaos.gameday.report import write_reports
 from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult, PhaseRun
 from chaos.gameday.review import facts_for_review
 from chaos.gameday.timeline import timeline_of

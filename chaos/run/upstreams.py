@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import trio
 
@@ -151,8 +152,6 @@ def check_real_toxiproxy(schedule: FaultSchedule) -> None:
 
 def toxiproxy_driver(url: str) -> ToxiproxyDriver:
     """A driver for a real Toxiproxy's API URL; a malformed URL is one line (InputError)."""
-    from urllib.parse import urlsplit
-
     try:
         urlsplit(url).port  # noqa: B018 - raises ValueError on a bad host or port
     except ValueError as exc:

@@ -16,6 +16,7 @@ a one-line message, exit 3, so a caller can tell "absent" from "failed".
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import subprocess
@@ -104,8 +105,6 @@ def split_commands(argv: list[str]) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m chaos.toxiproxy.real", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--log", type=Path, default=None, help="the server's output here")
