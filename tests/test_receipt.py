@@ -161,6 +161,7 @@ def test_tally_totals_match_the_hand_count():
         "plan": {"faults": ["upstream:status(503)@call 2"]},  # session.start's chaos, less its seed
         "injected": 1,
         "by_fault": {"upstream:status(503)@call 2": 1},
+        "by_layer": {"upstream": 1},  # the fault text's target: the event names none
     }
     assert claims["exit"] == {"status": 42, "reason": "cap exceeded: usd", "cap": "usd"}
     assert claims["duration_ms"] == 2000 and claims["run_id"] == "run-1"

@@ -56,6 +56,38 @@ def _check_forwarded(event: dict) -> None:
         raise TallyError("model.request.forwarded_changes must be a non-empty list of strings")
 
 
+# The refusal events other than policy.denied, each one guard's, and the rule it counts
+# under in totals.refused_by_rule (spec section 6.5). policy.denied counts under its own
+# `rule` member, up to the first "." (caps.max_usd -> caps): refusal_rule.
+GUARD_REFUSALS = {
+    "x-docket.rate-limited": "rate_limit",
+    "x-docket.breaker-open": "breaker",
+    "load.shed": "load_shed",
+    "net.denied": "egress",
+}
+POLICY_RULE_ABSENT = "policy"  # a policy.denied that names no rule
+
+
+def refusal_rule(event_type: str, rule: str | None) -> str:
+    """The name a refused call counts under in totals.refused_by_rule: the guard's for a
+    guard's own event, else the refusal's `rule` up to its first "." (spec section 6.5).
+    The boundary names a refusal it could not record (session.end's refused_unrecorded)
+    the same way, so both land on one key."""
+    fixed = GUARD_REFUSALS.get(event_type)
+    if fixed is not None:
+        return fixed
+    return POLICY_RULE_ABSENT if rule is None else rule.partition(".")[0]
+
+
+def fault_layer(event: dict) -> str:
+    """The layer a fault.injected hit (spec section 6.5): its `target` member, else its
+    fault text's target (the grammar's `target ":"`), leading spaces and tabs dropped."""
+    target = event.get("target")
+    if target is not None:
+        return _text(target, "fault.injected.target")
+    return event["fault"].lstrip(" \t").partition(":")[0]
+
+
 # USD per million tokens, at most 3 decimals: then a token costs a whole number of nano-USD.
 PRICE_PATTERN = re.compile(r"(0|[1-9][0-9]{0,8})(\.[0-9]{1,3})?")
 
@@ -129,6 +161,12 @@ def _model(event: dict) -> str:
     # A call whose model is not known (a refusal before the body was read) counts under "".
     model = event.get("model")
     return "" if model is None else _text(model, f"{event['type']}.model")
+
+
+def _provider_of(event: dict) -> str:
+    # Like the model: a refusal before the route was known names none, and counts under "".
+    provider = event.get("provider")
+    return "" if provider is None else _text(provider, f"{event['type']}.provider")
 
 
 def _call_id(event: dict) -> str | None:
@@ -272,6 +310,17 @@ class Tally:
         # refusals to store by reason (bounded by the reasons' vocabulary) and the saving.
         self.cache_counts = [0, 0, 0, 0]  # hits, misses, stored, saved_nusd
         self.cache_refused: dict[str, int] = {}
+        # Which rule refused each refused call, which endpoint answered, what the breakers
+        # did and where faults hit (spec section 6.5); each bounded by its vocabulary
+        # (rules, providers, base URLs, upstreams x states, layers), not by the events.
+        self.refusals: dict[str, int] = {}
+        self.providers: dict[str, list[int]] = {}
+        self.upstreams: dict[str, list[int]] = {}
+        self._call_upstream: dict[
+            str, list[int]
+        ] = {}  # call_id -> its upstream's counters, while open
+        self.breaker: dict[str, dict[str, dict[str, int]]] = {}
+        self.fault_layers: dict[str, int] = {}
         self._fold = {
             "session.start": self._on_start,
             "session.end": self._on_end,
@@ -279,6 +328,11 @@ class Tally:
             "model.response": self._on_response,
             "model.error": self._on_error,
             "policy.denied": self._on_denied,
+            "x-docket.rate-limited": self._on_guard_refusal,
+            "x-docket.breaker-open": self._on_guard_refusal,
+            "load.shed": self._on_guard_refusal,
+            "net.denied": self._on_guard_refusal,
+            "breaker.state": self._on_breaker,
             "cap.warning": self._on_cap,
             "cap.exceeded": self._on_cap,
             "fault.injected": self._on_fault,
@@ -303,24 +357,56 @@ class Tally:
             counters = self.models[model] = [0] * len(COUNTERS)
         return counters
 
+    def _provider(self, provider: str) -> list[int]:
+        counters = self.providers.get(provider)
+        if counters is None:
+            counters = self.providers[provider] = [0] * len(COUNTERS)
+        return counters
+
+    def _upstream(self, base_url: str) -> list[int]:
+        counters = self.upstreams.get(base_url)
+        if counters is None:
+            counters = self.upstreams[base_url] = [0] * len(COUNTERS)
+        return counters
+
     def _on_start(self, event: dict) -> None:
         if self.events:
             raise TallyError("session.start must be the first event, and there is only one")
         self.start = _session_start(event)
 
     def _on_end(self, event: dict) -> None:
-        self.end = _session_end(event)
+        end = _session_end(event)
+        unrecorded = event.get("refused_unrecorded")
+        if unrecorded is not None:
+            where = "session.end.refused_unrecorded"
+            for rule, n in _object(unrecorded, where).items():
+                _count(n, f"{where}[{rule!r}]")
+            for rule, n in unrecorded.items():
+                self.refusals[rule] = self.refusals.get(rule, 0) + n
+        self.end = end
 
     def _on_request(self, event: dict) -> None:
         call_id = _call_id(event)
         attempt = event.get("client_attempt")
         if attempt is not None:
             attempt = _count(attempt, "model.request.client_attempt")
+        base_url = event.get("base_url")
+        if base_url is None:
+            base_url = ""
+        elif type(base_url) is not str:
+            raise TallyError("model.request.base_url must be a string")
+        provider_name = _provider_of(event)
         model = event.get("model")
         counters = self.models.get(model) if type(model) is str else None
         if counters is None:
             counters = self._counters(_model(event))
+        provider = self._provider(provider_name)
+        upstream = self._upstream(base_url)
         counters[_CALLS] += 1
+        provider[_CALLS] += 1
+        upstream[_CALLS] += 1
+        if call_id is not None:
+            self._call_upstream.setdefault(call_id, upstream)
         if attempt is not None:
             self.client_attempts[attempt] = self.client_attempts.get(attempt, 0) + 1
         looked = event.get("cache")
@@ -385,6 +471,7 @@ class Tally:
 
     def _on_response(self, event: dict) -> None:
         call_id = _call_id(event)
+        provider_name = _provider_of(event)
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
         priced = event.get("priced")
         if priced is not True and priced is not False:
@@ -400,35 +487,69 @@ class Tally:
                     )
                 self._raw_prices[model] = prices
                 self.unit_prices[model] = checked
-        if call_id is not None:
-            self.open.pop(call_id, None)
+        provider = self._provider(provider_name)
+        upstream = self._close_call(call_id)
         if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
         counters = self.models.get(model) or self._counters(model)
-        counters[_RESPONSES] += 1
-        counters[_INPUT] += tokens_in
-        counters[_OUTPUT] += tokens_out
-        counters[_CACHED] += tokens_cached
-        counters[_COST] += cost
-        if not priced:
-            counters[_UNPRICED] += 1
+        for c in (counters, provider, upstream):
+            c[_RESPONSES] += 1
+            c[_INPUT] += tokens_in
+            c[_OUTPUT] += tokens_out
+            c[_CACHED] += tokens_cached
+            c[_COST] += cost
+            if not priced:
+                c[_UNPRICED] += 1
+
+    def _close_call(self, call_id: str | None) -> list[int]:
+        """Close the call: its upstream's counters (its model.request's base_url), or
+        those of "" for a call no open model.request names."""
+        if call_id is None:
+            return self._upstream("")
+        self.open.pop(call_id, None)
+        upstream = self._call_upstream.pop(call_id, None)
+        return self._upstream("") if upstream is None else upstream
 
     def _on_error(self, event: dict) -> None:
         call_id = _call_id(event)
+        provider_name = _provider_of(event)
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
-        if call_id is not None:
-            self.open.pop(call_id, None)
+        provider = self._provider(provider_name)
+        upstream = self._close_call(call_id)
         if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
         counters = self.models.get(model) or self._counters(model)
-        counters[_ERRORS] += 1
-        counters[_INPUT] += tokens_in
-        counters[_OUTPUT] += tokens_out
-        counters[_CACHED] += tokens_cached
-        counters[_COST] += cost
+        for c in (counters, provider, upstream):
+            c[_ERRORS] += 1
+            c[_INPUT] += tokens_in
+            c[_OUTPUT] += tokens_out
+            c[_CACHED] += tokens_cached
+            c[_COST] += cost
 
     def _on_denied(self, event: dict) -> None:
-        self._counters(_model(event))[_REFUSED] += 1
+        rule = _text_or_null(event.get("rule"), "policy.denied.rule")
+        model = _model(event)
+        provider = self._provider(_provider_of(event))
+        key = POLICY_RULE_ABSENT if rule is None else rule.partition(".")[0]
+        self._counters(model)[_REFUSED] += 1
+        provider[_REFUSED] += 1
+        self.refusals[key] = self.refusals.get(key, 0) + 1
+
+    def _on_guard_refusal(self, event: dict) -> None:
+        key = GUARD_REFUSALS[event["type"]]
+        self.refusals[key] = self.refusals.get(key, 0) + 1
+
+    def _on_breaker(self, event: dict) -> None:
+        upstream = _text_or_null(event.get("upstream"), "breaker.state.upstream") or ""
+        was = _text(event.get("from"), "breaker.state.from")
+        now = _text(event.get("to"), "breaker.state.to")
+        froms = self.breaker.get(upstream)
+        if froms is None:
+            froms = self.breaker[upstream] = {}
+        tos = froms.get(was)
+        if tos is None:
+            tos = froms[was] = {}
+        tos[now] = tos.get(now, 0) + 1
 
     def _on_cap(self, event: dict) -> None:
         kind = event["type"]
@@ -455,8 +576,10 @@ class Tally:
             expected = self.start["seed"] if self.start is not None else self.fault_seed
             if seed != expected:
                 raise TallyError(f"fault.injected.seed {seed} is not the run's seed {expected}")
+        layer = fault_layer(event)
         self.fault_seed = seed
         self.faults[fault] = self.faults.get(fault, 0) + 1
+        self.fault_layers[layer] = self.fault_layers.get(layer, 0) + 1
 
     def _on_snapshot(self, event: dict) -> None:
         from docket.receipts import snapshot_claims
@@ -511,7 +634,21 @@ class Tally:
             "exit": UNBACKED
             if e is None
             else {"status": e["exit_status"], "reason": e["reason"], "cap": e["cap"]},
-            "totals": _counter_dict(totals) | {"by_model": by_model},
+            "totals": _counter_dict(totals)
+            | {
+                "by_model": by_model,
+                "refused_by_rule": _sorted(self.refusals),
+                "by_provider": {
+                    p: _counter_dict(self.providers[p]) for p in sorted(self.providers)
+                },
+                "by_upstream": {
+                    u: _counter_dict(self.upstreams[u]) for u in sorted(self.upstreams)
+                },
+                "breaker_transitions": {
+                    u: {f: _sorted(tos) for f, tos in sorted(froms.items())}
+                    for u, froms in sorted(self.breaker.items())
+                },
+            },
             "pricing": {
                 "table_date": s["table_date"],
                 "provenance": s["provenance"],
@@ -528,6 +665,7 @@ class Tally:
                 "plan": s["plan"],
                 "injected": sum(self.faults.values()),
                 "by_fault": {f: self.faults[f] for f in sorted(self.faults)},
+                "by_layer": _sorted(self.fault_layers),
             },
         }
 
@@ -551,6 +689,21 @@ def _check_prices(prices: object) -> dict[str, str]:
         if type(value) is not str or not PRICE_PATTERN.fullmatch(value):
             raise TallyError(f"{where}.{name} must be a decimal string with at most 3 decimals")
     return {k: prices[k] for k in PRICE_FIELDS}
+
+
+# The claims a receipt may omit (spec section 6.5): (parent, member). Absent, a claim is
+# not made (a receipt from before it), and not compared; Docket omits one that is empty.
+OPTIONAL_CLAIMS = (
+    ("totals", "refused_by_rule"),
+    ("totals", "by_provider"),
+    ("totals", "by_upstream"),
+    ("totals", "breaker_transitions"),
+    ("faults", "by_layer"),
+)
+
+
+def _sorted(counts: dict[str, int]) -> dict[str, int]:
+    return {k: counts[k] for k in sorted(counts)}
 
 
 def _counter_dict(counters: list[int]) -> dict:

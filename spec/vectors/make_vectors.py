@@ -23,7 +23,7 @@ from pathlib import Path
 from docket.clock import rfc3339
 from docket.ledger.chain import GENESIS, encode_body, encode_line, line_hash
 from docket.receipts.receipt import build_receipt, encode_receipt
-from docket.receipts.tally import Tally
+from docket.receipts.tally import OPTIONAL_CLAIMS, Tally
 
 HERE = Path(__file__).resolve().parent
 VERSION = "0.1.0"  # pinned: vectors must not change when the package version does
@@ -476,12 +476,20 @@ def shared_cache_run(replays_run: object) -> list[Entry]:
 
 
 def receipt_for(
-    led: Ledger, evidence: dict, *, end_event: dict | None = None, ledger_file="ledger.jsonl"
+    led: Ledger,
+    evidence: dict,
+    *,
+    end_event: dict | None = None,
+    ledger_file="ledger.jsonl",
+    section_6_5: bool = False,
 ) -> dict:
+    """The receipt Docket writes for the run. Without `section_6_5`, as Docket wrote it
+    before refusals by rule, endpoints, breaker transitions and fault layers (section 6.5):
+    the vectors made before them stay the receipts they were, and must still verify."""
     tally = Tally()
     for event in led.events:
         tally.add(event)
-    return build_receipt(
+    receipt = build_receipt(
         tally,
         ledger_path=ledger_file,
         head=led.head,
@@ -491,6 +499,10 @@ def receipt_for(
         version=VERSION,
         end=end_event,
     )
+    if not section_6_5:
+        for parent, member in OPTIONAL_CLAIMS:
+            receipt[parent].pop(member, None)
+    return receipt
 
 
 def edited(receipt: dict, path: str, value: object) -> dict:
