@@ -390,18 +390,13 @@ class Tally:
         attempt = event.get("client_attempt")
         if attempt is not None:
             attempt = _count(attempt, "model.request.client_attempt")
-        base_url = event.get("base_url")
-        if base_url is None:
-            base_url = ""
-        elif type(base_url) is not str:
-            raise TallyError("model.request.base_url must be a string")
-        provider_name = _provider_of(event)
-        model = event.get("model")
+        # The common case, looked up inline (verify folds millions); else checked and made.
+        model, name, base_url = event.get("model"), event.get("provider"), event.get("base_url")
         counters = self.models.get(model) if type(model) is str else None
-        if counters is None:
-            counters = self._counters(_model(event))
-        provider = self._provider(provider_name)
-        upstream = self._upstream(base_url)
+        provider = self.providers.get(name) if type(name) is str else None
+        upstream = self.upstreams.get(base_url) if type(base_url) is str else None
+        if counters is None or provider is None or upstream is None:
+            counters, provider, upstream = self._request_counters(event)
         counters[_CALLS] += 1
         provider[_CALLS] += 1
         upstream[_CALLS] += 1
@@ -471,7 +466,10 @@ class Tally:
 
     def _on_response(self, event: dict) -> None:
         call_id = _call_id(event)
-        provider_name = _provider_of(event)
+        name = event.get("provider")
+        provider = self.providers.get(name) if type(name) is str else None
+        if provider is None:
+            name = _provider_of(event)
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
         priced = event.get("priced")
         if priced is not True and priced is not False:
@@ -487,19 +485,27 @@ class Tally:
                     )
                 self._raw_prices[model] = prices
                 self.unit_prices[model] = checked
-        provider = self._provider(provider_name)
+        if provider is None:
+            provider = self._provider(name)
         upstream = self._close_call(call_id)
         if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
         counters = self.models.get(model) or self._counters(model)
-        for c in (counters, provider, upstream):
-            c[_RESPONSES] += 1
-            c[_INPUT] += tokens_in
-            c[_OUTPUT] += tokens_out
-            c[_CACHED] += tokens_cached
-            c[_COST] += cost
-            if not priced:
-                c[_UNPRICED] += 1
+        outcome = _RESPONSES if priced else -_RESPONSES  # negative: unpriced too
+        _close(counters, outcome, tokens_in, tokens_out, tokens_cached, cost)
+        _close(provider, outcome, tokens_in, tokens_out, tokens_cached, cost)
+        _close(upstream, outcome, tokens_in, tokens_out, tokens_cached, cost)
+
+    def _request_counters(self, event: dict) -> tuple[list[int], list[int], list[int]]:
+        """A model.request's counters by model, provider and base URL, each checked
+        before any is made (an event the tally refuses leaves no trace)."""
+        model, name = _model(event), _provider_of(event)
+        base_url = event.get("base_url")
+        if base_url is None:
+            base_url = ""
+        elif type(base_url) is not str:
+            raise TallyError("model.request.base_url must be a string")
+        return self._counters(model), self._provider(name), self._upstream(base_url)
 
     def _close_call(self, call_id: str | None) -> list[int]:
         """Close the call: its upstream's counters (its model.request's base_url), or
@@ -512,19 +518,20 @@ class Tally:
 
     def _on_error(self, event: dict) -> None:
         call_id = _call_id(event)
-        provider_name = _provider_of(event)
+        name = event.get("provider")
+        provider = self.providers.get(name) if type(name) is str else None
+        if provider is None:
+            name = _provider_of(event)
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
-        provider = self._provider(provider_name)
+        if provider is None:
+            provider = self._provider(name)
         upstream = self._close_call(call_id)
         if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
         counters = self.models.get(model) or self._counters(model)
-        for c in (counters, provider, upstream):
-            c[_ERRORS] += 1
-            c[_INPUT] += tokens_in
-            c[_OUTPUT] += tokens_out
-            c[_CACHED] += tokens_cached
-            c[_COST] += cost
+        _close(counters, _ERRORS, tokens_in, tokens_out, tokens_cached, cost)
+        _close(provider, _ERRORS, tokens_in, tokens_out, tokens_cached, cost)
+        _close(upstream, _ERRORS, tokens_in, tokens_out, tokens_cached, cost)
 
     def _on_denied(self, event: dict) -> None:
         rule = _text_or_null(event.get("rule"), "policy.denied.rule")
@@ -679,6 +686,19 @@ _START_CLAIMS = (
     "limits",
     "ts",
 )
+
+
+def _close(c: list[int], outcome: int, tokens_in: int, out: int, cached: int, cost: int) -> None:
+    """A closing event into one set of counters: `outcome` _RESPONSES or _ERRORS, or
+    -_RESPONSES for an unpriced response."""
+    if outcome < 0:
+        outcome = -outcome
+        c[_UNPRICED] += 1
+    c[outcome] += 1
+    c[_INPUT] += tokens_in
+    c[_OUTPUT] += out
+    c[_CACHED] += cached
+    c[_COST] += cost
 
 
 def _check_prices(prices: object) -> dict[str, str]:
