@@ -468,8 +468,7 @@ class Tally:
         call_id = _call_id(event)
         name = event.get("provider")
         provider = self.providers.get(name) if type(name) is str else None
-        if provider is None:
-            name = _provider_of(event)
+        named = _provider_of(event) if provider is None else ""  # checked before any change
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
         priced = event.get("priced")
         if priced is not True and priced is not False:
@@ -486,7 +485,7 @@ class Tally:
                 self._raw_prices[model] = prices
                 self.unit_prices[model] = checked
         if provider is None:
-            provider = self._provider(name)
+            provider = self._provider(named)
         upstream = self._close_call(call_id)
         if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
@@ -520,11 +519,10 @@ class Tally:
         call_id = _call_id(event)
         name = event.get("provider")
         provider = self.providers.get(name) if type(name) is str else None
-        if provider is None:
-            name = _provider_of(event)
+        named = _provider_of(event) if provider is None else ""  # checked before any change
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
         if provider is None:
-            provider = self._provider(name)
+            provider = self._provider(named)
         upstream = self._close_call(call_id)
         if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
