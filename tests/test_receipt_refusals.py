@@ -83,13 +83,15 @@ def counted(events: list[dict]) -> dict:
         if kind in GUARDS:
             rules[GUARDS[kind]] += 1
         elif kind == "policy.denied":
-            rules[(e.get("rule") or "policy").split(".")[0]] += 1
+            rule = e.get("rule")
+            rules["policy" if rule is None else rule.split(".")[0]] += 1
         elif kind == "session.end":
             rules.update(e.get("refused_unrecorded") or {})
         elif kind == "breaker.state":
             transitions[e.get("upstream") or ""][e["from"]][e["to"]] += 1
         elif kind == "fault.injected":
-            layers[e.get("target") or e["fault"].lstrip(" \t").split(":")[0]] += 1
+            target = e.get("target")
+            layers[e["fault"].lstrip(" \t").split(":")[0] if target is None else target] += 1
         elif kind == "model.request":
             calls_by_provider[e.get("provider") or ""] += 1
             calls_by_upstream[e.get("base_url") or ""] += 1

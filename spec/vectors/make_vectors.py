@@ -1995,7 +1995,7 @@ def refusal_run() -> list[Entry]:
     two providers at their base URLs, and calls refused because the ledger was full."""
     seed = 4242
     upstream_fault = "upstream:status(503)@call 2..4"
-    net_fault = "net:reset_peer@call 5"
+    net_fault = "\t net:reset_peer@call 5"  # the grammar allows blanks before the target
     guard = {"provider": "openai", "model": "gpt-4o-mini"}
     return [
         start("run-2026-11-18-0010", chaos={"seed": seed, "faults": [upstream_fault, net_fault]}),
