@@ -287,7 +287,10 @@ class Tally:
         self.events = 0
         self.start: dict | None = None
         self.end: dict | None = None
-        self.models: dict[str, list[int]] = {}
+        # The counters of section 6.4, one set per model, provider and upstream base URL
+        # (None: a refusal, which reached no upstream): each event adds to one set, and
+        # totals, by_model, by_provider and by_upstream are their sums (to_claims).
+        self.cells: dict[str, dict[str, dict[str | None, list[int]]]] = {}
         self.unit_prices: dict[str, dict[str, str]] = {}
         self._raw_prices: dict[str, object] = {}  # as last seen, extra members and all
         self.warnings: dict[str, dict] = {}  # the first cap.warning per cap
@@ -314,11 +317,7 @@ class Tally:
         # did and where faults hit (spec section 6.5); each bounded by its vocabulary
         # (rules, providers, base URLs, upstreams x states, layers), not by the events.
         self.refusals: dict[str, int] = {}
-        self.providers: dict[str, list[int]] = {}
-        self.upstreams: dict[str, list[int]] = {}
-        self._call_upstream: dict[
-            str, list[int]
-        ] = {}  # call_id -> its upstream's counters, while open
+        self._call_upstream: dict[str, str] = {}  # call_id -> its request's base_url, while open
         self.breaker: dict[str, dict[str, dict[str, int]]] = {}
         self.fault_layers: dict[str, int] = {}
         self._fold = {
@@ -351,23 +350,27 @@ class Tally:
             fold(event)
         self.events += 1
 
-    def _counters(self, model: str) -> list[int]:
-        counters = self.models.get(model)
+    def _cell(self, model: str, provider: str, base_url: str | None) -> list[int]:
+        """The counters of one model at one provider and upstream, made when first seen."""
+        providers = self.cells.get(model)
+        if providers is None:
+            providers = self.cells[model] = {}
+        upstreams = providers.get(provider)
+        if upstreams is None:
+            upstreams = providers[provider] = {}
+        counters = upstreams.get(base_url)
         if counters is None:
-            counters = self.models[model] = [0] * len(COUNTERS)
+            counters = upstreams[base_url] = [0] * len(COUNTERS)
         return counters
 
-    def _provider(self, provider: str) -> list[int]:
-        counters = self.providers.get(provider)
-        if counters is None:
-            counters = self.providers[provider] = [0] * len(COUNTERS)
-        return counters
-
-    def _upstream(self, base_url: str) -> list[int]:
-        counters = self.upstreams.get(base_url)
-        if counters is None:
-            counters = self.upstreams[base_url] = [0] * len(COUNTERS)
-        return counters
+    def _found(self, model: object, provider: object, base_url: str) -> list[int] | None:
+        """Those counters if they exist (then every key is a string, checked when they
+        were made): the common case, one lookup a level, nothing checked again."""
+        if type(model) is not str or type(provider) is not str:
+            return None
+        providers = self.cells.get(model)
+        upstreams = None if providers is None else providers.get(provider)
+        return None if upstreams is None else upstreams.get(base_url)
 
     def _on_start(self, event: dict) -> None:
         if self.events:
@@ -390,18 +393,18 @@ class Tally:
         attempt = event.get("client_attempt")
         if attempt is not None:
             attempt = _count(attempt, "model.request.client_attempt")
-        # The common case, looked up inline (verify folds millions); else checked and made.
-        model, name, base_url = event.get("model"), event.get("provider"), event.get("base_url")
-        counters = self.models.get(model) if type(model) is str else None
-        provider = self.providers.get(name) if type(name) is str else None
-        upstream = self.upstreams.get(base_url) if type(base_url) is str else None
-        if counters is None or provider is None or upstream is None:
-            counters, provider, upstream = self._request_counters(event)
+        # The common case, looked up (verify folds millions); else checked, then made.
+        base_url = event.get("base_url")
+        if type(base_url) is not str:
+            if base_url is not None:
+                raise TallyError("model.request.base_url must be a string")
+            base_url = ""
+        counters = self._found(event.get("model"), event.get("provider"), base_url)
+        if counters is None:
+            counters = self._cell(_model(event), _provider_of(event), base_url)
         counters[_CALLS] += 1
-        provider[_CALLS] += 1
-        upstream[_CALLS] += 1
         if call_id is not None:
-            self._call_upstream.setdefault(call_id, upstream)
+            self._call_upstream.setdefault(call_id, base_url)
         if attempt is not None:
             self.client_attempts[attempt] = self.client_attempts.get(attempt, 0) + 1
         looked = event.get("cache")
@@ -466,9 +469,7 @@ class Tally:
 
     def _on_response(self, event: dict) -> None:
         call_id = _call_id(event)
-        name = event.get("provider")
-        provider = self.providers.get(name) if type(name) is str else None
-        named = _provider_of(event) if provider is None else ""  # checked before any change
+        name = _provider_of(event)
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
         priced = event.get("priced")
         if priced is not True and priced is not False:
@@ -484,60 +485,46 @@ class Tally:
                     )
                 self._raw_prices[model] = prices
                 self.unit_prices[model] = checked
-        if provider is None:
-            provider = self._provider(named)
-        upstream = self._close_call(call_id)
+        base_url = self._close_call(call_id)
         if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
-        counters = self.models.get(model) or self._counters(model)
-        outcome = _RESPONSES if priced else -_RESPONSES  # negative: unpriced too
-        _close(counters, outcome, tokens_in, tokens_out, tokens_cached, cost)
-        _close(provider, outcome, tokens_in, tokens_out, tokens_cached, cost)
-        _close(upstream, outcome, tokens_in, tokens_out, tokens_cached, cost)
+        counters = self._found(model, name, base_url) or self._cell(model, name, base_url)
+        counters[_RESPONSES] += 1
+        counters[_INPUT] += tokens_in
+        counters[_OUTPUT] += tokens_out
+        counters[_CACHED] += tokens_cached
+        counters[_COST] += cost
+        if not priced:
+            counters[_UNPRICED] += 1
 
-    def _request_counters(self, event: dict) -> tuple[list[int], list[int], list[int]]:
-        """A model.request's counters by model, provider and base URL, each checked
-        before any is made (an event the tally refuses leaves no trace)."""
-        model, name = _model(event), _provider_of(event)
-        base_url = event.get("base_url")
-        if base_url is None:
-            base_url = ""
-        elif type(base_url) is not str:
-            raise TallyError("model.request.base_url must be a string")
-        return self._counters(model), self._provider(name), self._upstream(base_url)
-
-    def _close_call(self, call_id: str | None) -> list[int]:
-        """Close the call: its upstream's counters (its model.request's base_url), or
-        those of "" for a call no open model.request names."""
+    def _close_call(self, call_id: str | None) -> str:
+        """Close the call: the base_url of the model.request that opened it, or "" for
+        a call no open model.request names."""
         if call_id is None:
-            return self._upstream("")
+            return ""
         self.open.pop(call_id, None)
-        upstream = self._call_upstream.pop(call_id, None)
-        return self._upstream("") if upstream is None else upstream
+        return self._call_upstream.pop(call_id, "")
 
     def _on_error(self, event: dict) -> None:
         call_id = _call_id(event)
-        name = event.get("provider")
-        provider = self.providers.get(name) if type(name) is str else None
-        named = _provider_of(event) if provider is None else ""  # checked before any change
+        name = _provider_of(event)
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
-        if provider is None:
-            provider = self._provider(named)
-        upstream = self._close_call(call_id)
+        base_url = self._close_call(call_id)
         if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
-        counters = self.models.get(model) or self._counters(model)
-        _close(counters, _ERRORS, tokens_in, tokens_out, tokens_cached, cost)
-        _close(provider, _ERRORS, tokens_in, tokens_out, tokens_cached, cost)
-        _close(upstream, _ERRORS, tokens_in, tokens_out, tokens_cached, cost)
+        counters = self._found(model, name, base_url) or self._cell(model, name, base_url)
+        counters[_ERRORS] += 1
+        counters[_INPUT] += tokens_in
+        counters[_OUTPUT] += tokens_out
+        counters[_CACHED] += tokens_cached
+        counters[_COST] += cost
 
     def _on_denied(self, event: dict) -> None:
         rule = _text_or_null(event.get("rule"), "policy.denied.rule")
         model = _model(event)
-        provider = self._provider(_provider_of(event))
+        name = _provider_of(event)
         key = POLICY_RULE_ABSENT if rule is None else rule.partition(".")[0]
-        self._counters(model)[_REFUSED] += 1
-        provider[_REFUSED] += 1
+        self._cell(model, name, None)[_REFUSED] += 1  # no upstream: refused before one
         self.refusals[key] = self.refusals.get(key, 0) + 1
 
     def _on_guard_refusal(self, event: dict) -> None:
@@ -622,12 +609,19 @@ class Tally:
             s = dict.fromkeys(_START_CLAIMS, UNBACKED) | {"seed": seed, "mono_ms": None}
             s["plan"] = UNBACKED
         totals = [0] * len(COUNTERS)
-        by_model = {}
-        for model in sorted(self.models):
-            counters = self.models[model]
-            for i, n in enumerate(counters):
-                totals[i] += n
-            by_model[model] = _counter_dict(counters)
+        models: dict[str, list[int]] = {}
+        providers: dict[str, list[int]] = {}
+        upstreams: dict[str, list[int]] = {}
+        for model, at_providers in self.cells.items():
+            for provider, at_upstreams in at_providers.items():
+                for base_url, counters in at_upstreams.items():
+                    sums = [totals, _row(models, model), _row(providers, provider)]
+                    if base_url is not None:  # a refusal reached no upstream
+                        sums.append(_row(upstreams, base_url))
+                    for row in sums:
+                        for i, n in enumerate(counters):
+                            row[i] += n
+        by_model = {m: _counter_dict(models[m]) for m in sorted(models)}
         return {
             "run_id": s["run_id"],
             "docket_version": s["docket_version"],
@@ -643,12 +637,8 @@ class Tally:
             | {
                 "by_model": by_model,
                 "refused_by_rule": _sorted(self.refusals),
-                "by_provider": {
-                    p: _counter_dict(self.providers[p]) for p in sorted(self.providers)
-                },
-                "by_upstream": {
-                    u: _counter_dict(self.upstreams[u]) for u in sorted(self.upstreams)
-                },
+                "by_provider": {p: _counter_dict(providers[p]) for p in sorted(providers)},
+                "by_upstream": {u: _counter_dict(upstreams[u]) for u in sorted(upstreams)},
                 "breaker_transitions": {
                     u: {f: _sorted(tos) for f, tos in sorted(froms.items())}
                     for u, froms in sorted(self.breaker.items())
@@ -686,17 +676,11 @@ _START_CLAIMS = (
 )
 
 
-def _close(c: list[int], outcome: int, tokens_in: int, out: int, cached: int, cost: int) -> None:
-    """A closing event into one set of counters: `outcome` _RESPONSES or _ERRORS, or
-    -_RESPONSES for an unpriced response."""
-    if outcome < 0:
-        outcome = -outcome
-        c[_UNPRICED] += 1
-    c[outcome] += 1
-    c[_INPUT] += tokens_in
-    c[_OUTPUT] += out
-    c[_CACHED] += cached
-    c[_COST] += cost
+def _row(rows: dict[str, list[int]], key: str) -> list[int]:
+    row = rows.get(key)
+    if row is None:
+        row = rows[key] = [0] * len(COUNTERS)
+    return row
 
 
 def _check_prices(prices: object) -> dict[str, str]:
