@@ -973,7 +973,11 @@ async def test_concurrent_callers_under_max_events_each_call_has_exactly_one_clo
     ] * 12
     assert ledger_full_code(after) == (503, "docket_ledger_full", "max_events")
     assert {s.cap for s in rig.stops} == {"max_events"}
+    # the 13 refusals the full ledger could not hold, for session.end (spec section 6.5)
+    assert rig.boundary.recorder.refused_unrecorded == {"ledger": 13}
     events = rig.events()  # read from disk, the chain verified
+    # each model.request names the upstream that answered it
+    assert {e["base_url"] for e in events if e["type"] == "model.request"} == {up.url}
     requests = [e["call_id"] for e in events if e["type"] == "model.request"]
     closes = [e["call_id"] for e in closing(events)]
     assert len(requests) == 4 and sorted(closes) == sorted(requests)

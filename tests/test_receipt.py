@@ -161,6 +161,7 @@ def test_tally_totals_match_the_hand_count():
         "plan": {"faults": ["upstream:status(503)@call 2"]},  # session.start's chaos, less its seed
         "injected": 1,
         "by_fault": {"upstream:status(503)@call 2": 1},
+        "by_layer": {"upstream": 1},  # the fault text's target: the event names none
     }
     assert claims["exit"] == {"status": 42, "reason": "cap exceeded: usd", "cap": "usd"}
     assert claims["duration_ms"] == 2000 and claims["run_id"] == "run-1"
@@ -203,6 +204,14 @@ BAD_EVENTS = [
     ("model.response", {"model": 4, "cost_nusd": 5, "priced": False}, "model"),
     ("model.error", {"model": "m"}, "cost_nusd"),
     ("model.request", {"model": ["m"]}, "model"),
+    ("model.request", {"model": "m", "provider": 1}, "model.request.provider"),
+    ("model.request", {"model": "m", "base_url": 443}, "base_url"),
+    ("model.error", {"model": "m", "cost_nusd": 0, "provider": ["p"]}, "model.error.provider"),
+    ("policy.denied", {"model": "m", "rule": 7}, "policy.denied.rule"),
+    ("policy.denied", {"model": "m", "provider": 7}, "policy.denied.provider"),
+    ("breaker.state", {"upstream": "u", "from": "closed"}, "breaker.state.to"),
+    ("breaker.state", {"upstream": 1, "from": "closed", "to": "open"}, "upstream"),
+    ("fault.injected", {"fault": "x", "seed": 7, "target": 3}, "fault.injected.target"),
     ("cap.exceeded", {"cap": "usd", "limit": 1}, "observed"),
     ("fault.injected", {"fault": "x", "seed": 8}, "seed"),
     ("evidence.gap", {"lost": 1}, "first_failing_seq"),
@@ -212,6 +221,12 @@ BAD_EVENTS = [
         {"reason": "x", "evidence": COMPLETE | {"ledger_complete": 1}},
         "ledger_complete",
     ),
+    (
+        "session.end",
+        {"reason": "x", "evidence": COMPLETE, "refused_unrecorded": {"ledger": -1}},
+        "refused_unrecorded",
+    ),
+    ("session.end", {"reason": "x", "evidence": COMPLETE, "refused_unrecorded": []}, "refused"),
 ]
 
 

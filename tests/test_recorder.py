@@ -107,6 +107,8 @@ async def test_a_refusal_the_full_ledger_cannot_hold_says_so_and_stops_the_run(
     assert refused.status_code == 401
     assert "could not be recorded" in refused.json()["error"]["message"]
     assert [s.cap for s in rig.stops] == ["max_events"]
+    # counted for session.end under the rule that refused it (spec section 6.5)
+    assert rig.boundary.recorder.refused_unrecorded == {"auth": 1}
     assert TOKEN not in rig.raw().decode()
 
 

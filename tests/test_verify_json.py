@@ -88,3 +88,33 @@ def test_the_same_names_as_verify_js(name, capsys):
     shared = set(theirs) - ({"message"} if vector["verdict"] == "input_error" else set())
     assert {k: ours[k] for k in shared} == {k: theirs[k] for k in shared}
     assert len(shared) >= 7
+
+
+def test_the_claims_name_refusals_by_rule_endpoints_breakers_and_layers(capsys):
+    """verify --json's `claims` (the claims it re-derived) name section 6.5's five, with
+    the counts the vector's ledger holds (spec/vectors/make_vectors.py refusal_run)."""
+    code, report, _ = run_json(BY_NAME["ok-refusals-by-rule"], capsys)
+    assert code == 0
+    totals, faults = report["claims"]["totals"], report["claims"]["faults"]
+    assert totals["refused_by_rule"] == {
+        "auth": 1,
+        "breaker": 1,
+        "caps": 1,
+        "egress": 1,
+        "ledger": 2,
+        "load_shed": 1,
+        "policy": 1,
+        "rate_limit": 2,
+    }
+    assert totals["breaker_transitions"] == {
+        "openai": {"closed": {"open": 1}, "open": {"half_open": 1}, "half_open": {"closed": 1}}
+    }
+    assert faults["by_layer"] == {"upstream": 2, "net": 1}
+    assert {p: c["model_calls"] for p, c in totals["by_provider"].items()} == {
+        "anthropic": 1,
+        "openai": 4,
+    }
+    assert {u: (c["responses"], c["errors"]) for u, c in totals["by_upstream"].items()} == {
+        "https://api.anthropic.com": (1, 0),
+        "https://api.openai.com/v1": (2, 2),
+    }

@@ -123,6 +123,49 @@ func counterShape(byModel bool) *shape {
 	return obj(f)
 }
 
+// optionalClaims: section 6.5's members of totals and faults; absent, not claimed.
+var optionalClaims = [][2]string{
+	{"totals", "refused_by_rule"}, {"totals", "by_provider"}, {"totals", "by_upstream"},
+	{"totals", "breaker_transitions"}, {"faults", "by_layer"},
+}
+
+func totalsShape() *shape {
+	s := counterShape(true)
+	s.fields["refused_by_rule"] = opt(&shape{mapOf: isCount})
+	s.fields["by_provider"] = opt(&shape{mapOf: counterShape(false)})
+	s.fields["by_upstream"] = opt(&shape{mapOf: counterShape(false)})
+	s.fields["breaker_transitions"] = opt(&shape{mapOf: &shape{mapOf: &shape{mapOf: isCount}}})
+	return s
+}
+
+// asClaimed: the derived claims less the optional ones the receipt does not make
+// (section 6.5: a receipt from before them still verifies).
+func asClaimed(receipt, claims *Value) *Value {
+	out := claims
+	for _, pm := range optionalClaims {
+		parent := out.Get(pm[0])
+		if receipt.Get(pm[0]).Has(pm[1]) || parent == nil || parent.Kind != Object {
+			continue
+		}
+		less := newObject()
+		for _, m := range parent.Members {
+			if m.Key != pm[1] {
+				less.Set(m.Key, m.Val)
+			}
+		}
+		copied := newObject()
+		for _, m := range out.Members {
+			if m.Key == pm[0] {
+				copied.Set(m.Key, less)
+			} else {
+				copied.Set(m.Key, m.Val)
+			}
+		}
+		out = copied
+	}
+	return out
+}
+
 func firstCapShape() *shape {
 	return obj(map[string]*shape{"cap": isStr, "seq": isCount, "limit": isAnything, "observed": isAnything})
 }
@@ -136,7 +179,7 @@ var receiptShape = obj(map[string]*shape{
 	"duration_ms":    isCount,
 	"exit":           obj(map[string]*shape{"status": isIntOrNull, "reason": isStr, "cap": isStrOrNull}),
 	"ledger":         obj(map[string]*shape{"file": isRelativePath, "events": isCount, "head": isHex, "bytes": isCount}),
-	"totals":         counterShape(true),
+	"totals":         totalsShape(),
 	"pricing": obj(map[string]*shape{
 		"table_date": isStrOrNull,
 		"provenance": isStrOrNull,
@@ -174,6 +217,7 @@ var receiptShape = obj(map[string]*shape{
 		"plan":     isObjectOrNull,
 		"injected": isCount,
 		"by_fault": &shape{mapOf: isCount},
+		"by_layer": opt(&shape{mapOf: isCount}),
 	}),
 })
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 )
 
 // counters, in the receipt's order of section 6.4 (usd is rendered from cost).
@@ -47,9 +48,10 @@ type firstCap struct {
 }
 
 type openCall struct {
-	callID string
-	seq    uint64
-	open   bool
+	callID   string
+	seq      uint64
+	open     bool
+	upstream *[nCounters]uint64 // the counters of the base_url its model.request named
 }
 
 type sessionStart struct {
@@ -87,6 +89,53 @@ type Tally struct {
 	// The response cache (section 7.8): hits, misses, stored, saved_nusd; refusals by reason.
 	cache        [4]uint64
 	cacheRefused map[string]uint64
+	// Section 6.5: refusals by rule, counters by provider and by base URL, breaker
+	// transitions (upstream -> from -> to), faults by layer. Counts are held by pointer
+	// so that a count goes up by a lookup: assigning to a map re-stores its key, and a
+	// key read from a line would keep the whole line alive.
+	refusals  map[string]*uint64
+	providers map[string]*[nCounters]uint64
+	upstreams map[string]*[nCounters]uint64
+	breaker   map[string]map[string]map[string]*uint64
+	layers    map[string]*uint64
+}
+
+// guardRefusals: the refusal events that are one guard's, and the rule each counts under.
+var guardRefusals = map[string]string{
+	"x-docket.rate-limited": "rate_limit",
+	"x-docket.breaker-open": "breaker",
+	"load.shed":             "load_shed",
+	"net.denied":            "egress",
+}
+
+// own: a copy of a string read from a line, for a map key that outlives it.
+func own(s string) string { return string([]byte(s)) }
+
+func bump(m map[string]*uint64, k string, n uint64) {
+	if c := m[k]; c != nil {
+		*c = add(*c, n)
+		return
+	}
+	c := n
+	m[own(k)] = &c
+}
+
+func countersIn(m map[string]*[nCounters]uint64, k string) *[nCounters]uint64 {
+	c := m[k]
+	if c == nil {
+		c = new([nCounters]uint64)
+		m[own(k)] = c
+	}
+	return c
+}
+
+// textOrEmpty: a string member, "" when absent or null.
+func textOrEmpty(e *Value, name, where string) string {
+	v := e.Get(name)
+	if v.IsNull() {
+		return ""
+	}
+	return text(v, where).Str
 }
 
 func NewTally() *Tally {
@@ -98,6 +147,12 @@ func NewTally() *Tally {
 		faults:   map[string]uint64{},
 		open:     map[string]int{},
 		attempts: map[uint64]uint64{},
+
+		refusals:  map[string]*uint64{},
+		providers: map[string]*[nCounters]uint64{},
+		upstreams: map[string]*[nCounters]uint64{},
+		breaker:   map[string]map[string]map[string]*uint64{},
+		layers:    map[string]*uint64{},
 
 		cacheRefused: map[string]uint64{},
 	}
@@ -256,7 +311,38 @@ func (t *Tally) Add(e *Value) (msg string) {
 	case "model.error":
 		t.onCharge(e, kind, false)
 	case "policy.denied":
-		t.counters(modelOf(e, kind))[cRefused]++
+		model := modelOf(e, kind)
+		provider := textOrEmpty(e, "provider", "policy.denied.provider")
+		rule := "policy" // none named
+		if r := e.Get("rule"); !r.IsNull() {
+			rule = text(r, "policy.denied.rule").Str
+			for i := 0; i < len(rule); i++ {
+				if rule[i] == '.' { // caps.max_usd counts under caps
+					rule = rule[:i]
+					break
+				}
+			}
+		}
+		t.counters(model)[cRefused]++
+		countersIn(t.providers, provider)[cRefused]++
+		bump(t.refusals, rule, 1)
+	case "x-docket.rate-limited", "x-docket.breaker-open", "load.shed", "net.denied":
+		bump(t.refusals, guardRefusals[kind], 1)
+	case "breaker.state":
+		upstream := textOrEmpty(e, "upstream", "breaker.state.upstream")
+		from := text(e.Get("from"), "breaker.state.from").Str
+		to := text(e.Get("to"), "breaker.state.to").Str
+		froms := t.breaker[upstream]
+		if froms == nil {
+			froms = map[string]map[string]*uint64{}
+			t.breaker[own(upstream)] = froms
+		}
+		tos := froms[from]
+		if tos == nil {
+			tos = map[string]*uint64{}
+			froms[own(from)] = tos
+		}
+		bump(tos, to, 1)
 	case "cap.warning", "cap.exceeded":
 		t.onCap(e, kind)
 	case "fault.injected":
@@ -335,6 +421,17 @@ func (t *Tally) onEnd(e *Value) {
 		ts:       e.Get("ts"),
 	}
 	end.mono, _ = e.Get("mono_ms").Count()
+	// Calls refused whose refusal could not be written (the ledger full): by rule.
+	if unrecorded := e.Get("refused_unrecorded"); !unrecorded.IsNull() {
+		object(unrecorded, where+".refused_unrecorded")
+		for _, m := range unrecorded.Members {
+			count(unrecorded.Get(m.Key), where+".refused_unrecorded["+quote(m.Key)+"]")
+		}
+		for _, m := range unrecorded.Members {
+			n, _ := unrecorded.Get(m.Key).Count()
+			bump(t.refusals, m.Key, n)
+		}
+	}
 	t.end = end
 }
 
@@ -346,8 +443,13 @@ func (t *Tally) onRequest(e *Value) {
 	if marked {
 		n = count(attempt, "model.request.client_attempt")
 	}
+	provider := textOrEmpty(e, "provider", "model.request.provider")
+	baseURL := textOrEmpty(e, "base_url", "model.request.base_url")
 	c := t.counters(modelOf(e, "model.request"))
+	upstream := countersIn(t.upstreams, baseURL)
 	c[cCalls]++
+	countersIn(t.providers, provider)[cCalls]++
+	upstream[cCalls]++
 	if marked {
 		t.attempts[n] = add(t.attempts[n], 1)
 	}
@@ -363,7 +465,7 @@ func (t *Tally) onRequest(e *Value) {
 			seq, _ := e.Get("seq").Count()
 			id = string([]byte(id)) // its own copy: a slice would keep the whole line alive
 			t.open[id] = len(t.calls)
-			t.calls = append(t.calls, openCall{id, seq, true})
+			t.calls = append(t.calls, openCall{id, seq, true, upstream})
 			t.compact()
 		}
 	}
@@ -401,6 +503,7 @@ func checkPrices(p *Value) [3]string {
 
 func (t *Tally) onCharge(e *Value, kind string, response bool) {
 	id, has := callID(e, kind)
+	provider := textOrEmpty(e, "provider", kind+".provider")
 	in, out, cached := usageOf(e, kind)
 	model := modelOf(e, kind)
 	cost := count(e.Get("cost_nusd"), kind+".cost_nusd")
@@ -433,25 +536,31 @@ func (t *Tally) onCharge(e *Value, kind string, response bool) {
 			t.prices[model] = prices
 		}
 	}
+	var upstream *[nCounters]uint64 // its call's, else "": a call no open model.request names
 	if has {
 		if i, open := t.open[id]; open {
 			t.calls[i].open = false
+			upstream = t.calls[i].upstream
 			delete(t.open, id)
 		}
 	}
-	c := t.counters(model)
-	if response {
-		c[cResponses]++
-		if !priced {
-			c[cUnpriced]++
-		}
-	} else {
-		c[cErrors]++
+	if upstream == nil {
+		upstream = countersIn(t.upstreams, "")
 	}
-	c[cInput] = add(c[cInput], in)
-	c[cOutput] = add(c[cOutput], out)
-	c[cCached] = add(c[cCached], cached)
-	c[cCost] = add(c[cCost], cost)
+	for _, c := range [...]*[nCounters]uint64{t.counters(model), countersIn(t.providers, provider), upstream} {
+		if response {
+			c[cResponses]++
+			if !priced {
+				c[cUnpriced]++
+			}
+		} else {
+			c[cErrors]++
+		}
+		c[cInput] = add(c[cInput], in)
+		c[cOutput] = add(c[cOutput], out)
+		c[cCached] = add(c[cCached], cached)
+		c[cCost] = add(c[cCost], cost)
+	}
 }
 
 func (t *Tally) onCap(e *Value, kind string) {
@@ -484,8 +593,16 @@ func (t *Tally) onFault(e *Value) {
 			bad("fault.injected.seed %s is not the run's seed %s", Show(seed), Show(expected))
 		}
 	}
+	layer := textOrEmpty(e, "target", "fault.injected.target")
+	if e.Get("target").IsNull() { // no target member: the fault text's own, before its ":"
+		layer = strings.TrimLeft(fault, " \t")
+		if i := strings.IndexByte(layer, ':'); i >= 0 {
+			layer = layer[:i]
+		}
+	}
 	t.faultSeed = seed
 	t.faults[fault]++
+	bump(t.layers, layer, 1)
 }
 
 func (t *Tally) onGap(e *Value) {
@@ -574,6 +691,49 @@ func sortedNames(m interface{}) []string {
 	return names
 }
 
+func countObject(m map[string]*uint64) *Value {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	o := newObject()
+	for _, k := range names {
+		o.Set(k, num(*m[k]))
+	}
+	return o
+}
+
+func countersObject(m map[string]*[nCounters]uint64) *Value {
+	o := newObject()
+	for _, k := range sortedNames(m) {
+		o.Set(k, counterObject(m[k]))
+	}
+	return o
+}
+
+// transitions: breaker.state events per upstream, from-state and to-state (section 6.5).
+func (t *Tally) transitions() *Value {
+	o := newObject()
+	for _, u := range sortedKeysOf(t.breaker) {
+		froms := newObject()
+		for _, f := range sortedKeysOf(t.breaker[u]) {
+			froms.Set(f, countObject(t.breaker[u][f]))
+		}
+		o.Set(u, froms)
+	}
+	return o
+}
+
+func sortedKeysOf[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
 func firstsList(m map[string]*firstCap) *Value {
 	var all []*firstCap
 	for _, f := range m {
@@ -636,14 +796,19 @@ func (t *Tally) Claims() *Value {
 		claims.Set("exit", newObject().Set("status", e.status).Set("reason", e.reason).Set("cap", e.cap))
 	}
 	return claims.
-		Set("totals", counterObject(&totals).Set("by_model", byModel)).
+		Set("totals", counterObject(&totals).Set("by_model", byModel).
+			Set("refused_by_rule", countObject(t.refusals)).
+			Set("by_provider", countersObject(t.providers)).
+			Set("by_upstream", countersObject(t.upstreams)).
+			Set("breaker_transitions", t.transitions())).
 		Set("pricing", newObject().Set("table_date", s.tableDate).Set("provenance", s.provenance).
 			Set("unit_prices", prices)).
 		Set("caps", newObject().Set("limits", s.limits).Set("warnings", firstsList(t.warnings)).
 			Set("breaches", firstsList(t.breaches))).
 		Set("policy_digest", s.digest).
 		Set("faults", newObject().Set("seed", s.seed).Set("plan", s.plan).
-			Set("injected", num(injected)).Set("by_fault", byFault))
+			Set("injected", num(injected)).Set("by_fault", byFault).
+			Set("by_layer", countObject(t.layers)))
 }
 
 // checkForwarded: a model.request's record of bytes forwarded other than the

@@ -268,9 +268,10 @@ func Verify(receiptPath, ledgerPath string) (*Verdict, *InputError) {
 		return withFigures(failed("open_call", p, p+": "+what)), nil
 	}
 	claims := scan.Tally.Claims()
+	compared := asClaimed(receipt, claims)
 	var unbackedPaths []string
 	for _, c := range claimChecks {
-		if p, what, found := firstDifference(receipt.Get(c.key), claims.Get(c.key), c.key, &unbackedPaths); found {
+		if p, what, found := firstDifference(receipt.Get(c.key), compared.Get(c.key), c.key, &unbackedPaths); found {
 			return withFigures(failed(c.code, p, p+": "+what)), nil
 		}
 	}

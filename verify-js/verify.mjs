@@ -490,6 +490,16 @@ const SNAPSHOT_COUNTS = ['created', 'modified', 'deleted', 'mode_changed'];
 const COUNTERS = ['model_calls', 'responses', 'errors', 'refused', 'input_tokens', 'output_tokens', 'cached_tokens', 'cost_nusd', 'unpriced_calls'];
 const counterShape = { obj: Object.fromEntries([...COUNTERS.map((n) => [n, T.uint]), ['usd', T.usd]]) };
 const capShape = { obj: { cap: T.str, seq: T.uint, limit: T.any, observed: T.any } };
+// Section 6.5's claims: optional members of totals and faults, compared only when present.
+const OPTIONAL_TOTALS = ['refused_by_rule', 'by_provider', 'by_upstream', 'breaker_transitions'];
+const OPTIONAL_CLAIMS = [...OPTIONAL_TOTALS.map((m) => ['totals', m]), ['faults', 'by_layer']];
+// The refusal events that are one guard's, and the rule each counts under (section 6.5).
+const GUARD_REFUSALS = new Map([
+  ['x-docket.rate-limited', 'rate_limit'],
+  ['x-docket.breaker-open', 'breaker'],
+  ['load.shed', 'load_shed'],
+  ['net.denied', 'egress'],
+]);
 const RECEIPT_SHAPE = {
   obj: {
     format: T.format,
@@ -500,7 +510,17 @@ const RECEIPT_SHAPE = {
     duration_ms: T.uint,
     exit: { obj: { status: T.sintOrNull, reason: T.str, cap: T.strOrNull } },
     ledger: { obj: { file: T.ledgerFile, events: T.uint, head: T.hex64, bytes: T.uint } },
-    totals: { obj: { ...counterShape.obj, by_model: { map: counterShape } } },
+    totals: {
+      obj: {
+        ...counterShape.obj,
+        by_model: { map: counterShape },
+        refused_by_rule: { map: T.uint },
+        by_provider: { map: counterShape },
+        by_upstream: { map: counterShape },
+        breaker_transitions: { map: { map: { map: T.uint } } },
+      },
+      optional: OPTIONAL_TOTALS, // section 6.5: absent, not claimed
+    },
     pricing: {
       obj: {
         table_date: T.strOrNull,
@@ -531,7 +551,7 @@ const RECEIPT_SHAPE = {
       },
       optional: ['open_calls', 'client_retries', 'cache'],
     },
-    faults: { obj: { seed: T.sintOrNull, plan: T.objOrNull, injected: T.uint, by_fault: { map: T.uint } } },
+    faults: { obj: { seed: T.sintOrNull, plan: T.objOrNull, injected: T.uint, by_fault: { map: T.uint }, by_layer: { map: T.uint } }, optional: ['by_layer'] },
     snapshot: { arr: { obj: {
       index: T.uint, root: T.str, manifest_sha256: T.hex64, files: T.uint, bytes: T.uint,
       changes: (v) => v === null || shapeDeparture(v, { obj: Object.fromEntries(SNAPSHOT_COUNTS.map((n) => [n, T.uint])) }, '') === null,
@@ -604,6 +624,14 @@ class Tally {
     this.cache = { hits: 0, misses: 0, stored: 0, saved: 0, refused: new Map() };
     this.bad = null; // the first malformed_event: {seq, offset, message}
     this.snapshots = new Map(); // index → the receipt's snapshot entry (section 7.7)
+    // Section 6.5: refusals by rule, counters by provider and by base URL, breaker
+    // transitions (upstream → from → to → n), faults by layer.
+    this.refusals = new Map();
+    this.byProvider = new Map();
+    this.byUpstream = new Map();
+    this.callUpstream = new Map(); // call_id → the base_url of the model.request that opened it
+    this.breaker = new Map();
+    this.byLayer = new Map();
   }
 
   add(ev, seq, offset) {
@@ -638,6 +666,11 @@ class Tally {
         if (!isStrOrNull(opt(ev, 'cap'))) return 'session.end: cap is not a string or null';
         const why = checkEvidence(ev.get('evidence'));
         if (why) return `session.end: evidence ${why}`;
+        const unrecorded = opt(ev, 'refused_unrecorded');
+        if (unrecorded !== null && (!isObj(unrecorded) || ![...unrecorded.values()].every(isUint))) {
+          return 'session.end: refused_unrecorded is not an object of integers';
+        }
+        if (unrecorded !== null) for (const [rule, n] of unrecorded) bump(this.refusals, rule, n);
         this.end = ev;
         this.endSeq = seq;
         return undefined;
@@ -645,6 +678,10 @@ class Tally {
       case 'model.request': {
         const model = modelOf(ev);
         if (model === undefined) return 'model.request: model is not a string';
+        const provider = textOf(ev, 'provider');
+        if (provider === undefined) return 'model.request: provider is not a string';
+        const baseUrl = textOf(ev, 'base_url');
+        if (baseUrl === undefined) return 'model.request: base_url is not a string';
         const callId = opt(ev, 'call_id');
         if (!isStrOrNull(callId)) return 'model.request: call_id is not a string';
         const attempt = opt(ev, 'client_attempt');
@@ -665,7 +702,10 @@ class Tally {
           }
         }
         this.count(model, 'model_calls', 1);
+        countIn(this.byProvider, provider, 'model_calls', 1);
+        countIn(this.byUpstream, baseUrl, 'model_calls', 1);
         if (callId !== null && !this.pending.has(callId)) this.pending.set(callId, seq);
+        if (callId !== null && !this.callUpstream.has(callId)) this.callUpstream.set(callId, baseUrl);
         return undefined;
       }
       case 'model.response':
@@ -674,6 +714,8 @@ class Tally {
         if (model === undefined) return `${type}: model is not a string`;
         const callId = opt(ev, 'call_id');
         if (!isStrOrNull(callId)) return `${type}: call_id is not a string`;
+        const provider = textOf(ev, 'provider');
+        if (provider === undefined) return `${type}: provider is not a string`;
         const usage = opt(ev, 'usage');
         let tokens = [0, 0, 0];
         if (usage !== null) {
@@ -703,13 +745,23 @@ class Tally {
             else if (['input', 'output', 'cached_input'].some((n) => prices.get(n) !== before.get(n))) return `model.response: the unit prices of ${JSON.stringify(model)} differ from an earlier response's`;
           }
         }
-        this.count(model, type === 'model.response' ? 'responses' : 'errors', 1);
-        this.count(model, 'input_tokens', tokens[0]);
-        this.count(model, 'output_tokens', tokens[1]);
-        this.count(model, 'cached_tokens', tokens[2]);
-        this.count(model, 'cost_nusd', cost);
-        if (priced === false) this.count(model, 'unpriced_calls', 1);
+        // The upstream is the one its call's model.request named; "" for a call none opened.
+        const upstream = callId !== null && this.callUpstream.has(callId) ? this.callUpstream.get(callId) : '';
+        const closes = [
+          [type === 'model.response' ? 'responses' : 'errors', 1],
+          ['input_tokens', tokens[0]],
+          ['output_tokens', tokens[1]],
+          ['cached_tokens', tokens[2]],
+          ['cost_nusd', cost],
+          ...(priced === false ? [['unpriced_calls', 1]] : []),
+        ];
+        for (const [counter, n] of closes) {
+          this.count(model, counter, n);
+          countIn(this.byProvider, provider, counter, n);
+          countIn(this.byUpstream, upstream, counter, n);
+        }
         if (callId !== null) this.pending.delete(callId);
+        if (callId !== null) this.callUpstream.delete(callId);
         if (stored !== null) this.cache.stored = sum(this.cache.stored, 1);
         if (refused !== null) this.cache.refused.set(refused, sum(this.cache.refused.get(refused) || 0, 1));
         return undefined;
@@ -717,7 +769,32 @@ class Tally {
       case 'policy.denied': {
         const model = modelOf(ev);
         if (model === undefined) return 'policy.denied: model is not a string';
+        const provider = textOf(ev, 'provider');
+        if (provider === undefined) return 'policy.denied: provider is not a string';
+        const rule = opt(ev, 'rule');
+        if (!isStrOrNull(rule)) return 'policy.denied: rule is not a string or null';
         this.count(model, 'refused', 1);
+        countIn(this.byProvider, provider, 'refused', 1);
+        // Its rule up to the first "." (caps.max_usd counts under caps); none: "policy".
+        bump(this.refusals, rule === null ? 'policy' : rule.split('.')[0], 1);
+        return undefined;
+      }
+      case 'x-docket.rate-limited':
+      case 'x-docket.breaker-open':
+      case 'load.shed':
+      case 'net.denied':
+        bump(this.refusals, GUARD_REFUSALS.get(type), 1);
+        return undefined;
+      case 'breaker.state': {
+        const upstream = textOf(ev, 'upstream');
+        if (upstream === undefined) return 'breaker.state: upstream is not a string or null';
+        const from = ev.get('from');
+        const to = ev.get('to');
+        if (typeof from !== 'string' || typeof to !== 'string') return 'breaker.state: from or to is not a string';
+        if (!this.breaker.has(upstream)) this.breaker.set(upstream, new Map());
+        const froms = this.breaker.get(upstream);
+        if (!froms.has(from)) froms.set(from, new Map());
+        bump(froms.get(from), to, 1);
         return undefined;
       }
       case 'cap.warning':
@@ -743,6 +820,10 @@ class Tally {
           declared = this.faultSeed;
         }
         if (seed !== declared) return `fault.injected: seed ${seed} is not the declared seed ${declared}`;
+        const target = opt(ev, 'target');
+        if (!isStrOrNull(target)) return 'fault.injected: target is not a string or null';
+        // No target member: the fault text's own target, before its first ":" (fault grammar).
+        bump(this.byLayer, target !== null ? target : fault.replace(/^[ \t]+/, '').split(':')[0], 1);
         this.injected += 1n;
         this.byFault.set(fault, (this.byFault.get(fault) || 0n) + 1n);
         return undefined;
@@ -834,6 +915,27 @@ class Tally {
     const open = [...this.pending].sort((a, b) => a[1] - b[1]);
     return open.map(([callId, seq]) => obj([['call_id', callId], ['seq', seq]]));
   }
+}
+
+// A member that is "absent or null: \"\"", else a string; undefined when it is neither.
+function textOf(ev, name) {
+  const v = opt(ev, name);
+  if (v === null) return '';
+  return typeof v === 'string' ? v : undefined;
+}
+
+function bump(map, key, n) {
+  map.set(key, sum(map.get(key) || 0, n));
+}
+
+// One counter of section 6.4 in a map of counters (by provider, by base URL).
+function countIn(map, key, counter, n) {
+  let c = map.get(key);
+  if (c === undefined) {
+    c = newCounters();
+    map.set(key, c);
+  }
+  c[counter] = sum(c[counter], n);
 }
 
 function newCounters() {
@@ -1067,6 +1169,10 @@ function deriveClaims(tally, chain) {
   const byModel = new Map([...tally.byModel].map(([m, c]) => [m, countersObj(c)]));
   const totals = countersObj(tally.totals);
   totals.set('by_model', byModel);
+  totals.set('refused_by_rule', tally.refusals);
+  totals.set('by_provider', new Map([...tally.byProvider].map(([p, c]) => [p, countersObj(c)])));
+  totals.set('by_upstream', new Map([...tally.byUpstream].map(([u, c]) => [u, countersObj(c)])));
+  totals.set('breaker_transitions', tally.breaker);
   const firsts = (m) => [...m.values()].sort((a, b) => a.get('seq') - b.get('seq'));
   const pricing = s ? opt(s, 'pricing') : null;
   const chaos = s ? opt(s, 'chaos') : null;
@@ -1093,7 +1199,7 @@ function deriveClaims(tally, chain) {
     ],
     ['caps', obj([['limits', s ? s.get('caps') : U], ['warnings', firsts(tally.warnings)], ['breaches', firsts(tally.breaches)]])],
     ['policy_digest', s ? s.get('policy_digest') : U],
-    ['faults', obj([['seed', seed], ['plan', plan], ['injected', tally.injected], ['by_fault', tally.byFault]])],
+    ['faults', obj([['seed', seed], ['plan', plan], ['injected', tally.injected], ['by_fault', tally.byFault], ['by_layer', tally.byLayer]])],
     ['ledger', obj([['events', chain.count], ['head', chain.head], ['bytes', chain.offset]])],
   ]);
 }
@@ -1165,8 +1271,17 @@ function verify(receiptPath, ledgerPath) {
   checkEvidenceClaims(receipt, tally, chain.count);
   checkOpenCalls(receipt, tally);
   const claims = deriveClaims(tally, chain);
+  // Section 6.5: a claim the receipt does not make (a receipt from before it) is not compared.
+  const compared = new Map(claims);
+  for (const [parent, member] of OPTIONAL_CLAIMS) {
+    if (!receipt.get(parent).has(member) && isObj(compared.get(parent))) {
+      const less = new Map(compared.get(parent));
+      less.delete(member);
+      compared.set(parent, less);
+    }
+  }
   for (const [name, code] of CLAIMS) {
-    const d = firstDiff(receipt.get(name), claims.get(name), name);
+    const d = firstDiff(receipt.get(name), compared.get(name), name);
     if (d !== null) throw failed(code, `${d} is not what the ledger says`, { field: d });
   }
   const ops = receipt.get('ops');

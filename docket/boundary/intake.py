@@ -66,6 +66,7 @@ class Intake:
         event carries the client's attempt marker and ids as a model.request would
         (docs/clients.md): a refused attempt is still the client's attempt."""
         message = refusal.message
+        recorded = False
         if refusal.event is not None:
             marks = (
                 client_marks(request_headers, self.host.scrub).as_fields()
@@ -82,9 +83,12 @@ class Intake:
                     **refusal.fields,
                     **marks,
                 )
+                recorded = True
             except (LedgerFull, EvidenceLost):
                 # Said in the answer; a full ledger is also on readiness and in the receipt.
                 message = f"{message} (the refusal itself could not be recorded)"
+        if not recorded:  # counted for session.end, so the receipt still tells it
+            self.host.recorder.refusal_unrecorded(refusal.event, refusal.rule)
         if refusal.shed:
             self.host.metrics.load_shed(refusal.provider)
         answer = providers.refusal(
@@ -282,6 +286,7 @@ class Intake:
                 closing_bytes=closing_bound(call_id, route.name, facts.model),
                 call_id=call_id,
                 provider=route.name,
+                base_url=route.base_url,
                 model=facts.model,
                 endpoint=facts.endpoint,
                 stream=facts.stream,

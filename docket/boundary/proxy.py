@@ -280,9 +280,11 @@ async def handle_proxy(
     try:
         boundary.recorder.check_room("net.connect", RECORD_ROOM)
     except LedgerFull as full:  # the recorder has stopped the run
+        boundary.recorder.refusal_unrecorded(None, "ledger." + full.reason)
         await _answer(respond, 503, "docket_ledger_full", str(full), "ledger." + full.reason)
         return
     except EvidenceLost as lost:
+        boundary.recorder.refusal_unrecorded(None, "ledger.fail_fast_evidence")
         await _answer(respond, 503, "docket_evidence_lost", str(lost), "ledger")
         return
     idle = config.idle_timeout
@@ -346,6 +348,7 @@ async def _deny(
         await boundary.recorder.record("net.denied", **fields)
     except (LedgerFull, EvidenceLost) as exc:
         message = f"{message} (the refusal itself could not be recorded: {exc})"
+        boundary.recorder.refusal_unrecorded("net.denied", denied.rule)
     error_type = {407: "docket_proxy_auth", 400: "docket_bad_request"}.get(
         status, "docket_egress_denied"
     )

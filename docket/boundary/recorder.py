@@ -24,6 +24,7 @@ from docket.boundary.stop import StopRequest
 from docket.errors import EXIT_EVIDENCE_LOST
 from docket.guards.redact import Redactor
 from docket.ledger.limits import EvidenceLost, LedgerFull
+from docket.receipts.tally import refusal_rule
 
 if TYPE_CHECKING:  # the writer (and trio) stay out of a light import of this module
     from docket.ledger.pending import ClosingSlot
@@ -39,7 +40,7 @@ class Recorder:
     they run on every call's path (the model.request, its closing event), and the
     generator machinery of a @contextmanager showed in the boundary's profiles."""
 
-    __slots__ = ("ledger", "redactor", "_stop")
+    __slots__ = ("ledger", "redactor", "_stop", "refused_unrecorded")
 
     def __init__(
         self, ledger: Ledger, redactor: Redactor, stop: Callable[[StopRequest], None]
@@ -47,6 +48,15 @@ class Recorder:
         self.ledger = ledger
         self.redactor = redactor
         self._stop = stop
+        # Calls refused whose refusal has no event on disk (the ledger full, or evidence
+        # lost), by the rule the receipt counts them under: session.end carries them.
+        self.refused_unrecorded: dict[str, int] = {}
+
+    def refusal_unrecorded(self, event_type: str | None, rule: str) -> None:
+        """A call was refused and its refusal event (`event_type`, None when the ledger is
+        what refused it) could not be written: count it under its rule."""
+        key = refusal_rule(event_type or "policy.denied", rule)
+        self.refused_unrecorded[key] = self.refused_unrecorded.get(key, 0) + 1
 
     async def record(self, type: str, /, **fields: object) -> int | None:
         """Append an event; its seq once durable, None if the write failed and the

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from docket.boundary.providers import Provider, by_kind
+from docket.guards.redact import sanitize_url
 from docket.http.client import UpstreamPool
 from docket.policy import ProviderPolicy
 
@@ -32,6 +33,9 @@ class Route:
     pool: UpstreamPool
     host_header: str
     path_prefix: str
+    # The upstream's base URL as configured, without userinfo or secret-looking query
+    # values: model.request names it, so a receipt can say which endpoint answered.
+    base_url: str = ""
 
     def target(self, rest: str, query: str) -> str:
         return f"{self.path_prefix}/{rest}" + (f"?{query}" if query else "")
@@ -70,4 +74,5 @@ def make_route(
         pool=pool,
         host_header=host_header,
         path_prefix=parts.path.rstrip("/"),
+        base_url=sanitize_url(provider.base_url),
     )

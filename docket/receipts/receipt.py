@@ -16,7 +16,15 @@ from decimal import Decimal
 from pathlib import Path
 
 from docket.durable import replace_file
-from docket.receipts.tally import COUNTERS, MAX_INT, PRICE_PATTERN, UNBACKED, Tally, check_evidence
+from docket.receipts.tally import (
+    COUNTERS,
+    MAX_INT,
+    OPTIONAL_CLAIMS,
+    PRICE_PATTERN,
+    UNBACKED,
+    Tally,
+    check_evidence,
+)
 
 FORMAT = "docket-receipt-1"
 
@@ -110,7 +118,16 @@ RECEIPT_SHAPE = {
     "duration_ms": _count,
     "exit": {"status": _int_or_null, "reason": _str, "cap": _str_or_null},
     "ledger": {"file": _relative_path, "events": _count, "head": _hex64, "bytes": _count},
-    "totals": _COUNTER_SHAPE | {"by_model": _MapOf(_COUNTER_SHAPE)},
+    "totals": _COUNTER_SHAPE
+    | {
+        "by_model": _MapOf(_COUNTER_SHAPE),
+        # Every refusal by the rule that refused it, which endpoint answered, what the
+        # breakers did (spec section 6.5); absent: not claimed (a receipt from before them).
+        "refused_by_rule": _Optional(_MapOf(_count)),
+        "by_provider": _Optional(_MapOf(_COUNTER_SHAPE)),
+        "by_upstream": _Optional(_MapOf(_COUNTER_SHAPE)),
+        "breaker_transitions": _Optional(_MapOf(_MapOf(_MapOf(_count)))),
+    },
     "pricing": {
         "table_date": _str_or_null,
         "provenance": _str_or_null,
@@ -157,6 +174,7 @@ RECEIPT_SHAPE = {
         "plan": _json_object_or_null,
         "injected": _count,
         "by_fault": _MapOf(_count),
+        "by_layer": _Optional(_MapOf(_count)),  # spec section 6.5; absent: not claimed
     },
 }
 
@@ -268,6 +286,9 @@ def build_receipt(
     if count != tally.events:
         raise ValueError(f"count {count} is not the {tally.events} events the tally folded")
     claims = tally.to_claims(start=start, end=end)
+    for parent, member in OPTIONAL_CLAIMS:
+        if not claims[parent][member]:  # said only when there is something to say
+            del claims[parent][member]
     missing = [key for key, value in claims.items() if value is UNBACKED]
     if missing:
         raise ValueError(f"the ledger cannot supply {', '.join(missing)}: pass start= or end=")

@@ -56,6 +56,38 @@ def _check_forwarded(event: dict) -> None:
         raise TallyError("model.request.forwarded_changes must be a non-empty list of strings")
 
 
+# The refusal events other than policy.denied, each one guard's, and the rule it counts
+# under in totals.refused_by_rule (spec section 6.5). policy.denied counts under its own
+# `rule` member, up to the first "." (caps.max_usd -> caps): refusal_rule.
+GUARD_REFUSALS = {
+    "x-docket.rate-limited": "rate_limit",
+    "x-docket.breaker-open": "breaker",
+    "load.shed": "load_shed",
+    "net.denied": "egress",
+}
+POLICY_RULE_ABSENT = "policy"  # a policy.denied that names no rule
+
+
+def refusal_rule(event_type: str, rule: str | None) -> str:
+    """The name a refused call counts under in totals.refused_by_rule: the guard's for a
+    guard's own event, else the refusal's `rule` up to its first "." (spec section 6.5).
+    The boundary names a refusal it could not record (session.end's refused_unrecorded)
+    the same way, so both land on one key."""
+    fixed = GUARD_REFUSALS.get(event_type)
+    if fixed is not None:
+        return fixed
+    return POLICY_RULE_ABSENT if rule is None else rule.partition(".")[0]
+
+
+def fault_layer(event: dict) -> str:
+    """The layer a fault.injected hit (spec section 6.5): its `target` member, else its
+    fault text's target (the grammar's `target ":"`), leading spaces and tabs dropped."""
+    target = event.get("target")
+    if target is not None:
+        return _text(target, "fault.injected.target")
+    return event["fault"].lstrip(" \t").partition(":")[0]
+
+
 # USD per million tokens, at most 3 decimals: then a token costs a whole number of nano-USD.
 PRICE_PATTERN = re.compile(r"(0|[1-9][0-9]{0,8})(\.[0-9]{1,3})?")
 
@@ -129,6 +161,12 @@ def _model(event: dict) -> str:
     # A call whose model is not known (a refusal before the body was read) counts under "".
     model = event.get("model")
     return "" if model is None else _text(model, f"{event['type']}.model")
+
+
+def _provider_of(event: dict) -> str:
+    # Like the model: a refusal before the route was known names none, and counts under "".
+    provider = event.get("provider")
+    return "" if provider is None else _text(provider, f"{event['type']}.provider")
 
 
 def _call_id(event: dict) -> str | None:
@@ -249,7 +287,10 @@ class Tally:
         self.events = 0
         self.start: dict | None = None
         self.end: dict | None = None
-        self.models: dict[str, list[int]] = {}
+        # The counters of section 6.4, one set per model, provider and upstream base URL
+        # (None: a refusal, which reached no upstream): each event adds to one set, and
+        # totals, by_model, by_provider and by_upstream are their sums (to_claims).
+        self.cells: dict[str, dict[str, dict[str | None, list[int]]]] = {}
         self.unit_prices: dict[str, dict[str, str]] = {}
         self._raw_prices: dict[str, object] = {}  # as last seen, extra members and all
         self.warnings: dict[str, dict] = {}  # the first cap.warning per cap
@@ -272,6 +313,13 @@ class Tally:
         # refusals to store by reason (bounded by the reasons' vocabulary) and the saving.
         self.cache_counts = [0, 0, 0, 0]  # hits, misses, stored, saved_nusd
         self.cache_refused: dict[str, int] = {}
+        # Which rule refused each refused call, which endpoint answered, what the breakers
+        # did and where faults hit (spec section 6.5); each bounded by its vocabulary
+        # (rules, providers, base URLs, upstreams x states, layers), not by the events.
+        self.refusals: dict[str, int] = {}
+        self._call_upstream: dict[str, str] = {}  # call_id -> its request's base_url, while open
+        self.breaker: dict[str, dict[str, dict[str, int]]] = {}
+        self.fault_layers: dict[str, int] = {}
         self._fold = {
             "session.start": self._on_start,
             "session.end": self._on_end,
@@ -279,6 +327,11 @@ class Tally:
             "model.response": self._on_response,
             "model.error": self._on_error,
             "policy.denied": self._on_denied,
+            "x-docket.rate-limited": self._on_guard_refusal,
+            "x-docket.breaker-open": self._on_guard_refusal,
+            "load.shed": self._on_guard_refusal,
+            "net.denied": self._on_guard_refusal,
+            "breaker.state": self._on_breaker,
             "cap.warning": self._on_cap,
             "cap.exceeded": self._on_cap,
             "fault.injected": self._on_fault,
@@ -297,11 +350,27 @@ class Tally:
             fold(event)
         self.events += 1
 
-    def _counters(self, model: str) -> list[int]:
-        counters = self.models.get(model)
+    def _cell(self, model: str, provider: str, base_url: str | None) -> list[int]:
+        """The counters of one model at one provider and upstream, made when first seen."""
+        providers = self.cells.get(model)
+        if providers is None:
+            providers = self.cells[model] = {}
+        upstreams = providers.get(provider)
+        if upstreams is None:
+            upstreams = providers[provider] = {}
+        counters = upstreams.get(base_url)
         if counters is None:
-            counters = self.models[model] = [0] * len(COUNTERS)
+            counters = upstreams[base_url] = [0] * len(COUNTERS)
         return counters
+
+    def _found(self, model: object, provider: object, base_url: str) -> list[int] | None:
+        """Those counters if they exist (then every key is a string, checked when they
+        were made): the common case, one lookup a level, nothing checked again."""
+        if type(model) is not str or type(provider) is not str:
+            return None
+        providers = self.cells.get(model)
+        upstreams = None if providers is None else providers.get(provider)
+        return None if upstreams is None else upstreams.get(base_url)
 
     def _on_start(self, event: dict) -> None:
         if self.events:
@@ -309,18 +378,33 @@ class Tally:
         self.start = _session_start(event)
 
     def _on_end(self, event: dict) -> None:
-        self.end = _session_end(event)
+        end = _session_end(event)
+        unrecorded = event.get("refused_unrecorded")
+        if unrecorded is not None:
+            where = "session.end.refused_unrecorded"
+            for rule, n in _object(unrecorded, where).items():
+                _count(n, f"{where}[{rule!r}]")
+            for rule, n in unrecorded.items():
+                self.refusals[rule] = self.refusals.get(rule, 0) + n
+        self.end = end
 
     def _on_request(self, event: dict) -> None:
         call_id = _call_id(event)
         attempt = event.get("client_attempt")
         if attempt is not None:
             attempt = _count(attempt, "model.request.client_attempt")
-        model = event.get("model")
-        counters = self.models.get(model) if type(model) is str else None
+        # The common case, looked up (verify folds millions); else checked, then made.
+        base_url = event.get("base_url")
+        if type(base_url) is not str:
+            if base_url is not None:
+                raise TallyError("model.request.base_url must be a string")
+            base_url = ""
+        counters = self._found(event.get("model"), event.get("provider"), base_url)
         if counters is None:
-            counters = self._counters(_model(event))
+            counters = self._cell(_model(event), _provider_of(event), base_url)
         counters[_CALLS] += 1
+        if call_id is not None:
+            self._call_upstream.setdefault(call_id, base_url)
         if attempt is not None:
             self.client_attempts[attempt] = self.client_attempts.get(attempt, 0) + 1
         looked = event.get("cache")
@@ -385,6 +469,7 @@ class Tally:
 
     def _on_response(self, event: dict) -> None:
         call_id = _call_id(event)
+        name = _provider_of(event)
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
         priced = event.get("priced")
         if priced is not True and priced is not False:
@@ -400,11 +485,10 @@ class Tally:
                     )
                 self._raw_prices[model] = prices
                 self.unit_prices[model] = checked
-        if call_id is not None:
-            self.open.pop(call_id, None)
+        base_url = self._close_call(call_id)
         if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
-        counters = self.models.get(model) or self._counters(model)
+        counters = self._found(model, name, base_url) or self._cell(model, name, base_url)
         counters[_RESPONSES] += 1
         counters[_INPUT] += tokens_in
         counters[_OUTPUT] += tokens_out
@@ -413,14 +497,22 @@ class Tally:
         if not priced:
             counters[_UNPRICED] += 1
 
+    def _close_call(self, call_id: str | None) -> str:
+        """Close the call: the base_url of the model.request that opened it, or "" for
+        a call no open model.request names."""
+        if call_id is None:
+            return ""
+        self.open.pop(call_id, None)
+        return self._call_upstream.pop(call_id, "")
+
     def _on_error(self, event: dict) -> None:
         call_id = _call_id(event)
+        name = _provider_of(event)
         model, tokens_in, tokens_out, tokens_cached, cost = _charge(event)
-        if call_id is not None:
-            self.open.pop(call_id, None)
+        base_url = self._close_call(call_id)
         if not _CACHE_CLOSE.isdisjoint(event):
             self._on_cache_close(event)
-        counters = self.models.get(model) or self._counters(model)
+        counters = self._found(model, name, base_url) or self._cell(model, name, base_url)
         counters[_ERRORS] += 1
         counters[_INPUT] += tokens_in
         counters[_OUTPUT] += tokens_out
@@ -428,7 +520,28 @@ class Tally:
         counters[_COST] += cost
 
     def _on_denied(self, event: dict) -> None:
-        self._counters(_model(event))[_REFUSED] += 1
+        rule = _text_or_null(event.get("rule"), "policy.denied.rule")
+        model = _model(event)
+        name = _provider_of(event)
+        key = POLICY_RULE_ABSENT if rule is None else rule.partition(".")[0]
+        self._cell(model, name, None)[_REFUSED] += 1  # no upstream: refused before one
+        self.refusals[key] = self.refusals.get(key, 0) + 1
+
+    def _on_guard_refusal(self, event: dict) -> None:
+        key = GUARD_REFUSALS[event["type"]]
+        self.refusals[key] = self.refusals.get(key, 0) + 1
+
+    def _on_breaker(self, event: dict) -> None:
+        upstream = _text_or_null(event.get("upstream"), "breaker.state.upstream") or ""
+        was = _text(event.get("from"), "breaker.state.from")
+        now = _text(event.get("to"), "breaker.state.to")
+        froms = self.breaker.get(upstream)
+        if froms is None:
+            froms = self.breaker[upstream] = {}
+        tos = froms.get(was)
+        if tos is None:
+            tos = froms[was] = {}
+        tos[now] = tos.get(now, 0) + 1
 
     def _on_cap(self, event: dict) -> None:
         kind = event["type"]
@@ -455,8 +568,10 @@ class Tally:
             expected = self.start["seed"] if self.start is not None else self.fault_seed
             if seed != expected:
                 raise TallyError(f"fault.injected.seed {seed} is not the run's seed {expected}")
+        layer = fault_layer(event)
         self.fault_seed = seed
         self.faults[fault] = self.faults.get(fault, 0) + 1
+        self.fault_layers[layer] = self.fault_layers.get(layer, 0) + 1
 
     def _on_snapshot(self, event: dict) -> None:
         from docket.receipts import snapshot_claims
@@ -494,12 +609,19 @@ class Tally:
             s = dict.fromkeys(_START_CLAIMS, UNBACKED) | {"seed": seed, "mono_ms": None}
             s["plan"] = UNBACKED
         totals = [0] * len(COUNTERS)
-        by_model = {}
-        for model in sorted(self.models):
-            counters = self.models[model]
-            for i, n in enumerate(counters):
-                totals[i] += n
-            by_model[model] = _counter_dict(counters)
+        models: dict[str, list[int]] = {}
+        providers: dict[str, list[int]] = {}
+        upstreams: dict[str, list[int]] = {}
+        for model, at_providers in self.cells.items():
+            for provider, at_upstreams in at_providers.items():
+                for base_url, counters in at_upstreams.items():
+                    sums = [totals, _row(models, model), _row(providers, provider)]
+                    if base_url is not None:  # a refusal reached no upstream
+                        sums.append(_row(upstreams, base_url))
+                    for row in sums:
+                        for i, n in enumerate(counters):
+                            row[i] += n
+        by_model = {m: _counter_dict(models[m]) for m in sorted(models)}
         return {
             "run_id": s["run_id"],
             "docket_version": s["docket_version"],
@@ -511,7 +633,17 @@ class Tally:
             "exit": UNBACKED
             if e is None
             else {"status": e["exit_status"], "reason": e["reason"], "cap": e["cap"]},
-            "totals": _counter_dict(totals) | {"by_model": by_model},
+            "totals": _counter_dict(totals)
+            | {
+                "by_model": by_model,
+                "refused_by_rule": _sorted(self.refusals),
+                "by_provider": {p: _counter_dict(providers[p]) for p in sorted(providers)},
+                "by_upstream": {u: _counter_dict(upstreams[u]) for u in sorted(upstreams)},
+                "breaker_transitions": {
+                    u: {f: _sorted(tos) for f, tos in sorted(froms.items())}
+                    for u, froms in sorted(self.breaker.items())
+                },
+            },
             "pricing": {
                 "table_date": s["table_date"],
                 "provenance": s["provenance"],
@@ -528,6 +660,7 @@ class Tally:
                 "plan": s["plan"],
                 "injected": sum(self.faults.values()),
                 "by_fault": {f: self.faults[f] for f in sorted(self.faults)},
+                "by_layer": _sorted(self.fault_layers),
             },
         }
 
@@ -543,6 +676,13 @@ _START_CLAIMS = (
 )
 
 
+def _row(rows: dict[str, list[int]], key: str) -> list[int]:
+    row = rows.get(key)
+    if row is None:
+        row = rows[key] = [0] * len(COUNTERS)
+    return row
+
+
 def _check_prices(prices: object) -> dict[str, str]:
     where = "model.response.unit_prices"
     prices = _object(prices, where)
@@ -551,6 +691,21 @@ def _check_prices(prices: object) -> dict[str, str]:
         if type(value) is not str or not PRICE_PATTERN.fullmatch(value):
             raise TallyError(f"{where}.{name} must be a decimal string with at most 3 decimals")
     return {k: prices[k] for k in PRICE_FIELDS}
+
+
+# The claims a receipt may omit (spec section 6.5): (parent, member). Absent, a claim is
+# not made (a receipt from before it), and not compared; Docket omits one that is empty.
+OPTIONAL_CLAIMS = (
+    ("totals", "refused_by_rule"),
+    ("totals", "by_provider"),
+    ("totals", "by_upstream"),
+    ("totals", "breaker_transitions"),
+    ("faults", "by_layer"),
+)
+
+
+def _sorted(counts: dict[str, int]) -> dict[str, int]:
+    return {k: counts[k] for k in sorted(counts)}
 
 
 def _counter_dict(counters: list[int]) -> dict:

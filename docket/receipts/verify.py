@@ -39,7 +39,14 @@ from docket.receipts.receipt import (
     plain_number,
     shape_problem,
 )
-from docket.receipts.tally import EVIDENCE_EXTRA, EVIDENCE_FIELDS, UNBACKED, Tally, TallyError
+from docket.receipts.tally import (
+    EVIDENCE_EXTRA,
+    EVIDENCE_FIELDS,
+    OPTIONAL_CLAIMS,
+    UNBACKED,
+    Tally,
+    TallyError,
+)
 
 __all__ = [
     "BYTES_MISMATCH",
@@ -552,9 +559,10 @@ def verify(
         seq, where, what = open_call
         return _failed(OPEN_CALL, seq=seq, field=where, detail=f"{where}: {what}", **figures)
     claims = scan.tally.to_claims()
+    compared = _as_claimed(receipt, claims)
     unbacked: list[str] = []
     for key, code in CLAIM_CHECKS:
-        found = first_difference(receipt[key], claims[key], key, unbacked)
+        found = first_difference(receipt[key], compared[key], key, unbacked)
         if found:
             return _failed(code, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
     stated = receipt["ops"].get("client_retries", NO_CLIENT_RETRIES)
@@ -583,6 +591,19 @@ def verify(
         tail_bytes=tail_bytes,
         **figures,
     )
+
+
+def _as_claimed(receipt: dict, claims: dict) -> dict:
+    """The derived claims less the optional ones the receipt does not make (spec section
+    6.5: absent, such a claim is not made, and a receipt from before it still verifies)."""
+    omitted = [(p, m) for p, m in OPTIONAL_CLAIMS if m not in receipt[p]]
+    if not omitted:
+        return claims
+    out = dict(claims)
+    for parent, member in omitted:
+        if type(out[parent]) is dict:  # an unbacked parent is skipped whole
+            out[parent] = {k: v for k, v in out[parent].items() if k != member}
+    return out
 
 
 def verify_command(receipt_path: str, ledger_path: str | None) -> int:

@@ -308,6 +308,9 @@ class Supervisor:
                 "cap": cap,
                 "evidence": ledger.stats.as_dict(),
             }
+            refused = boundary.recorder.refused_unrecorded
+            if refused:  # calls refused with no event on disk: the receipt counts them
+                end["refused_unrecorded"] = dict(sorted(refused.items()))
             await self._record_control("session.end", end, unwritten)
             evidence, head, count, size = (
                 ledger.stats.as_dict(),

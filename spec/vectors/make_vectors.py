@@ -23,7 +23,7 @@ from pathlib import Path
 from docket.clock import rfc3339
 from docket.ledger.chain import GENESIS, encode_body, encode_line, line_hash
 from docket.receipts.receipt import build_receipt, encode_receipt
-from docket.receipts.tally import Tally
+from docket.receipts.tally import OPTIONAL_CLAIMS, Tally
 
 HERE = Path(__file__).resolve().parent
 VERSION = "0.1.0"  # pinned: vectors must not change when the package version does
@@ -476,12 +476,20 @@ def shared_cache_run(replays_run: object) -> list[Entry]:
 
 
 def receipt_for(
-    led: Ledger, evidence: dict, *, end_event: dict | None = None, ledger_file="ledger.jsonl"
+    led: Ledger,
+    evidence: dict,
+    *,
+    end_event: dict | None = None,
+    ledger_file="ledger.jsonl",
+    section_6_5: bool = False,
 ) -> dict:
+    """The receipt Docket writes for the run. Without `section_6_5`, as Docket wrote it
+    before refusals by rule, endpoints, breaker transitions and fault layers (section 6.5):
+    the vectors made before them stay the receipts they were, and must still verify."""
     tally = Tally()
     for event in led.events:
         tally.add(event)
-    return build_receipt(
+    receipt = build_receipt(
         tally,
         ledger_path=ledger_file,
         head=led.head,
@@ -491,6 +499,10 @@ def receipt_for(
         version=VERSION,
         end=end_event,
     )
+    if not section_6_5:
+        for parent, member in OPTIONAL_CLAIMS:
+            receipt[parent].pop(member, None)
+    return receipt
 
 
 def edited(receipt: dict, path: str, value: object) -> dict:
@@ -1398,6 +1410,7 @@ def make(out: Path) -> None:
     snapshot_vectors(v)
     number_vectors(v)
     forwarded_vectors(v)
+    refusal_vectors(v)
 
     # -- the client's own retries (section 7.6), added with ops.client_retries
     retried = chain(client_retry_run())
@@ -1963,6 +1976,325 @@ def forwarded_vectors(v: Vectors) -> None:
             "malformed_event",
             seq=2,
             offset=forged.offsets[2],
+        )
+
+
+OPENAI_URL = "https://api.openai.com/v1"
+ANTHROPIC_URL = "https://api.anthropic.com"
+
+
+def based(entries: list[Entry], base_url: str) -> list[Entry]:
+    """A call's events with its model.request naming the upstream's base URL."""
+    out = copy.deepcopy(entries)
+    out[0].fields["base_url"] = base_url
+    return out
+
+
+def refusal_run() -> list[Entry]:
+    """Section 6.5: every kind of refusal, a breaker's full cycle, faults on two layers,
+    two providers at their base URLs, and calls refused because the ledger was full."""
+    seed = 4242
+    upstream_fault = "upstream:status(503)@call 2..4"
+    net_fault = "\t net:reset_peer@call 5"  # the grammar allows blanks before the target
+    guard = {"provider": "openai", "model": "gpt-4o-mini"}
+    return [
+        start("run-2026-11-18-0010", chaos={"seed": seed, "faults": [upstream_fault, net_fault]}),
+        Entry("process.spawn", 2, {"pid": 8100, "argv": ["python", "agent.py"]}),
+        *based(call(40, "call-0001", "gpt-4o-mini", 300, 40), OPENAI_URL),
+        Entry(
+            "fault.injected", 1000, {"fault": upstream_fault, "seed": seed, "target": "upstream"}
+        ),
+        *based(failed_call(1001, "call-0002", "gpt-4o-mini", 503, 0), OPENAI_URL),
+        Entry(
+            "fault.injected", 1100, {"fault": upstream_fault, "seed": seed, "target": "upstream"}
+        ),
+        *based(failed_call(1101, "call-0003", "gpt-4o-mini", 503, 0), OPENAI_URL),
+        Entry(
+            "breaker.state",
+            1142,
+            {
+                "upstream": "openai",
+                "from": "closed",
+                "to": "open",
+                "reason": "consecutive_failures",
+            },
+        ),
+        Entry(
+            "x-docket.breaker-open",
+            1150,
+            {"rule": "resilience.breaker", **guard, "upstream": "openai", "state": "open"},
+        ),
+        Entry(
+            "breaker.state",
+            1450,
+            {"upstream": "openai", "from": "open", "to": "half_open", "reason": "cooldown_elapsed"},
+        ),
+        *based(call(1451, "call-0004", "gpt-4o-mini", 310, 42), OPENAI_URL),
+        Entry(
+            "breaker.state",
+            2400,
+            {"upstream": "openai", "from": "half_open", "to": "closed", "reason": "probe_ok"},
+        ),
+        Entry(
+            "x-docket.rate-limited",
+            2410,
+            {"rule": "resilience.max_calls_per_second", **guard, "limit": "max_calls_per_second"},
+        ),
+        Entry(
+            "x-docket.rate-limited",
+            2411,
+            {"rule": "resilience.max_calls_per_second", **guard, "limit": "max_calls_per_second"},
+        ),
+        Entry(
+            "load.shed",
+            2420,
+            {"rule": "resilience.max_queue", **guard, "upstream": "openai", "reason": "queue_full"},
+        ),
+        # a fault written before fault.injected carried its target: the text names it
+        Entry("fault.injected", 2500, {"fault": net_fault, "seed": seed}),
+        *based(call(2501, "call-0005", "claude-sonnet-4", 800, 120), ANTHROPIC_URL),
+        Entry(
+            "net.denied",
+            3800,
+            {"host": "example.net", "port": 443, "method": "CONNECT", "rule": "egress.policy"},
+        ),
+        Entry(
+            "policy.denied",
+            3900,
+            {"rule": "caps.max_usd", "provider": "anthropic", "model": "claude-sonnet-4"},
+        ),
+        Entry("policy.denied", 3901, {"rule": "auth", "provider": "openai", "model": ""}),
+        Entry("policy.denied", 3902, {"provider": "openai", "model": "gpt-4o"}),  # no rule named
+        Entry("signal.forwarded", 4000, {"pgid": 8100, "signal": "SIGTERM"}),
+        Entry("process.exit", 4100, {"pid": 8100, "status": -15, "reason": "signal SIGTERM"}),
+        Entry(
+            "session.end",
+            4101,
+            {
+                "reason": "ledger full (max_events)",
+                "exit_status": 42,
+                "cap": "max_events",
+                "evidence": COMPLETE,
+                "refused_unrecorded": {"ledger": 2},
+            },
+        ),
+    ]
+
+
+def refusal_vectors(v: Vectors) -> None:
+    """Section 6.5's vectors: a receipt that states every refusal by rule, the breaker's
+    transitions, the faults' layers and the endpoints; the same receipt from before those
+    claims; and each count tampered."""
+    led = chain(refusal_run())
+    receipt = receipt_for(led, COMPLETE, section_6_5=True)
+    v.ok(
+        "ok-refusals-by-rule",
+        "refusals by rule (caps, auth, policy, egress, rate_limit, breaker, load_shed, ledger), "
+        "a breaker's full cycle, faults on two layers, two providers at their base URLs",
+        led,
+        receipt,
+    )
+    unclaimed = copy.deepcopy(receipt)
+    for parent, member in OPTIONAL_CLAIMS:
+        del unclaimed[parent][member]
+    v.add(
+        "ok-refusals-unclaimed",
+        "ok-refusals-by-rule's ledger, its receipt as Docket wrote it before section 6.5: "
+        "the claims it does not make are not compared",
+        ledger=None,
+        receipt=unclaimed,
+        ledger_arg="ok-refusals-by-rule/ledger.jsonl",
+        verdict="ok",
+        figures=led,
+    )
+
+    def tampered(name: str, description: str, change, code: str, field: str) -> None:
+        forged = copy.deepcopy(receipt)
+        change(forged)
+        v.fail(
+            name,
+            f"as ok-refusals-by-rule, with {description}",
+            None,
+            forged,
+            code,
+            ledger_arg="ok-refusals-by-rule/ledger.jsonl",
+            field=field,
+        )
+
+    def setter(*path: str, value: object):
+        def change(r: dict) -> None:
+            node = r
+            for key in path[:-1]:
+                node = node[key]
+            if value is None:
+                del node[path[-1]]
+            else:
+                node[path[-1]] = value
+
+        return change
+
+    rules = receipt["totals"]["refused_by_rule"]
+    assert rules == {
+        "auth": 1,
+        "breaker": 1,
+        "caps": 1,
+        "egress": 1,
+        "ledger": 2,
+        "load_shed": 1,
+        "policy": 1,
+        "rate_limit": 2,
+    }, rules
+    tampered(
+        "refusals-rate-limit-lowered",
+        "totals.refused_by_rule.rate_limit said to be 1",
+        setter("totals", "refused_by_rule", "rate_limit", value=1),
+        "total_mismatch",
+        "totals.refused_by_rule.rate_limit",
+    )
+    tampered(
+        "refusals-breaker-raised",
+        "totals.refused_by_rule.breaker said to be 2",
+        setter("totals", "refused_by_rule", "breaker", value=2),
+        "total_mismatch",
+        "totals.refused_by_rule.breaker",
+    )
+    tampered(
+        "refusals-load-shed-hidden",
+        "totals.refused_by_rule.load_shed removed",
+        setter("totals", "refused_by_rule", "load_shed", value=None),
+        "total_mismatch",
+        "totals.refused_by_rule.load_shed",
+    )
+    tampered(
+        "refusals-ledger-hidden",
+        "totals.refused_by_rule.ledger (session.end's refused_unrecorded) removed",
+        setter("totals", "refused_by_rule", "ledger", value=None),
+        "total_mismatch",
+        "totals.refused_by_rule.ledger",
+    )
+    tampered(
+        "refusals-egress-lowered",
+        "totals.refused_by_rule.egress said to be 0",
+        setter("totals", "refused_by_rule", "egress", value=0),
+        "total_mismatch",
+        "totals.refused_by_rule.egress",
+    )
+    tampered(
+        "refusals-caps-moved",
+        "the caps refusal counted under policy instead (caps removed, policy 2)",
+        lambda r: (
+            setter("totals", "refused_by_rule", "caps", value=None)(r),
+            setter("totals", "refused_by_rule", "policy", value=2)(r),
+        ),
+        "total_mismatch",
+        "totals.refused_by_rule.caps",
+    )
+    tampered(
+        "refusals-malformed",
+        "totals.refused_by_rule.rate_limit a string",
+        setter("totals", "refused_by_rule", "rate_limit", value="2"),
+        "receipt_malformed",
+        "totals.refused_by_rule.rate_limit",
+    )
+    tampered(
+        "breaker-transition-lowered",
+        "the breaker's recovery (half_open to closed) said to be 0",
+        setter("totals", "breaker_transitions", "openai", "half_open", "closed", value=0),
+        "total_mismatch",
+        "totals.breaker_transitions.openai.half_open.closed",
+    )
+    tampered(
+        "breaker-transition-hidden",
+        "the breaker's open to half_open transition removed",
+        setter("totals", "breaker_transitions", "openai", "open", value=None),
+        "total_mismatch",
+        "totals.breaker_transitions.openai.open",
+    )
+    tampered(
+        "fault-layer-lowered",
+        "faults.by_layer.upstream said to be 1",
+        setter("faults", "by_layer", "upstream", value=1),
+        "faults_mismatch",
+        "faults.by_layer.upstream",
+    )
+    tampered(
+        "fault-layer-hidden",
+        "faults.by_layer.net (a fault whose event names no target) removed",
+        setter("faults", "by_layer", "net", value=None),
+        "faults_mismatch",
+        "faults.by_layer.net",
+    )
+    tampered(
+        "provider-calls-raised",
+        "totals.by_provider.anthropic.model_calls said to be 2",
+        setter("totals", "by_provider", "anthropic", "model_calls", value=2),
+        "total_mismatch",
+        "totals.by_provider.anthropic.model_calls",
+    )
+    tampered(
+        "provider-refused-lowered",
+        "totals.by_provider.openai.refused said to be 1",
+        setter("totals", "by_provider", "openai", "refused", value=1),
+        "total_mismatch",
+        "totals.by_provider.openai.refused",
+    )
+    tampered(
+        "upstream-errors-lowered",
+        f"totals.by_upstream[{OPENAI_URL!r}].errors said to be 1",
+        setter("totals", "by_upstream", OPENAI_URL, "errors", value=1),
+        "total_mismatch",
+        f'totals.by_upstream["{OPENAI_URL}"].errors',
+    )
+
+    def renamed(r: dict) -> None:
+        ups = r["totals"]["by_upstream"]
+        ups["https://api.anthropic.example"] = ups.pop(ANTHROPIC_URL)
+
+    tampered(
+        "upstream-renamed",
+        "the anthropic calls said to have gone to https://api.anthropic.example",
+        renamed,
+        "total_mismatch",
+        f'totals.by_upstream["{ANTHROPIC_URL}"]',
+    )
+
+    # a forger's ledger: one event's member of the wrong type, re-chained, receipt re-pointed
+    entries = refusal_run()
+    for name, at, kind, changes, what in (
+        ("policy-denied-rule-not-string", 24, "policy.denied", {"rule": 7}, "rule a number"),
+        ("breaker-state-to-missing", 10, "breaker.state", {"to": None}, "no to"),
+        ("fault-target-not-string", 4, "fault.injected", {"target": ["upstream"]}, "target a list"),
+        (
+            "refused-unrecorded-not-integer",
+            len(entries) - 1,
+            "session.end",
+            {"refused_unrecorded": {"ledger": "2"}},
+            "refused_unrecorded.ledger a string",
+        ),
+        (
+            "request-base-url-not-string",
+            2,
+            "model.request",
+            {"base_url": 443},
+            "base_url a number",
+        ),
+    ):
+        bad = copy.deepcopy(entries)
+        assert bad[at].type == kind, (name, bad[at].type)
+        for key, value in changes.items():
+            if value is None:
+                del bad[at].fields[key]
+            else:
+                bad[at].fields[key] = value
+        forged = chain(bad)
+        v.fail(
+            name,
+            f"{what} in the {kind} at seq {at} (re-chained, receipt re-pointed)",
+            forged.data,
+            edited(edited(receipt, "ledger.head", forged.head), "ledger.bytes", len(forged.data)),
+            "malformed_event",
+            seq=at,
+            offset=forged.offsets[at],
         )
 
 
