@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from docket.receipts.snapshot_claims import SnapshotClaimError, SnapshotFold
+
 MAX_INT = 2**53 - 1  # every integer the spec interprets fits a double exactly
 
 # Counters kept per model; the overall totals are their sums.
@@ -306,8 +308,6 @@ class Tally:
         # model.request's client_attempt (the SDK's x-stainless-retry-count) -> requests
         # carrying it; bounded by the distinct attempts, not the requests.
         self.client_attempts: dict[int, int] = {}
-        from docket.receipts.snapshot_claims import SnapshotFold
-
         self.snapshot = SnapshotFold()  # the receipt's `snapshot` (section 7.7)
         # The response cache (ops.cache, spec section 7.8): hits, misses, stored answers,
         # refusals to store by reason (bounded by the reasons' vocabulary) and the saving.
@@ -574,8 +574,6 @@ class Tally:
         self.fault_layers[layer] = self.fault_layers.get(layer, 0) + 1
 
     def _on_snapshot(self, event: dict) -> None:
-        from docket.receipts import snapshot_claims
-
         fold = {
             "snapshot.taken": self.snapshot.on_taken,
             "snapshot.changes": self.snapshot.on_changes,
@@ -583,7 +581,7 @@ class Tally:
         }[event["type"]]
         try:
             fold(event)
-        except snapshot_claims.TallyError as exc:
+        except SnapshotClaimError as exc:
             raise TallyError(str(exc)) from None
 
     def _on_gap(self, event: dict) -> None:
