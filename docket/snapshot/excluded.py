@@ -11,8 +11,8 @@ An identity is cheap and bounded, never a walk of the excluded tree:
   missing, a link (its target, never followed), a file (inode, size, mtime), other
     (a FIFO, a device: its kind);
   a `.git` directory: the SHA-256 of HEAD, of packed-refs and of the files under
-    refs/ (names, link targets and contents; at most MAX_REF_ENTRIES entries and
-    MAX_FILE_BYTES a file), and the index's size and mtime. Not the directory's own
+    refs/ (names, link targets and contents; at most MAX_REF_ENTRIES entries,
+    MAX_REF_DEPTH levels and MAX_FILE_BYTES a file), and the index's size and mtime. Not the directory's own
     mtime: every git command touches it (index.lock) without changing a ref;
   any other directory: its inode and mtime, and its top-level entries' names, kinds,
     sizes and mtimes (at most MAX_TOP_ENTRIES, read once; more is said as truncated).
@@ -35,6 +35,7 @@ from docket.snapshot.store import CHUNK, Deadline, TimedOut
 MAX_ROOTS = 64  # excluded roots watched per snapshot root
 MAX_TOP_ENTRIES = 1000  # top-level entries of an excluded directory read
 MAX_REF_ENTRIES = 10_000  # entries under .git/refs read
+MAX_REF_DEPTH = 32  # directories under .git/refs entered, one inside another
 MAX_FILE_BYTES = 16 << 20  # of HEAD, packed-refs or one ref, hashed at most
 IDENTITY_SECONDS = 10.0  # for all the excluded roots of one snapshot root, each time
 GIT = ".git"
@@ -147,44 +148,70 @@ def _git(tree: Tree, fd: int, path: str, deadline: Deadline) -> dict:
     return out
 
 
+def _listing(fd: int, limit: int) -> tuple[list[str], bool]:
+    """At most `limit` names of a directory (sorted), and whether there were more: a
+    directory of a million entries is never read whole."""
+    names: list[str] = []
+    with os.scandir(fd) as it:
+        for entry in it:
+            if len(names) == limit:
+                return sorted(names), True
+            names.append(entry.name)
+    return sorted(names), False
+
+
 def _refs(tree: Tree, git_fd: int, path: str, deadline: Deadline) -> dict:
     """A digest over refs/: every entry's path and kind, a file's content hash, a link's
-    target; a loop over a stack of open directories, MAX_REF_ENTRIES entries at most."""
+    target (never followed). A loop over a stack of open directories, as the scan's:
+    at most MAX_REF_DEPTH fds open, MAX_REF_ENTRIES entries read in all."""
     h = hashlib.sha256()
     seen, truncated = 0, False
     st = lstat_at(git_fd, "refs")
     if st is None or not stat.S_ISDIR(st.st_mode):
         return {"refs_sha256": None, "refs_entries": 0, "refs_truncated": False}
-    stack = [(tree.open_dir(git_fd, "refs", f"{path}/refs"), "refs")]
+    stack: list[tuple[int, str, list[str]]] = []
     try:
-        while stack and not truncated:
-            fd, prefix = stack.pop()
-            try:
-                with os.scandir(fd) as it:
-                    names = sorted(e.name for e in it)
-                for name in names:
-                    if seen == MAX_REF_ENTRIES:
-                        truncated = True
-                        break
-                    seen += 1
-                    where = f"{path}/{prefix}/{name}"
-                    deadline.check(where)
-                    est = lstat_at(fd, name)
-                    if est is None:
-                        continue
-                    h.update(f"{prefix}/{name}\0{kind_of(est.st_mode)}\0".encode(
-                        "utf-8", "surrogateescape"))  # fmt: skip
-                    if stat.S_ISREG(est.st_mode):
-                        h.update((_file_sha(fd, name, where, deadline) or "").encode())
-                    elif stat.S_ISLNK(est.st_mode):
-                        h.update(os.fsencode(os.readlink(name, dir_fd=fd)))
-                    elif stat.S_ISDIR(est.st_mode) and est.st_dev == tree.dev:
-                        sub = os.open(name, DIR_FLAGS, dir_fd=fd)
-                        stack.append((sub, f"{prefix}/{name}"))
-            finally:
+        fd = tree.open_dir(git_fd, "refs", f"{path}/refs")
+        names, more = _listing(fd, MAX_REF_ENTRIES)
+        stack.append((fd, "refs", names[::-1]))
+        truncated |= more
+        while stack:
+            fd, prefix, left = stack[-1]
+            if not left:
                 os.close(fd)
+                stack.pop()
+                continue
+            if seen == MAX_REF_ENTRIES:
+                truncated = True
+                break
+            name = left.pop()
+            seen += 1
+            where = f"{path}/{prefix}/{name}"
+            deadline.check(where)
+            est = lstat_at(fd, name)
+            if est is None:
+                continue  # gone since the listing
+            h.update(
+                f"{prefix}/{name}\0{kind_of(est.st_mode)}\0".encode("utf-8", "surrogateescape")
+            )
+            if stat.S_ISREG(est.st_mode):
+                h.update((_file_sha(fd, name, where, deadline) or "").encode())
+            elif stat.S_ISLNK(est.st_mode):
+                h.update(os.fsencode(os.readlink(name, dir_fd=fd)))
+            elif stat.S_ISDIR(est.st_mode) and est.st_dev == tree.dev:
+                if len(stack) >= MAX_REF_DEPTH:
+                    truncated = True  # deeper than any ref: named, not entered
+                    continue
+                sub = os.open(name, DIR_FLAGS, dir_fd=fd)
+                try:
+                    names, more = _listing(sub, MAX_REF_ENTRIES - seen)
+                except BaseException:
+                    os.close(sub)
+                    raise
+                stack.append((sub, f"{prefix}/{name}", names[::-1]))
+                truncated |= more
     finally:
-        for fd, _ in stack:
+        for fd, _, _ in stack:
             os.close(fd)
     return {"refs_sha256": h.hexdigest(), "refs_entries": seen, "refs_truncated": truncated}
 
