@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
+from helpers import io_examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from reading_ledgers import Script
 
+from docket.agent.budget import RetryBudget
 from docket.cli import main
 from docket.reading.explain import explain_ledger
 from docket.reading.thresholds import DEFAULTS, load_thresholds
@@ -161,6 +167,29 @@ def test_retry_budget_counts_the_retries_the_boundary_refused_too(tmp_path):
     ev = named(tmp_path, s.end())["retry-budget"]["evidence"]
     assert ev["retries"] == 5 and ev["refused_retries"] == 1
     assert ev["arithmetic"] == "5 retries > 0.1 x 10 first attempts + 3 = 4"
+
+
+@settings(max_examples=io_examples(), deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=30))
+def test_an_agent_that_keeps_its_budget_is_never_named(wanted):
+    """The reference agent's RetryBudget asked before each retry: whatever retries each
+    call wanted, the ledger it leaves (written by the ledger writer) is within what
+    explain judges; and the run that retried every time it wanted is named exactly
+    when its retries are over 0.1 x calls + 3."""
+    budget, kept, greedy = RetryBudget(), Script(), Script()
+    for n, want in enumerate(wanted):
+        budget.deposit()
+        for script in (kept, greedy):
+            script.call(fail="upstream_status", status=503, after_ms=500, client_attempt=0,
+                        body=f"task {n}")  # fmt: skip
+        for attempt in range(1, want + 1):
+            greedy.call(after_ms=500, client_attempt=attempt, body=f"task {n}")
+            if budget.withdraw():
+                kept.call(after_ms=500, client_attempt=attempt, body=f"task {n}")
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+        assert "retry-budget" not in named(Path(folder), kept.end())
+        over = sum(wanted) > 3 + 0.1 * len(wanted)
+        assert ("retry-budget" in named(Path(folder), greedy.end())) is over
 
 
 def test_retry_budget_counts_each_provider_apart(tmp_path):
