@@ -395,6 +395,8 @@ def test_an_agent_that_gives_up_at_its_first_error_leaves_the_breaker_judged(tmp
     assert run["retry_budget"]["within"] is True  # it never retried at all
     assert run["retry_budget"]["arithmetic"] == "0 retries <= 0.1 x 3 first attempts + 3 = 3.3"
     assert "retry budget within: 0 retries <= 0.1 x 3" in done.stdout
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert "retry budget within: 0 retries &lt;= 0.1 x 3 first attempts + 3 = 3.3" in html
 
 
 ANTHROPIC = """\
