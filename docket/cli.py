@@ -309,6 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-retry-after", help="longest Retry-After honoured (DOCKET_AGENT_MAX_RETRY_AFTER)"
     )
+    p.add_argument(
+        "--deadline", help="seconds per call, all its attempts and waits (DOCKET_AGENT_DEADLINE)"
+    )
+    p.add_argument(
+        "--retry-ratio", help="retries per first attempt, e.g. 0.1 (DOCKET_AGENT_RETRY_RATIO)"
+    )
+    p.add_argument("--retry-floor", help="retries a run may always take (DOCKET_AGENT_RETRY_FLOOR)")
     p.set_defaults(func=cmd_agent)
 
     p = verbs.add_parser(

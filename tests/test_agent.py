@@ -524,7 +524,7 @@ def test_backoff_jitter_is_the_seeded_policy_and_ignores_http_dates():
 
 def test_backoff_gives_up_after_max_attempts_and_moves_on():
     with Double(lambda n, body: refusal(503, "overloaded", retry_after="0")) as double:
-        env = openai_env(double, mode="backoff", calls="2", max_attempts="3")
+        env = openai_env(double, mode="backoff", calls="2", max_attempts="3", retry_floor="4")
         run = agent(env, "--backoff-base", "0.01", "--backoff-cap", "0.02")
     assert run.code == 0, run.stderr
     assert len(double.model_calls) == 6  # three attempts of each of two calls
@@ -570,6 +570,79 @@ def test_backoff_stops_at_a_policy_denial():
     assert run.summary["stopped"] == "docket_policy_denied"
 
 
+def test_backoff_retries_gateway_failures_and_never_another_4xx():
+    replies = [refusal(502, "bad_gateway"), refusal(504, "gateway_timeout"), openai_ok(2)]
+    replies += [refusal(400, "invalid_request_error"), refusal(404, "not_found_error")]
+
+    with Double(lambda n, body: replies[n]) as double:
+        env = openai_env(double, mode="backoff", calls="3", retry_floor="10")
+        run = agent(env, "--backoff-base", "0.01", "--backoff-cap", "0.02")
+    assert run.code == 0, run.stderr
+    # 502 and 504 retried; 400 and 404 are each their call's last attempt
+    assert [c.status for c in double.model_calls] == [502, 504, 200, 400, 404]
+    contents = [c.body["messages"][0]["content"] for c in double.model_calls]
+    assert len(set(contents[:3])) == 1 and len(set(contents)) == 3
+    assert [c.headers["x-stainless-retry-count"] for c in double.model_calls] == list("01200")
+    assert [p.body["status"] for p in double.backoff_posts] == [502, 504]
+    assert run.summary["retries"] == 2 and run.summary["gave_up"] == {}
+
+
+def test_backoff_retries_a_connection_that_was_never_made():
+    with socket.socket() as bound:  # bound, never listening: every connect is refused
+        bound.bind(("127.0.0.1", 0))
+        port = bound.getsockname()[1]
+        env = {
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/openai/v1",
+            "OPENAI_API_KEY": TOKEN,
+            "DOCKET_AGENT_MODE": "backoff",
+            "DOCKET_AGENT_CALLS": "1",
+            "DOCKET_AGENT_MAX_ATTEMPTS": "3",
+        }
+        run = agent(env, "--backoff-base", "0.01", "--backoff-cap", "0.02")
+    assert run.code == 1  # no call got an HTTP answer: the verdict says so
+    assert "no call got an HTTP answer" in run.stderr
+    s = run.summary
+    assert s["errors"] == {"ConnectError": 3} and s["retries"] == 2
+    assert s["gave_up"] == {"max_attempts": 1}
+
+
+def test_backoff_keeps_one_deadline_per_call_and_sends_what_is_left():
+    # Every attempt refused with Retry-After 0.3 s; the call has 1 s: attempts at about
+    # 0, 0.3, 0.6 and 0.9 s, then the hint outlasts what is left and the call is given up.
+    with Double(lambda n, body: refusal(503, "overloaded", retry_after="0.3")) as double:
+        env = openai_env(double, mode="backoff", calls="1", max_attempts="50", retry_floor="50")
+        run = agent(env, "--deadline", "1", "--backoff-base", "0.01", "--backoff-cap", "0.02")
+    assert run.code == 0, run.stderr
+    calls = double.model_calls
+    assert 2 <= len(calls) <= 4, [c.arrived - calls[0].arrived for c in calls]
+    lefts = [int(c.headers["x-docket-deadline-ms"]) for c in calls]
+    assert lefts[0] <= 1000 and lefts == sorted(lefts, reverse=True)
+    for c, left in zip(calls, lefts, strict=True):
+        # what the header says is left is what the deadline leaves (the agent's clock
+        # started before the first request left: it can only be less)
+        assert left <= 1000 - (c.arrived - calls[0].arrived) * 1000 + 5
+        assert c.arrived - calls[0].arrived < 1.0  # no attempt after the deadline
+    assert lefts[-1] <= 1000 - 300 * (len(calls) - 1) + 5
+    assert run.summary["gave_up"] == {"deadline": 1}
+    assert run.summary["elapsed_s"] < 1.5
+
+
+def test_backoff_keeps_its_retries_within_the_budget():
+    # Every attempt refused at once: the budget alone bounds the retries, 3 + 0.1 per call.
+    with Double(lambda n, body: refusal(503, "overloaded", retry_after="0")) as double:
+        env = openai_env(double, mode="backoff", calls="20", max_attempts="8")
+        run = agent(env, "--backoff-base", "0.001", "--backoff-cap", "0.002")
+    assert run.code == 0, run.stderr
+    retries = sum(1 for c in double.model_calls if c.headers["x-stainless-retry-count"] != "0")
+    assert len(double.model_calls) == 20 + 5 and retries == 5  # 3 + 0.1 * 20
+    budget = run.summary["retry_budget"]
+    assert budget["first_attempts"] == 20 and budget["retries"] == 5
+    assert budget["ratio"] == 0.1 and budget["floor"] == 3
+    # every call that could not retry said so: 20 calls, each given up once
+    assert run.summary["gave_up"]["retry_budget"] == budget["refused"]
+    assert sum(run.summary["gave_up"].values()) == 20
+
+
 # ---------------------------------------------------------------- misconfiguration
 
 
@@ -599,6 +672,10 @@ def settings_env(**changes: str | None) -> dict[str, str]:
         (settings_env(DOCKET_AGENT_TEMPERATURE="nan"), [], ["DOCKET_AGENT_TEMPERATURE='nan'"]),
         (settings_env(), ["--temperature", "\u0661"], ["--temperature=", "from 0 to 2"]),
         (settings_env(), ["--bogus"], ["unrecognized arguments: --bogus"]),
+        (settings_env(), ["--retry-ratio", "1.5"], ["--retry-ratio='1.5'", "from 0 to 1"]),
+        (settings_env(DOCKET_AGENT_RETRY_RATIO="0.1234"), [], ["DOCKET_AGENT_RETRY_RATIO="]),
+        (settings_env(), ["--retry-floor", "-1"], ["--retry-floor='-1'"]),
+        (settings_env(DOCKET_AGENT_DEADLINE="0"), [], ["DOCKET_AGENT_DEADLINE='0'", "positive"]),
     ],
 )
 def test_misconfiguration_is_one_line_and_exit_2(env, flags, needles, monkeypatch, capsys):

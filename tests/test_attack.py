@@ -15,6 +15,7 @@ from chaos.attack import (
     Figures,
     cache,
     diskfull,
+    excluded,
     exhaustion,
     http,
     inputs,
@@ -87,6 +88,11 @@ def test_connection_exhaustion_leaves_real_calls_answered_and_each_episode_recor
 
 def test_the_snapshot_store_and_restore_hold_against_a_same_user_agent(tmp_path):
     assert_all_good(snapshot.run(tmp_path, quick=True), at_least=17)
+
+
+def test_the_watch_on_excluded_roots_stays_bounded_and_inside(tmp_path):
+    figures = excluded.run(tmp_path, quick=True)
+    assert_all_good(figures, at_least=6)
 
 
 def test_nothing_an_agent_leaves_outlives_its_run(tmp_path):

@@ -109,6 +109,7 @@ async def test_the_reference_agent_marks_its_retries_like_an_sdk(
     unavailable = steady(Behaviour(error="status", status=503, retry_after="0.01"))
     agent = [sys.executable, "-m", "docket", "agent", "--mode", "backoff", "--calls", "2"]
     agent += ["--max-attempts", "3", "--backoff-base", "0.01", "--backoff-cap", "0.02"]
+    agent += ["--retry-floor", "4"]  # four retries: over the default budget (3 + 0.1 * 2)
     with trio.fail_after(DEADLINE), (tmp_path / "agent.out").open("w") as out:
         async with stub_server("openai", choose=unavailable) as stub:
             run = _options(tmp_path, stub.url, out)

@@ -367,3 +367,64 @@ def test_jitter_one_near_zero_draw_of_full_jitter_is_no_finding():
     waits = [[0.045, 0.21], [0.005, 0.4], [0.175, 0.33], [0.017, 0.52]]
     found = ac.backs_off_with_jitter(_retries(waits).events, P)
     assert found.verdict == OK, found
+
+
+# ---------------------------------------------------------------- retry budget
+
+
+def test_retry_budget_within_and_over_with_the_arithmetic():
+    within = Ledger()
+    for i in range(10):
+        within.wait(1).call(f"q{i}", status=503 if i < 4 else 200)
+        if i < 4:
+            within.wait(0.5).call(f"q{i}")  # one retry each: 4 <= 0.1 x 10 + 3
+    budget = ac.retry_budget(within.events, ["openai"])
+    assert budget["within"] is True
+    assert (budget["first_attempts"], budget["retries"], budget["allowed"]) == (10, 4, 4.0)
+    assert budget["arithmetic"] == "4 retries <= 0.1 x 10 first attempts + 3 = 4"
+
+    over = Ledger()
+    for i in range(10):
+        over.wait(1).call(f"q{i}", status=503 if i < 5 else 200)
+        if i < 5:
+            over.wait(0.5).call(f"q{i}")
+    budget = ac.retry_budget(over.events, ["openai"])
+    assert budget["within"] is False and budget["retries"] == 5
+    assert budget["arithmetic"] == "5 retries > 0.1 x 10 first attempts + 3 = 4"
+
+
+def test_retry_budget_counts_refused_retries_and_only_the_agents_routes():
+    led = Ledger()
+    led.call("a", status=503).wait(0.1).refused(client_attempt=1).wait(0.6)
+    led.refused(client_attempt=2).wait(0.6).refused(client_attempt=3).wait(0.6)
+    led.refused(client_attempt=4).wait(0.6).call("a", client_attempt=5)
+    for i in range(20):
+        led.call(f"other {i}", status=503, provider="polite")  # not the agent's route
+    budget = ac.retry_budget(led.events, ["openai"])
+    assert budget["first_attempts"] == 1 and budget["retries"] == 5
+    assert budget["within"] is False  # 5 > 0.1 x 1 + 3
+    assert "retry count" in budget["grouped"]
+
+
+def test_retry_budget_without_a_call_is_not_judged():
+    budget = ac.retry_budget([], ["openai"])
+    assert budget["within"] is None and budget["retries"] == 0
+
+
+@settings()
+@given(st.lists(st.integers(min_value=0, max_value=3), max_size=40))
+def test_retry_budget_agrees_with_the_agents_own_budget(retries_per_call):
+    # An agent that asks its RetryBudget before each retry is judged within the budget.
+    from docket.agent.budget import RetryBudget
+
+    budget, led = RetryBudget(), Ledger()
+    for n, wanted in enumerate(retries_per_call):
+        budget.deposit()
+        led.wait(1).call(f"call {n}", status=503, client_attempt=0)
+        for attempt in range(1, wanted + 1):
+            if not budget.withdraw():
+                break
+            led.wait(0.5).call(f"call {n}", status=503, client_attempt=attempt)
+    judged = ac.retry_budget(led.events, ["openai"])
+    assert judged["retries"] == budget.retries
+    assert judged["within"] is (True if retries_per_call else None)

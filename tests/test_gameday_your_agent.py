@@ -73,6 +73,14 @@ def test_the_openai_sdk_agent_shows_retry_amplification(tmp_path: Path):
     assert breaker["runs"][0]["your_agent"]["exit"] == {"yours": 0}
     html = (report / "index.html").read_text()
     assert 'id="your-agent"' in html and "bounded attempts per logical call" in html
+    # the retry budget is judged over every attempt it sent (one run measured 4 retries
+    # of 11 calls: within 0.1 x 11 + 3, just), and said on the console
+    mine = breaker["runs"][0]["your_agent"]
+    budget = mine["retry_budget"]
+    assert budget["first_attempts"] + budget["retries"] == mine["calls"], budget
+    assert budget["within"] is (budget["retries"] <= budget["allowed"]), budget
+    stayed = "within" if budget["within"] else "OVER"
+    assert f"retry budget {stayed}: {budget['arithmetic']}" in done.stdout
 
 
 def test_the_agent_that_ignores_retry_after_fails_that_check(tmp_path: Path):
@@ -384,6 +392,11 @@ def test_an_agent_that_gives_up_at_its_first_error_leaves_the_breaker_judged(tmp
     assert found["summary"].startswith("your agent exited 1 after 3 calls, its last at seq ")
     assert "(failed, upstream_status 503): line 2: HTTP 503; giving up" in found["summary"]
     assert run["met"]["breaker openings"].startswith("not exercised: your agent exited 1")
+    assert run["retry_budget"]["within"] is True  # it never retried at all
+    assert run["retry_budget"]["arithmetic"] == "0 retries <= 0.1 x 3 first attempts + 3 = 3.3"
+    assert "retry budget within: 0 retries <= 0.1 x 3" in done.stdout
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert "retry budget within: 0 retries &lt;= 0.1 x 3 first attempts + 3 = 3.3" in html
 
 
 ANTHROPIC = """\

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
+from helpers import io_examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from reading_ledgers import Script
 
+from docket.agent.budget import RetryBudget
 from docket.cli import main
 from docket.reading.explain import explain_ledger
 from docket.reading.thresholds import DEFAULTS, load_thresholds
@@ -112,6 +118,98 @@ def test_retry_storm_from_the_limiters_refusals(tmp_path):
     for _ in range(15):
         quiet.refusal("x-docket.rate-limited", after_ms=600, retry_after_s=0.5)
     assert "retry-storm" not in named(tmp_path, quiet.end())
+
+
+# ---------------------------------------------------------------- retry-budget
+
+
+def retried(calls: int, retries: int, *, provider: str = "openai", end: bool = True) -> Script:
+    """`calls` logical calls, the first `retries` of them failing once (503) and retried
+    half a second later: backed off, so no storm, only the count of retries."""
+    s = Script()
+    for i in range(calls):
+        if i < retries:
+            s.call(fail="upstream_status", status=503, after_ms=500, client_attempt=0,
+                   provider=provider, body=f"task {i}")  # fmt: skip
+            s.call(after_ms=500, client_attempt=1, provider=provider, body=f"task {i}")
+        else:
+            s.call(after_ms=500, client_attempt=0, provider=provider, body=f"task {i}")
+    return s.end() if end else s
+
+
+def test_retry_budget_named_with_its_arithmetic_when_retries_exceed_it(tmp_path):
+    found = named(tmp_path, retried(10, 6))
+    assert "retry-storm" not in found  # each retry waited: the budget, not a storm
+    ev = found["retry-budget"]["evidence"]
+    assert ev["provider"] == "openai"
+    assert ev["first_attempts"] == 10 and ev["retries"] == 6
+    assert ev["allowed"] == 4  # 3 + 0.1 * 10
+    assert ev["arithmetic"] == "6 retries > 0.1 x 10 first attempts + 3 = 4"
+    # Four events a retried call (request, error, retry, answer) from seq 1: the fourth
+    # retry (seq 3 + 4 * 3) is the first past the budget as it stood then, 3 + 0.1 * 4.
+    assert ev["first_over_seq"] == 15
+    assert found["retry-budget"]["impact"]["calls"] == 6
+    assert found["retry-budget"]["impact"]["cost_nusd"] == 6 * (7 * 150 + 16 * 600)
+
+
+def test_retry_budget_not_named_within_it_or_without_markers(tmp_path):
+    assert "retry-budget" not in named(tmp_path, retried(10, 4))  # exactly the budget
+    assert "retry-budget" not in named(tmp_path, retried(40, 7))  # 3 + 0.1 * 40 = 7
+    unmarked = Script()
+    for _ in range(10):
+        unmarked.call(fail="upstream_status", status=503, after_ms=500)
+    assert "retry-budget" not in named(tmp_path, unmarked.end())  # nothing to count
+
+
+def test_retry_budget_counts_the_retries_the_boundary_refused_too(tmp_path):
+    s = retried(10, 4, end=False)  # at the budget with its forwarded retries alone
+    s.refusal("x-docket.rate-limited", after_ms=500, client_attempt=1, retry_after_s=0.1)
+    ev = named(tmp_path, s.end())["retry-budget"]["evidence"]
+    assert ev["retries"] == 5 and ev["refused_retries"] == 1
+    assert ev["arithmetic"] == "5 retries > 0.1 x 10 first attempts + 3 = 4"
+
+
+@settings(max_examples=io_examples(), deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=30))
+def test_an_agent_that_keeps_its_budget_is_never_named(wanted):
+    """The reference agent's RetryBudget asked before each retry: whatever retries each
+    call wanted, the ledger it leaves (written by the ledger writer) is within what
+    explain judges; and the run that retried every time it wanted is named exactly
+    when its retries are over 0.1 x calls + 3."""
+    budget, kept, greedy = RetryBudget(), Script(), Script()
+    for n, want in enumerate(wanted):
+        budget.deposit()
+        for script in (kept, greedy):
+            script.call(fail="upstream_status", status=503, after_ms=500, client_attempt=0,
+                        body=f"task {n}")  # fmt: skip
+        for attempt in range(1, want + 1):
+            greedy.call(after_ms=500, client_attempt=attempt, body=f"task {n}")
+            if budget.withdraw():
+                kept.call(after_ms=500, client_attempt=attempt, body=f"task {n}")
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+        assert "retry-budget" not in named(Path(folder), kept.end())
+        over = sum(wanted) > 3 + 0.1 * len(wanted)
+        assert ("retry-budget" in named(Path(folder), greedy.end())) is over
+
+
+def test_retry_budget_counts_each_provider_apart(tmp_path):
+    s = retried(10, 6, provider="openai", end=False)
+    for i in range(30):
+        s.call(after_ms=500, client_attempt=0, provider="anthropic", model="claude-3-5-haiku",
+               body=f"other {i}")  # fmt: skip
+    found = named(tmp_path, s.end())
+    assert found["retry-budget"]["evidence"]["provider"] == "openai"  # not pooled: 6 <= 3 + 4
+
+
+def test_retry_budget_thresholds_come_from_the_policy(tmp_path, capsys):
+    path = retried(10, 6).write(tmp_path / "ledger.jsonl")
+    policy = tmp_path / "docket.toml"
+    policy.write_text("[explain]\nretry_budget_ratio = 0.2\nretry_budget_floor = 4\n")
+    assert main(["explain", str(path), "--policy", str(policy)]) == 0
+    assert "retry-budget" not in capsys.readouterr().out  # 6 <= 4 + 0.2 * 10
+    assert main(["explain", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "retry-budget" in out and "6 retries > 0.1 x 10 first attempts + 3 = 4" in out
 
 
 # ---------------------------------------------------------------- cache-miss

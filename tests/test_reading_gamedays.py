@@ -7,6 +7,7 @@ process); each phase's evidence is kept (--keep) and read back from disk.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -20,7 +21,10 @@ from docket.reading.explain import explain_ledger
 # - retry-storm: the hammer calls again within milliseconds of each 429 that said Retry-After.
 # - partition: the looper and the hammer call again within milliseconds of each load-shed
 #   503 that said Retry-After: 1 s (~49 times): the same storm, against the bulkhead.
+# - retry-budget: the backing-off agent rides out the breaker's outage with more retries
+#   than 0.1 per call + 3 (the phase raises its own budget's floor so that it can).
 SHOWS = {
+    "circuit-breaker/run": {"retry-budget"},
     "runaway-loop/deny": {"runaway-loop"},
     "runaway-loop/kill": {"runaway-loop"},
     "retry-storm/run": {"retry-storm"},
@@ -31,7 +35,6 @@ SHOWS = {
 NEITHER = [
     "upstream-failure/run",
     "upstream-latency/run",
-    "circuit-breaker/run",
     "ledger-pressure/events",
     "ledger-pressure/bytes",
     "evidence-loss/goes-on",
@@ -85,6 +88,18 @@ def test_explain_names_nothing_where_the_phase_shows_neither(evidence, name, tmp
         assert main(["doctor", "--quarantine-torn-tail", str(copy)]) == 0
         path = tmp_path / "ledger.jsonl.repaired"
     assert named(path) == set()
+
+
+def test_retry_budget_on_a_real_ledger_agrees_with_its_receipt(evidence):
+    ledger = ledger_of(evidence, "circuit-breaker/run")
+    (found,) = [f for f in explain_ledger(ledger)["findings"] if f["pattern"] == "retry-budget"]
+    ev = found["evidence"]
+    receipt = json.loads((ledger.parent / "receipt.json").read_text())
+    # the receipt counts the forwarded retries; the budget counts the refused ones too
+    forwarded = receipt["ops"]["client_retries"]["retries"]
+    assert ev["retries"] - ev["refused_retries"] == forwarded
+    assert ev["retries"] > 3 + 0.1 * ev["first_attempts"]
+    assert ev["arithmetic"].startswith(f"{ev['retries']} retries > 0.1 x {ev['first_attempts']}")
 
 
 def test_diff_of_real_receipts(evidence, capsys):

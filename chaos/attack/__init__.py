@@ -16,6 +16,8 @@ the table; tests/test_attack.py runs each in its quick form. Families:
              EMFILE under a lowered NOFILE, against a live `docket run`
   snapshot   the snapshot store, the run folder's records and the tree attacked by
              an agent of the same user, against a real rollback and docket restore
+  excluded   what the snapshot leaves out (.git, node_modules) swapped for links out,
+             FIFOs, tens of thousands of entries: the watch on it stays bounded
   numbers    number forms in receipts and ledger lines, through all three verifiers
   orphans    an agent's ways to outlive its run (fork chains and bombs, setsid,
              SIGSTOP, SIGCONT, re-parenting, a /proc snooper for the next key)

@@ -44,6 +44,11 @@ FAMILIES = {
         "ended in bounded time, nothing written outside, verified only when the tree "
         "equals the snapshot, differences named",
     ),
+    "excluded": (
+        "chaos.attack.excluded",
+        "an excluded root spoiled: named as it is (a link as a link), within the identity "
+        "step's bound, nothing outside read into or changed",
+    ),
     "numbers": (
         "chaos.attack.numbers",
         "number forms on which the three verifiers agree, none exits 70, each within its bound",
@@ -75,6 +80,7 @@ NOTES = {
         f"events counting {x.get('pressure_counted')}"
     ),
     "snapshot": lambda x: f"held {x.get('held')}",
+    "excluded": lambda x: f"slowest probe {x.get('slowest_probe_s')} s",
     "numbers": lambda x: (
         f"verifiers {x.get('verifiers')}, verdicts {x.get('verdicts')}, slowest "
         f"{x.get('slowest_s')}, skipped {x.get('skipped_verifiers')}"

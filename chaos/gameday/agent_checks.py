@@ -30,8 +30,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from chaos.gameday.derive import ATTEMPTS
+from docket.agent.budget import DEFAULT_FLOOR, DEFAULT_RATIO, allowance
 
 OK = "ok"
 FINDING = "finding"
@@ -640,6 +642,38 @@ def _outcome(a: Attempt) -> str:
     if a.end_seq is None:
         return "never closed"
     return f"failed, {a.reason or 'status'}" + (f" {a.status}" if a.status else "")
+
+
+# ---------------------------------------------------------------- retry budget
+
+
+def retry_budget(
+    events: Sequence[Mapping],
+    providers: Iterable[str],
+    *,
+    ratio: Fraction = DEFAULT_RATIO,
+    floor: int = DEFAULT_FLOOR,
+) -> dict:
+    """Whether the agent's retries stayed within a retry budget (docket.agent.budget, the
+    reference agent's: at most `ratio` of its first attempts plus `floor`), with the
+    arithmetic. Every attempt it sent counts, forwarded or refused; a logical call's
+    first attempt is its first, the rest are retries (grouped as logical_calls says).
+    `within` is None when it made no call: nothing to judge."""
+    attempts = attempts_of(events, providers)
+    calls, how = logical_calls(attempts)
+    first, retries = len(calls), len(attempts) - len(calls)
+    allowed = allowance(first, ratio, floor)
+    within = None if not attempts else retries <= allowed
+    sign = "<=" if within or within is None else ">"
+    return {
+        "within": within,
+        "first_attempts": first,
+        "retries": retries,
+        "allowed": float(allowed),
+        "arithmetic": f"{retries} retries {sign} {float(ratio):g} x {first} first attempts "
+        f"+ {floor} = {float(allowed):g}",
+        "grouped": how,
+    }
 
 
 # ---------------------------------------------------------------- by name

@@ -129,6 +129,10 @@ def your_agent_lines(result: PhaseResult) -> list[str]:
             for f in run.your_agent.get("findings", ())
         ]
         out.append(f"your agent: {label}{exits}; {', '.join(verdicts) or 'no checks'}")
+        budget = run.your_agent.get("retry_budget")
+        if budget and budget.get("within") is not None:
+            stayed = "within" if budget["within"] else "OVER"
+            out.append(f"  retry budget {label}{stayed}: {budget['arithmetic']}")
         for f in run.findings:
             out.append(f"  finding {label}{f['check']}: {f['summary']}")
     return out

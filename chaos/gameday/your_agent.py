@@ -49,6 +49,7 @@ from chaos.gameday.agent_checks import (
     Facts,
     Finding,
     attempts_of,
+    retry_budget,
     run_check,
 )
 from chaos.yamldoc import Where
@@ -414,7 +415,8 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> list[str]:
 def findings_for_run(phase, spec, evidence: Mapping, run_dir: Path, grace_s: float) -> dict:
     """The user agent's part of one run: its checks' findings (the declared ones, and
     runs_to_the_end for every run), its exit code, its stderr tail and what it did: how
-    many calls it made on its routes, and which of the run's mechanisms met its calls."""
+    many calls it made on its routes, which of the run's mechanisms met its calls, and
+    whether its retries stayed within the reference agent's retry budget."""
     decl: Declaration = getattr(phase, "your_agent", None) or NOT_DECLARED
     if not any(a.name == YOURS for a in spec.scenario.agents):
         return {}
@@ -441,6 +443,7 @@ def findings_for_run(phase, spec, evidence: Mapping, run_dir: Path, grace_s: flo
         "exit": {YOURS: exits.get(YOURS)},
         "stderr_tail": {YOURS: tail},
         "met": mechanisms_met(events, providers, facts, len(calls)),
+        "retry_budget": retry_budget(events, providers),
         "findings": [f.to_json() for f in findings],
     }
 

@@ -13,6 +13,16 @@ manufactures a second refusal; but when the doubling envelope is already longer
 than the hint, keeping the jitter keeps the clients that were refused together
 from coming back together. Hence `max(hint, uniform(0, envelope))`, which is
 also never longer than `max(cap, hint)`.
+
+What is retried: the refusals that say "not now" (429, 503, 529) and the gateway
+failures that say the upstream did not answer (502, 504), and a connection that
+could not be made (the request never left, so resending it cannot do anything
+twice). Any other 4xx is final: the request itself is wrong, or a cap said no.
+
+A logical call has one deadline across all its attempts (`left_s`, the time it has
+left): no retry starts after it, and a wait that would reach it gives the call up
+at once instead of sleeping to no purpose (the sleep is never longer than the time
+left). The agent sends what is left on each attempt as x-docket-deadline-ms.
 """
 
 from __future__ import annotations
@@ -22,7 +32,10 @@ import random
 import re
 from dataclasses import dataclass
 
-RETRYABLE_STATUSES = frozenset({429, 503, 529})  # rate limited, unavailable/shed, overloaded
+# rate limited, bad gateway, unavailable/shed, gateway timeout, overloaded
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504, 529})
+# httpx's names for a connection that was never made: nothing was sent
+RETRYABLE_ERRORS = frozenset({"ConnectError", "ConnectTimeout"})
 
 # RFC 9110 delta-seconds is digits only; a fractional value is accepted because
 # stubs and limiters send them (Retry-After: 0.25), and a sign or exponent is not.
@@ -58,7 +71,14 @@ class Wait:
 class GiveUp:
     """Stop retrying this call; `reason` says which limit ended it."""
 
-    reason: str  # "max_attempts" | "retry_after_too_long"
+    reason: str  # "max_attempts" | "retry_after_too_long" | "deadline" | "retry_budget"
+
+
+def retryable(kind: str, status: int | None, reason: str | None) -> bool:
+    """Whether an attempt's outcome (docket.agent.calls.Outcome's fields) is worth a retry."""
+    if kind == "refused":
+        return status in RETRYABLE_STATUSES
+    return kind == "error" and status is None and reason in RETRYABLE_ERRORS
 
 
 @dataclass(frozen=True)
@@ -95,14 +115,28 @@ class BackoffPolicy:
         jitter = rng.uniform(0.0, self.envelope(attempt))
         return max(retry_after or 0.0, jitter)
 
-    def decide(self, attempt: int, retry_after: float | None, rng: random.Random) -> Wait | GiveUp:
-        """After refusal `attempt` (0-based) of one call: how long to wait, or give up.
+    def decide(
+        self,
+        attempt: int,
+        retry_after: float | None,
+        rng: random.Random,
+        left_s: float = math.inf,
+    ) -> Wait | GiveUp:
+        """After refusal `attempt` (0-based) of one call with `left_s` seconds left before
+        its deadline: how long to wait, or give up.
 
-        The random source is only drawn from when the answer is a Wait, so a
-        seeded run draws the same sequence whatever calls were given up.
+        The random source is drawn from only once the attempt and hint limits allow
+        a retry, so a seeded run draws the same sequence whatever calls were given
+        up by them. The retry budget is the agent's to ask after a Wait: it is
+        spent only on a retry that is actually made.
         """
         if attempt + 1 >= self.max_attempts:
             return GiveUp("max_attempts")
         if retry_after is not None and retry_after > self.max_hint:
             return GiveUp("retry_after_too_long")
-        return Wait(self.delay(attempt, retry_after, rng))
+        if retry_after is not None and retry_after >= left_s:
+            return GiveUp("deadline")  # the server will not listen before the deadline
+        wait = self.delay(attempt, retry_after, rng)
+        if wait >= left_s:
+            return GiveUp("deadline")  # a retry after this wait would start past it
+        return Wait(wait)

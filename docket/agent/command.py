@@ -15,6 +15,12 @@ It reads the environment a supervisor gives an agent (flags override it):
   DOCKET_AGENT_SEED                      the jitter's random seed (default: drawn, and printed)
   DOCKET_AGENT_BACKOFF_BASE, DOCKET_AGENT_BACKOFF_CAP, DOCKET_AGENT_MAX_ATTEMPTS,
   DOCKET_AGENT_MAX_RETRY_AFTER           the backoff policy (docket.agent.backoff.BackoffPolicy)
+  DOCKET_AGENT_DEADLINE                  backoff: seconds one call may take, all its attempts
+                                         and waits included (default 120)
+  DOCKET_AGENT_RETRY_RATIO, DOCKET_AGENT_RETRY_FLOOR
+                                         backoff: the retry budget, retries <= ratio * first
+                                         attempts + floor (default 0.1 and 3;
+                                         docket.agent.budget.RetryBudget)
   DOCKET_AGENT_BASE_URL                  (or --base-url) instead of the provider's base URL
   DOCKET_AGENT_TEMPERATURE               sent as the body's temperature (0 to 2); unset, the
                                          body has none (the provider's default)
@@ -46,6 +52,7 @@ are pure; the trio part only sends, reads and sleeps. The parts:
   docket.agent.report   the running Tally, the summary line and the verdict
   docket.agent.modes    Agent: the trio part that sends, reads and sleeps, one method a mode
   docket.agent.backoff  the retry policy: full-jitter waits, Retry-After honoured
+  docket.agent.budget   the retry budget: a run's retries within a share of its calls
   docket.agent.command  this module: the client, the stop signals, `docket agent` itself
 Each name is imported from the module that defines it.
 """

@@ -11,8 +11,10 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from docket.agent.backoff import BackoffPolicy
+from docket.agent.budget import DEFAULT_FLOOR, DEFAULT_RATIO, ratio_from
 from docket.errors import InputError
 from docket.fields import Fields
 from docket.values import ValueProblem, parse_whole
@@ -36,12 +38,19 @@ FLAGS = {
     "DOCKET_AGENT_BACKOFF_CAP": "--backoff-cap",
     "DOCKET_AGENT_MAX_ATTEMPTS": "--max-attempts",
     "DOCKET_AGENT_MAX_RETRY_AFTER": "--max-retry-after",
+    "DOCKET_AGENT_DEADLINE": "--deadline",
+    "DOCKET_AGENT_RETRY_RATIO": "--retry-ratio",
+    "DOCKET_AGENT_RETRY_FLOOR": "--retry-floor",
     "DOCKET_AGENT_BASE_URL": "--base-url",
     "DOCKET_AGENT_TEMPERATURE": "--temperature",
 }
 # A sampling temperature as the agent sends it: 0 to 2 (OpenAI's range; Anthropic's is
 # 0 to 1, and a provider that refuses a value says so in its answer), two decimals at most.
 _TEMPERATURE = re.compile(r"[0-2](\.[0-9]{1,2})?\Z", re.ASCII)
+# The retry budget's share: 0 to 1 with three decimals at most, or a percentage (10%).
+_RATIO = re.compile(r"(0(\.[0-9]{1,3})?|1(\.0{1,3})?)\Z", re.ASCII)
+_PERCENT = re.compile(r"([0-9]{1,2}(\.[0-9])?|100)%\Z", re.ASCII)
+DEFAULT_DEADLINE_S = 120.0  # one logical call, all its attempts and waits: two full timeouts
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,10 @@ class AgentConfig:
     timeout: float
     seed: int
     policy: BackoffPolicy
+    # backoff mode: one deadline per logical call, and the run's retry budget
+    deadline: float = DEFAULT_DEADLINE_S
+    retry_ratio: Fraction = DEFAULT_RATIO
+    retry_floor: int = DEFAULT_FLOOR
     # None: the body carries no temperature (the provider's default, 1), as it always
     # did; a number is sent as given, e.g. 0 for the greedy calls a [cache] may serve.
     temperature: int | float | None = None
@@ -132,6 +145,19 @@ def _temperature(s: _Settings) -> int | float | None:
     return int(value) if value.is_integer() else value  # "0" is sent as 0, not 0.0
 
 
+def _retry_ratio(s: _Settings) -> Fraction:
+    text = s.get("DOCKET_AGENT_RETRY_RATIO")
+    if text is None:
+        return DEFAULT_RATIO
+    if _RATIO.match(text):
+        return ratio_from(Fraction(text))
+    if _PERCENT.match(text):
+        return ratio_from(Fraction(text[:-1]) / 100)
+    raise s.bad(
+        "DOCKET_AGENT_RETRY_RATIO", "must be a share from 0 to 1 (e.g. 0.1) or a percentage (10%)"
+    )
+
+
 def config_from(
     env: Mapping[str, str], overrides: Mapping[str, str | None] | None = None
 ) -> AgentConfig:
@@ -195,4 +221,9 @@ def config_from(
         timeout=s.seconds("DOCKET_AGENT_TIMEOUT", 60.0),
         seed=seed,
         policy=policy,
+        deadline=s.seconds("DOCKET_AGENT_DEADLINE", DEFAULT_DEADLINE_S),
+        retry_ratio=_retry_ratio(s),
+        retry_floor=s.fields.integer(
+            "DOCKET_AGENT_RETRY_FLOOR", DEFAULT_FLOOR, minimum=0, maximum=1_000_000
+        ),
     )

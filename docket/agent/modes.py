@@ -16,12 +16,15 @@ from random import Random
 from typing import TextIO
 
 from docket import __version__
-from docket.agent.backoff import RETRYABLE_STATUSES, GiveUp, parse_retry_after
+from docket.agent.backoff import GiveUp, parse_retry_after, retryable
+from docket.agent.budget import RetryBudget
 from docket.agent.calls import POLICY_DENIED, Outcome, SseDecoder, classify, request_body
 from docket.agent.config import AgentConfig
 from docket.agent.report import STOP_SIGNALS, Tally
 
 BACKOFF_ROUTE = "/docket/agent/backoff"
+DEADLINE_HEADER = "x-docket-deadline-ms"
+MAX_DEADLINE_MS = 86_400_000  # the boundary refuses more (docket.guards.deadline)
 REPORT_TIMEOUT = 5.0  # seconds: a report must not stretch the wait it reports
 
 
@@ -33,6 +36,8 @@ class Agent:
         self.client = client  # httpx.AsyncClient
         self.err = err
         self.tally = Tally()
+        self.budget = RetryBudget(config.retry_ratio, config.retry_floor)
+        self.tally.budget = self.budget
         self.rng = Random(config.seed)
         self.stream_timing: dict[str, float | int] = {}
         self._warned: set[str] = set()
@@ -55,7 +60,11 @@ class Agent:
             self._warned.add(key)
             print(f"docket agent: {message}", file=self.err, flush=True)
 
-    async def call(self, n: int, *, stream: bool = False, attempt: int = 0) -> Outcome:
+    async def call(
+        self, n: int, *, stream: bool = False, attempt: int = 0, left_s: float | None = None
+    ) -> Outcome:
+        """One attempt of call n; with `left_s` (the call's time left before its deadline)
+        the boundary is told it, and the attempt's own timeout is cut to it."""
         import httpx
 
         config = self.config
@@ -68,6 +77,10 @@ class Agent:
             # use: the ledger tells its retries from new calls (docs/clients.md).
             "x-stainless-retry-count": str(attempt),
         }
+        timeout = config.timeout
+        if left_s is not None:
+            headers[DEADLINE_HEADER] = str(min(max(int(left_s * 1000), 0), MAX_DEADLINE_MS))
+            timeout = max(min(timeout, left_s), 0.001)
         sent = False
 
         async def trace(event: str, info: dict) -> None:
@@ -84,7 +97,11 @@ class Agent:
                 outcome = await self._stream(body, headers, extensions)
             else:
                 r = await self.client.post(
-                    config.endpoint, content=body, headers=headers, extensions=extensions
+                    config.endpoint,
+                    content=body,
+                    headers=headers,
+                    extensions=extensions,
+                    timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                 )
                 outcome = classify(
                     config.provider, r.status_code, r.content, r.headers.get("retry-after")
@@ -126,7 +143,9 @@ class Agent:
         }
         return decoder.outcome(r.status_code)
 
-    async def report_backoff(self, attempt: int, wait_s: float, hint: float | None, status: int):
+    async def report_backoff(
+        self, attempt: int, wait_s: float, hint: float | None, status: int | None
+    ):
         """Tell the boundary about a wait before taking it (it records agent.backoff)."""
         import httpx
 
@@ -203,25 +222,39 @@ class Agent:
                 nursery.start_soon(worker)
 
     async def backoff(self) -> None:
+        """Each call retried on what is retryable (docket.agent.backoff.retryable), within
+        its deadline and the run's retry budget; every wait reported, then slept."""
         import trio
 
         policy = self.config.policy
         for n in range(self.config.calls):
+            deadline = trio.current_time() + self.config.deadline
             attempt = 0
+            self.budget.deposit()
             while True:
-                outcome = await self.call(n, attempt=attempt)
+                outcome = await self.call(n, attempt=attempt, left_s=deadline - trio.current_time())
                 if outcome.policy_denied:
                     self.tally.stopped = POLICY_DENIED
                     return
-                if outcome.kind != "refused" or outcome.status not in RETRYABLE_STATUSES:
+                if not retryable(outcome.kind, outcome.status, outcome.reason):
                     break
                 hint = parse_retry_after(outcome.retry_after)
-                decision = policy.decide(attempt, hint, self.rng)
+                decision = policy.decide(attempt, hint, self.rng, deadline - trio.current_time())
+                if not isinstance(decision, GiveUp) and not self.budget.allows():
+                    self.budget.withdraw()  # refused: counted as such
+                    decision = GiveUp("retry_budget")
                 if isinstance(decision, GiveUp):
                     self.tally.gave_up[decision.reason] += 1
                     break
                 await self.report_backoff(attempt + 1, decision.seconds, hint, outcome.status)
-                await trio.sleep(decision.seconds)
-                self.tally.waited_s += decision.seconds
+                # the report took time too: the sleep is cut to what is left of the deadline
+                slept_from = trio.current_time()
+                wake = min(slept_from + decision.seconds, deadline)
+                await trio.sleep_until(wake)
+                self.tally.waited_s += wake - slept_from
+                if trio.current_time() >= deadline:
+                    self.tally.gave_up["deadline"] += 1
+                    break
+                self.budget.withdraw()  # allowed above, and nothing has spent since
                 self.tally.retries += 1
                 attempt += 1

@@ -11,6 +11,7 @@ import signal
 from collections import Counter
 from dataclasses import dataclass, field
 
+from docket.agent.budget import RetryBudget
 from docket.agent.calls import Outcome
 from docket.agent.config import AgentConfig
 
@@ -35,6 +36,7 @@ class Tally:
     stopped: str = "done"
     interrupted: int = 0  # calls whose request had been sent when a signal stopped the agent
     unsent: int = 0  # calls stopped by the signal before their request was sent in full
+    budget: RetryBudget | None = None  # backoff mode's retry budget
 
     def record(self, outcome: Outcome) -> None:
         self.calls += 1
@@ -75,6 +77,8 @@ class Tally:
             out["retries"] = self.retries
             out["gave_up"] = dict(self.gave_up)
             out["reports"] = dict(self.reports)
+            if self.budget is not None:
+                out["retry_budget"] = self.budget.summary()
         if config.mode == "hammer":
             out["concurrency"] = config.concurrency
         return out

@@ -24,6 +24,7 @@ from docket.reading.patterns import (
     Pattern,
     PolicyDenials,
     PremiumForSmallCalls,
+    RetryBudget,
     RetryStorm,
     RunawayLoop,
     WriteScope,
@@ -49,6 +50,7 @@ class Explainer:
         self.patterns: list[Pattern] = [
             RunawayLoop(limits),
             RetryStorm(limits),
+            RetryBudget(limits),
             CacheMiss(limits),
             FatContext(limits),
             PremiumForSmallCalls(limits, self.table),

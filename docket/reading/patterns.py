@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from docket.pricing import ModelPrice, PriceTable, Usage
-from docket.reading.calls import POLICY_REFUSALS, TRANSIENT_REFUSALS, Call, client_attempt
+from docket.reading.calls import (
+    POLICY_REFUSALS,
+    REFUSALS,
+    TRANSIENT_REFUSALS,
+    Call,
+    client_attempt,
+)
 from docket.reading.thresholds import Thresholds
 from docket.receipts.tally import usd
 
@@ -302,6 +308,103 @@ class RetryStorm(Pattern):
                     s.cost_nusd,
                     s.recalls,
                     s.last_mono - s.first_mono,
+                )
+            )
+        return out
+
+
+# ---------------------------------------------------------------- retry-budget
+
+
+@dataclass
+class _Marked:
+    first_attempts: int = 0
+    retries: int = 0
+    refused_retries: int = 0  # of the retries, those the boundary answered itself
+    first_seq: int = 0
+    first_mono: int = 0
+    last_seq: int = 0
+    last_mono: int = 0
+    over_seq: int | None = None  # the first retry past the budget as it stood then
+    cost_nusd: int = 0  # what its forwarded retries cost
+
+
+class RetryBudget(Pattern):
+    """A client's retries on one provider over its budget: more than retry_budget_ratio
+    of its first attempts plus retry_budget_floor (the reference agent keeps within
+    0.1 and 3: docket.agent.budget). Counted from the attempts the client marked
+    (`client_attempt`, from x-stainless-retry-count): 0 is a first attempt, 1 or more
+    a retry, whether the boundary forwarded it (model.request) or refused it (the
+    refusal carries the marker too), since the client sent both and a client's budget
+    counts what it sends. A run whose client marks nothing is not judged here."""
+
+    name = "retry-budget"
+
+    def __init__(self, limits: Thresholds) -> None:
+        super().__init__(limits)
+        self.by_provider: dict[str, _Marked] = {}
+
+    def _allowed(self, first_attempts: int) -> float:
+        return self.limits.retry_budget_floor + self.limits.retry_budget_ratio * first_attempts
+
+    def _attempt(self, provider: str, seq: int, mono_ms: int, attempt: int) -> bool:
+        """Count one marked attempt; whether it is a retry."""
+        m = self.by_provider.get(provider)
+        if m is None:
+            m = self.by_provider[provider] = _Marked(first_seq=seq, first_mono=mono_ms)
+        m.last_seq, m.last_mono = seq, mono_ms
+        if attempt == 0:
+            m.first_attempts += 1
+            return False
+        m.retries += 1
+        if m.over_seq is None and m.retries > self._allowed(m.first_attempts):
+            m.over_seq = seq
+        return True
+
+    def on_request(self, call: Call) -> None:
+        if call.client_attempt is not None and self._attempt(
+            call.provider, call.seq, call.mono_ms, call.client_attempt
+        ):
+            call.marks["budget_retry"] = True
+
+    def on_close(self, call: Call) -> None:
+        if call.marks.get("budget_retry"):
+            self.by_provider[call.provider].cost_nusd += call.cost_nusd
+
+    def on_event(self, event: dict) -> None:
+        provider, attempt = event.get("provider"), client_attempt(event)
+        if event["type"] not in REFUSALS or type(provider) is not str or attempt is None:
+            return
+        if self._attempt(provider, event["seq"], event["mono_ms"], attempt):
+            self.by_provider[provider].refused_retries += 1
+
+    def findings(self) -> list[Finding]:
+        out = []
+        ratio, floor = self.limits.retry_budget_ratio, self.limits.retry_budget_floor
+        for provider, m in self.by_provider.items():
+            allowed = self._allowed(m.first_attempts)
+            if m.retries <= allowed:
+                continue
+            out.append(
+                Finding(
+                    self.name,
+                    f"{m.retries} retries to {provider} against {m.first_attempts} first "
+                    f"attempts: over the retry budget of {ratio:g} per first attempt + "
+                    f"{floor} ({allowed:g})",
+                    {
+                        "seq": seq_range(m.first_seq, m.last_seq),
+                        "provider": provider,
+                        "first_attempts": m.first_attempts,
+                        "retries": m.retries,
+                        "refused_retries": m.refused_retries,
+                        "allowed": allowed,
+                        "arithmetic": f"{m.retries} retries > {ratio:g} x {m.first_attempts} "
+                        f"first attempts + {floor} = {allowed:g}",
+                        "first_over_seq": m.over_seq,
+                    },
+                    m.cost_nusd,
+                    m.retries,
+                    m.last_mono - m.first_mono,
                 )
             )
         return out

@@ -27,6 +27,10 @@ class Thresholds:
     # call (and before any Retry-After it was given) is an immediate re-call...
     retry_window_ms: int = 100
     retry_min_recalls: int = 10  # ...and this many of them make a storm
+    # retry-budget: a client's marked retries on one provider over this share of its
+    # marked first attempts, plus this floor (the reference agent's own budget)
+    retry_budget_ratio: float = 0.1
+    retry_budget_floor: int = 3
     # cache-miss: one identical request (same request_sha256) paid for this many times
     cache_min_repeats: int = 3
     # fat-context: this many calls in a row to one model whose input only grows...

@@ -7,6 +7,8 @@ and a restore that never writes outside it (README "Undo what a run changed").
   confine.py   the openat/O_NOFOLLOW walker: every path resolved one component at
                a time under the root's fd, never across a symlink or a mount
   scan.py      a tree read through confine.py into a manifest (and the store)
+  excluded.py  what the scan leaves out, watched: each excluded root's cheap identity
+               before and after the run, and what changed
   plan.py      pure: what a restore must do, given the snapshot, the run's end
                state and the tree as it is now (conflicts included)
   restore.py   a plan applied through confine.py, each step re-checked at write time

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from docket.snapshot.confine import Refused, Tree, read_regular
+from docket.snapshot.excluded import MORE, excluded_changes
+from docket.snapshot.excluded import identities as excluded_identities
 from docket.snapshot.manifest import (
     Manifest,
     ManifestError,
@@ -55,6 +57,7 @@ class RootSnapshot:
     skipped: list[dict]
     after: Manifest | None = None
     after_skipped: list[dict] = field(default_factory=list)
+    excluded_before: dict = field(default_factory=dict)  # excluded root -> its identity
 
     def tree(self) -> Tree:
         return Tree(self.root, recorded=True)
@@ -80,8 +83,10 @@ def take(
     with Tree(root) as tree:
         result = scan(tree, excluder, store)
         real = tree.root
+        watched = excluded_identities(tree, result.excluded, result.excluded_count)
     store.sync()
     snap = RootSnapshot(index, real, store, excluder, result.manifest, result.skipped)
+    snap.excluded_before = watched
     record = {
         **result.manifest.as_dict(),
         "root": real,
@@ -112,15 +117,21 @@ def take(
 
 
 def changes(snap: RootSnapshot) -> dict:
-    """Scan the tree again (hashes only); snapshot.changes' fields."""
+    """Scan the tree again (hashes only) and the excluded roots' identities (those met
+    before, and any the run made); snapshot.changes' fields."""
     with snap.tree() as tree:
         result = scan(tree, snap.excluder)
+        roots = [p for p in snap.excluded_before if p != MORE]
+        roots += [p for p in result.excluded if p not in snap.excluded_before]
+        total = max(len(roots), result.excluded_count)
+        watched = excluded_identities(tree, roots, total)
     snap.after, snap.after_skipped = result.manifest, result.skipped
     found = diff(snap.before, result.manifest)
     return {
         "index": snap.index,
         **changes_event(snap.before, result.manifest, found),
         "skipped": result.skipped,
+        "excluded_changed": excluded_changes(snap.excluded_before, watched),
     }
 
 

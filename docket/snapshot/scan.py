@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from docket.snapshot.confine import Refused, Tree, kind_of, open_regular
+from docket.snapshot.excluded import MAX_ROOTS
 from docket.snapshot.manifest import DIR, FILE, LINK, MAX_DEPTH, OTHER, Entry, Manifest, text_of
 from docket.snapshot.store import NO_DEADLINE, Deadline, Store, hash_fd
 
@@ -32,6 +33,9 @@ DEFAULT_EXCLUDE = (".git",)
 class ScanResult:
     manifest: Manifest
     skipped: list[dict] = field(default_factory=list)  # {"path", "why"}
+    # the excluded roots met (at most MAX_ROOTS listed) and how many there were
+    excluded: list[str] = field(default_factory=list)
+    excluded_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ def scan(
     excluder = excluder or Excluder()
     entries: dict[str, Entry] = {}
     skipped: list[dict] = []
+    excluded: list[str] = []
+    excluded_count = 0
     stack: list[tuple[int, str, list[str]]] = []  # (fd, its path + "/", names left)
     try:
         _push(stack, os.dup(tree.fd), "")
@@ -82,6 +88,9 @@ def scan(
             text = text_of(name)
             path = f"{prefix}{text}"
             if excluder.excluded(path, text):
+                excluded_count += 1
+                if len(excluded) < MAX_ROOTS:
+                    excluded.append(path)
                 continue
             deadline.check(path)
             sub = _entry(tree, fd, name, path, excluder, store, deadline, entries, skipped)
@@ -97,7 +106,7 @@ def scan(
     finally:
         for fd, _, _ in stack:
             os.close(fd)
-    return ScanResult(Manifest(entries), skipped)
+    return ScanResult(Manifest(entries), skipped, excluded, excluded_count)
 
 
 def _push(stack: list, fd: int, prefix: str) -> None:

@@ -20,6 +20,7 @@ import trio
 from docket.boundary.stop import StopRequest
 from docket.errors import EXIT_CAP_KILL, EXIT_USAGE, InputError
 from docket.snapshot.confine import Refused, check_root
+from docket.snapshot.excluded import said
 from docket.snapshot.run import RootSnapshot, changes, default_store, rollback, take
 from docket.snapshot.scan import DEFAULT_EXCLUDE
 from docket.snapshot.store import StoreError
@@ -103,6 +104,9 @@ class SnapshotSession:
                 )
                 continue
             await sup._record("snapshot.changes", **fields)
+            excluded = said(snap.root, fields.get("excluded_changed") or [])
+            if excluded is not None:
+                self.warnings.append(excluded)
             if fields.get("skipped"):
                 self.warnings.append(
                     f"--snapshot {snap.root}: {len(fields['skipped'])} path(s) could not be "
