@@ -1,4 +1,4 @@
-"""The response cache's costs (issue 17): memory, and the latency of a hit.
+"""The response cache's costs: memory, and the latency of a hit.
 
 - Memory: the pure store (docket/cache/store.py) takes 100,000 distinct answers
   of 1 KiB under max_entries 1,000 and max_bytes 2 MiB; the Python heap

@@ -1,5 +1,5 @@
 """What scrubbing the relayed bytes costs on the hot path, per MB: the relay
-scrubber before issue 23 (raw key only, kept here as it was) against the shared
+scrubber as it first was (raw key only, kept here as it was) against the shared
 forms (docket.guards.forms: raw in any case, percent, JSON escapes, base64 at
 each alignment, hex), on the same streams, side by side in one process.
 

@@ -48,7 +48,7 @@ ECHO_ROUTES = [
     f"echo_{status}_{how}" for status in (200, 500) for how in ("latin1", "space", "big")
 ]
 ECHO_ROUTES += ["echo_401_key", "echo_500_keylatin1"]
-# Issue 23, item 10: the key echoed encoded, and cut across stream events.
+# The key echoed encoded, and cut across stream events.
 KEY_FORM_ROUTES = [f"echo_401_{how}" for how in ("keyu", "keyb64", "keyb64url", "keyhex", "keyHEX")]
 KEY_STREAM_ROUTES = ["echo_200_keysse", "echo_200_keysplit"]
 ECHO_ROUTES += KEY_FORM_ROUTES + KEY_STREAM_ROUTES
