@@ -1,4 +1,4 @@
-"""Agents written the way teams write them, through the game-day phases (issue 24, item 7).
+"""Agents written the way teams write them, through the game-day phases.
 
 Each shape in examples/agents/ is a real program (the openai or anthropic SDK,
 streaming or not, raw httpx, asyncio) run by `docket game-day --agent-command

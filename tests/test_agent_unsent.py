@@ -1,4 +1,4 @@
-"""A stop signal counts, as `interrupted`, only the calls the boundary can have (issue 12).
+"""A stop signal counts, as `interrupted`, only the calls the boundary can have.
 
 tests/test_faults_process.py::test_sigterm_to_the_agent_is_recorded_before_it_lands
 failed 1 run in 6 (5 in 15 under load): the agent counted a call as interrupted that

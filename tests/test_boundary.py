@@ -1145,7 +1145,7 @@ async def test_without_a_bulkhead_a_call_waiting_for_a_connection_is_bounded_and
 async def test_the_forwarded_body_is_on_the_record_when_the_boundary_changes_it(
     stub_server, boundary_rig
 ):
-    """Issue 24 item 4: the model.request names the digest of the bytes sent upstream."""
+    """The model.request names the digest of the bytes sent upstream."""
     with trio.fail_after(DEADLINE):
         async with (
             stub_server("openai", reply_tokens=3) as up,

@@ -204,7 +204,7 @@ def _with(answer: Answer, **change) -> Answer:
 def test_stored_only_when_every_condition_holds(reason, status, complete, missing, faulted, size):
     answer = Answer(status, complete, missing, faulted, size)
     decision = storable(reason, answer, 1000)
-    # Only a 200 is stored (issue 23, 4: an entry's status is the one thing a replay must
+    # Only a 200 is stored (an entry's status is the one thing a replay must
     # not vary; 201/204 and friends are forwarded every time)
     whole = status == 200 and complete
     good = reason is None and whole and not missing and not faulted and size <= 1000

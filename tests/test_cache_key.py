@@ -1,4 +1,4 @@
-"""The cache key covers what shapes the answer (issue 23 item 5): per provider, the
+"""The cache key covers what shapes the answer: per provider, the
 request headers the provider reads to choose or shape its answer (docs/cache.md), and
 for a store shared between runs, which provider key bought the answer (a keyed digest
 of it in the store's identity, never the key). Over real sockets (the boundary rig and

@@ -1,4 +1,4 @@
-"""The shared cache store's folder, lock and file (issue 23 item 9): never followed
+"""The shared cache store's folder, lock and file: never followed
 through a symbolic link, never another user's or writable by group/other, never a
 FIFO waited on, and the lock waited for within a bound that says what it waits for
 and honours the run's deadline. Real files, real flocks, a real `docket run`."""

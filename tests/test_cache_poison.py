@@ -1,4 +1,4 @@
-"""A poisoned shared cache store is never served (issue 23 item 4).
+"""A poisoned shared cache store is never served.
 
 Any process of the user, a previous run's agent among them, can rewrite DIR/NAME.json
 with a valid shape. The store is sealed with a key derived from the provider keys (the

@@ -1,4 +1,4 @@
-"""A looping agent under a real `docket run` with [cache] on (issue 17): the real
+"""A looping agent under a real `docket run` with [cache] on: the real
 openai SDK asks the same greedy question five times (and one stream twice, and a
 sampled question twice); the repeats are served from the cache, the receipt's
 ops.cache says so, its saving equals the sum over the cache.hit events on disk,

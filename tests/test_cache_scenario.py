@@ -1,4 +1,4 @@
-"""scenarios/cache-loop.yaml through the real `docket chaos` (issue 17's game-day part): an
+"""scenarios/cache-loop.yaml through the real `docket chaos`: an
 agent stuck on one greedy question, [cache] on. Everything is read from the run's folder:
 the hits happened, the provider saw only the calls the cache could not answer, the
 receipt's saving is the sum over the cache.hit events, each hit replays a stored

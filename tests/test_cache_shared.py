@@ -1,4 +1,4 @@
-"""A cache store shared between runs on one machine (`[cache] scope = "NAME"`, issue 17):
+"""A cache store shared between runs on one machine (`[cache] scope = "NAME"`):
 real `docket run`s of the reference agent over a chaos stub, read back from the ledgers,
 the receipts and the store file on disk.
 
@@ -8,7 +8,7 @@ first run's ledger, and each is proven genuine against that ledger (docket.cache
 Two runs at once: every hit is counted once in the file (the flock around each
 read-modify-write; no update lost). A truncated, corrupt, group-readable or foreign
 store file is refused in one line and a cache.refused event, and the run goes on
-without it (issue 23: a bad store stops no run).
+without it (a bad store stops no run).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The client's own retries, on the record (issue 14): the real openai SDK, retrying a
+"""The client's own retries, on the record: the real openai SDK, retrying a
 503ing stub, under a real `docket run` supervisor; the ledger's bytes and the receipt
 say which requests were its retries, and verify re-derives the count."""
 

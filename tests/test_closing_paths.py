@@ -1,4 +1,4 @@
-"""Issue 11 section 2: every model.request gets exactly one closing event, whatever raises.
+"""Every model.request gets exactly one closing event, whatever raises.
 
 An exception anywhere between a call's model.request and its answer closes the
 call as model.error reason internal_error (charged its reservation), the agent

@@ -1,4 +1,4 @@
-"""Issue 11 section 2, end to end: `docket run`'s supervisor, a real agent process,
+"""End to end: `docket run`'s supervisor, a real agent process,
 the real ledger on disk, the receipt, and `docket verify`.
 
 A harness's probe (RunHooks.call_probe, the documented door) raises at each await

@@ -61,3 +61,29 @@ def test_the_reader_finds_what_it_is_meant_to():
     assert paths_in(text) == {"docket/ledger/chain.py", "tests/test_chain.py"}
     assert cited_tests(text) == {"test_x", "test_chain_breaks_on_edit"}
     assert sum(len(paths_in(doc.read_text(encoding="utf-8"))) for doc in DOCS) > 50
+
+
+# "issue 23, item 7" means something only to whoever read the tracker that day; the text
+# around it must say what is true instead. Everything a reader opens is held to that.
+ISSUE_CITATION = re.compile(r"\b[Ii]ssues? #?\d+")
+CITING_FILES = [
+    ROOT / "README.md",
+    ROOT / "pyproject.toml",
+    ROOT / "noxfile.py",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted((ROOT / "spec").glob("*.md")),
+    *sorted(
+        p for top in ("docket", "chaos", "tests", "benchmarks") for p in (ROOT / top).rglob("*.py")
+    ),
+]
+
+
+def test_nothing_cites_an_issue_number():
+    cited = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in CITING_FILES
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if ISSUE_CITATION.search(line) and path != Path(__file__)
+    ]
+    assert not cited, f"issue numbers cited (say what is true instead): {cited}"
+    assert ISSUE_CITATION.search("see issue 23") and not ISSUE_CITATION.search("tissue 3x")

@@ -1,4 +1,4 @@
-"""Issue 23 item 12: connection exhaustion. Idle connections past the cap, a head
+"""Connection exhaustion. Idle connections past the cap, a head
 trickled byte by byte, accept() out of descriptors: a real call is still answered
 and recorded, nothing reaches stderr as a traceback, and each episode is one
 connection.pressure event with its count (read from the ledger on disk)."""

@@ -1,4 +1,4 @@
-"""Issue 11, the attack suite's http family: malformed HTTP at its edges is the
+"""Malformed HTTP at its edges is the
 client's fault, answered 4xx in the provider's own error shape, never a 500.
 
 - A chunked body that breaks its framing (a size not in hex, a size past any

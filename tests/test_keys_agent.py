@@ -1,4 +1,4 @@
-"""Issue 11, part 4: the agent never holds a provider key, looked for as a curious
+"""The agent never holds a provider key, looked for as a curious
 agent would: a process of the same (unprivileged) user as the supervisor that reads
 every /proc/*/environ and /proc/*/cmdline it can, and its own environment.
 
@@ -161,7 +161,7 @@ def test_an_unprivileged_agent_finds_no_key_anywhere_in_proc(shared_dir):
         "non_dumpable": True,
         "subreaper": True,
     }
-    # the open-file limit raised to the hard one (issue 23, 12)
+    # the open-file limit raised to the hard one
     assert hardening["nofile"] == resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     # Not root: no cgroup of its own, so a pid namespace (tests/test_pid_namespace.py)
     assert hardening["isolation"] == "pid_namespace" and hardening["isolation_error"]

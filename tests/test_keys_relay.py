@@ -1,4 +1,4 @@
-"""Issue 11, part 4: an upstream that echoes the provider key never hands it to the
+"""An upstream that echoes the provider key never hands it to the
 agent. The boundary over real sockets; the upstream quotes the key it was really
 sent (read from its own request's headers) in an error body, in a header and in a
 stream whose chunks cut the key in two."""
@@ -129,7 +129,7 @@ async def test_answers_without_the_key_are_relayed_byte_for_byte(stub_server, bo
 
 
 def encoded_forms(key: bytes) -> list[bytes]:
-    """Issue 23 item 10: the forms an agent recovered the key from."""
+    """The forms an agent recovered the key from."""
     import base64
 
     return [

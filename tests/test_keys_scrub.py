@@ -148,7 +148,7 @@ def test_holds_back_only_what_could_become_a_key():
 
 
 def test_reported_forms_each_reach_the_agent_as_the_marker():
-    """Issue 23 item 10's reproductions: a \\u002d-escaped echo, base64 and hex of the
+    """A \\u002d-escaped echo, base64 and hex of the
     key (each relayed whole before the shared forms)."""
     key = "sk-proj-0123456789abcdef"
     scrubber = Scrubber(relay_keys([key]))

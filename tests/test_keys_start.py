@@ -1,4 +1,4 @@
-"""Issue 11, part 4 at start-up: a provider key that cannot be used is refused
+"""A provider key that cannot be used is refused
 before anything runs (exit 2, one line, the value never shown); an unset one is one
 warning line and is on record; the agent's environment carries no provider key,
 configured or not. And `docket run -- ""` is one line and exit 2 (part 5)."""

@@ -1,4 +1,4 @@
-"""Issue 11, part 5, the supervisor's share: a second Ctrl-C (or SIGTERM) kills at
+"""A second Ctrl-C (or SIGTERM) kills at
 once instead of waiting out --grace, and a process the agent detaches (setsid)
 comes back to the supervisor (a child subreaper), is ended with the run and
 recorded. Real `docket run` processes, real signals, every wait bounded."""
@@ -166,7 +166,7 @@ def test_a_detached_process_does_not_outlive_the_run_and_is_recorded(tmp_path, c
         "non_dumpable": True,
         "subreaper": True,
     }
-    # the open-file limit raised to the hard one (issue 23, 12)
+    # the open-file limit raised to the hard one
     assert hardening["nofile"] == resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     assert hardening["isolation"] in ("cgroup", "signals")  # tests/test_orphans.py
     assert_well_ended(folder, events, 0)

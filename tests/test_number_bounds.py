@@ -1,6 +1,6 @@
 """Spec rule 2.1.7: every number token is bounded on its text, before anything converts it.
 
-Issue 23 item 6: a 5,000-digit integer was `receipt_not_json`/`malformed_line` to
+A 5,000-digit integer was `receipt_not_json`/`malformed_line` to
 Python and ok to JS and Go; `1e9999999999999999999` made the standard-library
 fallback exit 70; `docket verify --json` exited 70 on `1e5000`, spun on
 `1e99999999` and reported `1e-5000` as 0.0. Here the rule itself (a property

@@ -1,4 +1,4 @@
-"""Issue 11 section 2: `docket verify` fails a ledger that holds a model.request with
+"""`docket verify` fails a ledger that holds a model.request with
 no closing event, unless the receipt discloses an incomplete ledger and names the
 call (ops.open_calls: the run was killed, or the closing event never reached disk).
 

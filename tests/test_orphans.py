@@ -1,4 +1,4 @@
-"""Issue 23, item 1: no process of a run outlives it, whatever its fork rate, and the
+"""No process of a run outlives it, whatever its fork rate, and the
 next run's key is not there to steal.
 
 A fork chain deeper than any fixed number of sweep rounds, a snooper that keeps

@@ -466,7 +466,7 @@ def test_snapshot_exclude_is_read_and_checked():
 
 
 def test_connection_limits_are_read_and_checked():
-    """Issue 23, 12: [boundary] max_connections and request_head_timeout, with defaults."""
+    """[boundary] max_connections and request_head_timeout, with defaults."""
     d = Policy().boundary
     assert (d.max_connections, d.request_head_timeout) == (256, 10.0)
     p = policy_from_dict({"boundary": {"max_connections": 9, "request_head_timeout": "1.5s"}})

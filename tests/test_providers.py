@@ -870,7 +870,7 @@ def test_the_standard_librarys_fallback_refuses_nan_and_infinity_too(literal):
         _REQUEST_DECODER.decode('{"a": ' + literal + "}")
 
 
-# --- what is forwarded, and what changed (issue 24 item 4) ----------------------------
+# --- what is forwarded, and what changed ----------------------------
 
 
 def test_forwarded_names_what_prepare_changed_and_is_its_body():

@@ -1,4 +1,4 @@
-"""Issue 11 section 5, the boundary's side: request bodies whose JSON readers would
+"""The boundary's side: request bodies whose JSON readers would
 read differently are refused before anything is forwarded or charged.
 
 A member named twice (`"model"`, `"max_tokens"`) was forwarded byte for byte while

@@ -1,4 +1,4 @@
-"""Issue 14's small things, with the real SDKs through the boundary to the stub: the
+"""Small things, with the real SDKs through the boundary to the stub: the
 models list is relayed and recorded as a provider.call (no spend), and the stub
 answers the Responses API and embeddings the boundary routes."""
 

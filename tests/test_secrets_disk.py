@@ -1,4 +1,4 @@
-"""Issue 11 §3: no secret reaches a byte on disk, on any path.
+"""No secret reaches a byte on disk, on any path.
 
 Each finding is reproduced against a real boundary on 127.0.0.1 (or a real
 supervised run) and checked in the bytes on disk: a malformed forward-proxy

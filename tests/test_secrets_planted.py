@@ -1,4 +1,4 @@
-"""Issue 11 §3, property-tested end to end: secrets planted in every place an agent
+"""Property-tested end to end: secrets planted in every place an agent
 (or an upstream) can put one, against the real supervisor, its boundary on
 127.0.0.1 and a real agent process sending raw bytes; then every byte of every
 file under the run folder is searched for each secret, as written and in each

@@ -159,7 +159,7 @@ async def test_planted_secrets_never_reach_the_ledger(stub_server, upstream_serv
                 await pool.aclose()
     assert [status for status, _ in answers] == [200, 200, 200, 401, 400]
     # The echoing upstream sent the real key back; the agent got the marker in its
-    # place (issue 11, part 4: tests/test_keys_relay.py).
+    # place (tests/test_keys_relay.py).
     assert REAL_KEY.encode() not in answers[2][1]
     assert b"your key is [redacted]" in answers[2][1]
 
@@ -259,7 +259,7 @@ async def test_record_bodies_marks_binary_and_cut_bodies(
             rig.client() as http,
         ):
             r = await http.post(CHAT, content=big)
-    # Relayed as it came, but for the key (issue 11, part 4).
+    # Relayed as it came, but for the key.
     assert r.status_code == 502 and r.content == binary.replace(REAL_KEY.encode(), b"[redacted]")
     (request,) = rig.events("model.request")
     (error,) = rig.events("model.error")

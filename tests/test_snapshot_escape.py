@@ -404,7 +404,7 @@ def test_a_device_the_run_put_where_a_file_was_is_replaced_never_written(tmp_pat
     plan = make_plan(["README"], snap.before.entries, snap.after.entries, snap.after.entries)
     with Tree(str(tree)) as t:
         result = apply_plan(t, snap.store, plan)
-    # the device is recorded by kind (issue 23, item 7): the file is renamed over it,
+    # the device is recorded by kind: the file is renamed over it,
     # the device never opened
     assert not result.failed and snap.after.entries["README"].kind == OTHER
     assert fingerprint(tree) == want

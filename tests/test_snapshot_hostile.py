@@ -1,5 +1,5 @@
 """What an agent of the same user can do to the snapshot store, the run folder's records and
-the tree (issue 23, items 2, 3, 7, 8 and 11), driven in-process against a real rollback and
+the tree, driven in-process against a real rollback and
 a real `docket restore`: FIFOs where files are read, trees deeper than Python's recursion,
 paths longer than PATH_MAX, names that are not UTF-8, records edited to point elsewhere.
 

@@ -268,7 +268,7 @@ def test_the_tally_folds_the_last_changes_and_restored_per_root():
     assert Tally().snapshot.claims() is None
 
 
-# ---------------------------------------------------------------- names as bytes (issue 23, item 7)
+# ---------------------------------------------------------------- names as bytes
 
 RAW_NAMES = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\0" not in b)
 

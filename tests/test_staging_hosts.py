@@ -1,5 +1,5 @@
 """Staging means another host: every address the harness binds and advertises is
-configurable (issue 12, section 4).
+configurable.
 
 Distinct loopback addresses stand for hosts: Toxiproxy (the real server, started
 here) on 127.0.0.2, the stub providers on 127.0.0.3, the boundary on 127.0.0.1. If

@@ -313,7 +313,7 @@ def test_child_env_never_carries_a_key_env(base, providers):
     key_envs = {key_env for _, key_env in providers}
     for kind, var in (("openai", "OPENAI_API_KEY"), ("anthropic", "ANTHROPIC_API_KEY")):
         # The SDK's own variable carries the token; a well-known key name whose kind
-        # is not configured is removed all the same (issue 11, part 4).
+        # is not configured is removed all the same.
         assert env.get(var) == (token if kind in kinds else None)
     untouched = set(base) - key_envs - {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"}
     untouched -= {

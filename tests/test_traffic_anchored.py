@@ -1,4 +1,4 @@
-"""Fault windows anchored to the traffic: `@t A..B after call N` (issue 12, section 2).
+"""Fault windows anchored to the traffic: `@t A..B after call N`.
 
 A window that counts from the run's start misses the agents on a machine where they
 start late (a loaded CI runner) or finish early (a 70 ms agent before a 0.5 s
@@ -134,7 +134,7 @@ def shipped_faults():
 
 
 def test_no_shipped_fault_window_counts_from_the_run_s_start_alone():
-    # The machine's speed decides whether such a window meets any call (issue 12): the
+    # The machine's speed decides whether such a window meets any call: the
     # shipped scenarios and phases anchor their windows to the traffic.
     from_start = [
         (where, text)

@@ -217,7 +217,7 @@ def test_hosts():
 
 
 def test_every_reader_takes_an_hour(tmp_path):
-    """The bug in issue 13: `1h` was accepted in docket.toml and refused in a scenario,
+    """A bug once: `1h` was accepted in docket.toml and refused in a scenario,
     a phase's budget, a stub flag and a fault argument. Now each reads it as 3600 s."""
     from chaos.faults.grammar import parse_fault
     from chaos.scenario import scenario_from_data
