@@ -94,13 +94,14 @@ DESCRIPTIONS = {
 EXAMPLES = {
     "verify": """\
 examples:
-  docket verify run/receipt.json                       # the ledger the receipt names
+  docket verify docket-runs/RUN                        # its receipt.json, the ledger it names
+  docket verify run/receipt.json                       # the same, named by the receipt
   docket verify run/receipt.json --ledger copy.jsonl   # another copy of it
   docket verify run/receipt.json --json | jq .verdict  # ok | fail | input_error
 """,
     "doctor": """\
 examples:
-  docket doctor run/ledger.jsonl
+  docket doctor docket-runs/RUN                           # or run/ledger.jsonl, run/receipt.json
   docket doctor run/ledger.jsonl --json
   docket doctor run/ledger.jsonl --quarantine-torn-tail   # keep the readable prefix
 """,
@@ -165,12 +166,13 @@ examples:
 """,
     "explain": """\
 examples:
-  docket explain runs/today                 # a run's folder, or its ledger.jsonl
+  docket explain runs/today                 # a run's folder, its ledger.jsonl or receipt.json
   docket explain runs/today --json | jq '.findings[].pattern'
   docket explain runs/today --policy docket.toml   # its [explain] thresholds
 """,
     "diff": """\
 examples:
+  docket diff runs/yesterday runs/today              # two run folders
   docket diff yesterday/receipt.json today/receipt.json
   docket diff a/receipt.json b/receipt.json --json
 """,
