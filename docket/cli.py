@@ -238,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="when a cap stops the run (exit 42), restore what it changed before the receipt",
     )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no start line or summary: only warnings and the last line (the receipt's path)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=cmd_run)
 

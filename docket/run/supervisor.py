@@ -29,6 +29,7 @@ The parts (docket/run/):
   hardening.py   prctl: non-dumpable, child subreaper
   launch.py      the child's first process (`python -m docket.run.launch`)
   hooks.py       RunHooks, what a harness may hand a run
+  run_report.py  what `docket run` prints: the start line, the receipt's summary
   supervisor.py  this module: Supervisor (the order above, the session's events,
                  the receipt) and `docket run` itself
 Each name is imported from the module that defines it.
@@ -81,6 +82,7 @@ from docket.run.control import ChildControl, StopLatch
 from docket.run.hardening import make_non_dumpable, raise_nofile, set_subreaper
 from docket.run.hooks import RunHooks
 from docket.run.isolation import CGROUP, ISOLATION_ENV, first_way, mechanism
+from docket.run.run_report import end_block, start_line
 from docket.run.values import RunOptions, RunOutcome
 from docket.snapshot.session import SnapshotSession, check_run_options
 
@@ -162,6 +164,8 @@ class Supervisor:
         # Called once session.start is on disk: `docket run` prints its start warnings
         # there, so a run refused at start (bad folder, full disk) is one line only.
         self.on_started: Callable[[], object] | None = None
+        # Called with the boundary's URL once it listens: `docket run`'s start line.
+        self.on_listening: Callable[[str], object] | None = None
 
         self._snapshots = SnapshotSession(options, self.policy)
 
@@ -498,6 +502,8 @@ class Supervisor:
                 )
             )
             return None
+        if self.on_listening is not None:
+            self.on_listening(url)
         if self.wall_limit() is not None:
             nursery.start_soon(self.control.watch_wall_clock, boundary)
         if self.options.snapshot and not await self._snapshots.take(self):
@@ -532,9 +538,17 @@ def run_command(args) -> int:
     supervisor._harden()
     _drop_keys_from_environ(supervisor)
     supervisor.on_started = functools.partial(_start_warnings, supervisor)
+    quiet = bool(getattr(args, "quiet", False))
+    if not quiet:
+        supervisor.on_listening = lambda url: print(
+            start_line(supervisor.run_id, supervisor.folder, url), file=sys.stderr, flush=True
+        )
     outcome = trio.run(supervisor.run)
     for note in outcome.notes:
         print(f"docket: warning: {note}", file=sys.stderr)
+    if not quiet and outcome.receipt is not None and outcome.receipt_error is None:
+        for line in end_block(outcome.receipt, supervisor.folder):
+            print(line, file=sys.stderr)
     print(last_line(supervisor.run_id, outcome), file=sys.stderr)
     return outcome.exit_status
 
