@@ -157,6 +157,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     return show_command(str(run_ledger(args.ledger)), flt, as_json=args.json, follow=args.follow)
 
 
+def cmd_ls(args: argparse.Namespace) -> int:
+    from docket.reading.runs_list import ls_command  # per verb
+
+    return ls_command(args.dir, as_json=args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="docket",
@@ -401,6 +407,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", action="store_true", help="keep reading until session.end")
     p.add_argument("--json", action="store_true", help="the ledger's own lines, as written")
     p.set_defaults(func=cmd_show)
+
+    p = verbs.add_parser("ls", help="the runs in a folder, newest first, from their receipts")
+    p.add_argument("dir", nargs="?", default=None, help="the runs folder (default ./docket-runs)")
+    p.add_argument("--json", action="store_true", help="the runs as one JSON object")
+    p.set_defaults(func=cmd_ls)
 
     document(verbs)  # each verb's description and examples: docket/cli_help.py
     return parser

@@ -89,6 +89,10 @@ DESCRIPTIONS = {
     "show": "Print a ledger one line per event (seq, time, type, model, tokens, cost, status), "
     "filtered by type, provider, seq range or errors; --follow watches a live run. Streams: "
     "memory stays flat on any size.",
+    "ls": "List the runs in a runs folder, newest first: started, run id, folder, duration, "
+    "exit, calls, spend, refusals, and the receipt's state (complete, evidence incomplete, "
+    "running, no receipt, receipt unreadable), read from each receipt as written (docket "
+    "verify FOLDER re-derives it). A table at a terminal, plain columns in a pipe.",
 }
 
 EXAMPLES = {
@@ -181,6 +185,11 @@ examples:
   docket restore docket-runs/RUN                 # the plan only
   docket restore docket-runs/RUN --apply
   docket restore docket-runs/RUN --apply --only src/app.py --force
+""",
+    "ls": """\
+examples:
+  docket ls                        # ./docket-runs
+  docket ls runs/ --json | jq '.runs[0].folder'
 """,
     "show": """\
 examples:
