@@ -106,6 +106,10 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_prices(args: argparse.Namespace) -> int:
     from docket.pricing import prices_command  # per verb
 
+    if args.policy is not None:
+        from docket.policy import load_policy  # per verb
+
+        return prices_command(args, table=load_policy(args.policy).price_table())
     return prices_command(args)
 
 
@@ -275,6 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser("prices", help="print the price table, its date and provenance")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="the table a run under this docket.toml uses: its [prices] over the shipped one",
+    )
     p.set_defaults(func=cmd_prices)
 
     p = verbs.add_parser("stub", help="run a stub model provider (OpenAI- or Anthropic-shaped)")

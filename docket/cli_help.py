@@ -64,7 +64,8 @@ DESCRIPTIONS = {
     "was lost.",
     "init": "Write a commented docket.toml listing every policy key with its default.",
     "prices": "Print the price table the caps and receipts use: its date, its provenance, and "
-    "USD per million tokens per model.",
+    "USD per million tokens per model. With --policy, a policy's [prices] merged over it, "
+    "as a run under that policy charges.",
     "stub": "Serve a stub model provider on 127.0.0.1 for trying Docket offline: OpenAI-shaped "
     "(chat.completions, streaming, /v1/models) or Anthropic-shaped (messages). Prints its URL.",
     "chaos": "One supervised run under seeded faults (spec/fault-grammar.md) against stub "
@@ -136,6 +137,7 @@ examples:
 examples:
   docket prices
   docket prices --json | jq '.models["gpt-4o-mini"]'
+  docket prices --policy docket.toml      # with its [prices] over the shipped table
 """,
     "stub": """\
 examples:

@@ -62,7 +62,7 @@ from docket.guards.redact import Redactor, redact_argv
 from docket.ledger.limits import EvidenceLost, LedgerFull, describe_os_error
 from docket.ledger.writer import open_ledger
 from docket.policy import load_policy
-from docket.pricing import load_price_table
+from docket.pricing import default_price_table
 from docket.receipts.receipt import (
     RECEIPT_RESERVE_BYTES,
     build_receipt,
@@ -131,6 +131,9 @@ class Supervisor:
         self.hooks = hooks or RunHooks(clock=clock, write_faults=faults)
         self.options = options
         self.policy = policy if policy is not None else load_policy(options.policy_path)
+        # The shipped price table with the policy's [prices] over it: what the boundary
+        # charges and caps by, and what session.start's pricing.provenance names.
+        self.prices = self.policy.price_table()
         self.clock = self.hooks.clock or Clock()
         self.env = dict(os.environ if env is None else env) | options.extra_env
         self._check_keys()
@@ -291,6 +294,7 @@ class Supervisor:
                 clock=self.clock,
                 stop=self.request_stop,
                 env=self.env,
+                prices=self.prices,
             )
             boundary.call_probe = self.hooks.call_probe
             if boundary.cache is not None and self.shared_cache is not None:
@@ -410,7 +414,7 @@ class Supervisor:
 
     def session_facts(self, policy) -> dict:
 
-        prices = load_price_table()
+        prices = self.prices
         facts = {
             "run_id": self.run_id,
             "docket_version": __version__,
@@ -577,6 +581,12 @@ def _start_warnings(supervisor: Supervisor) -> None:
 
     if supervisor.keys_missing:
         print(missing_warning(supervisor.keys_missing), file=sys.stderr)
+    shipped = [m for m in supervisor.policy.prices if default_price_table().lookup(m) is not None]
+    if shipped:  # the policy wins, and says so (the provenance records it too)
+        print(
+            f"docket: note: the policy's [prices] replace the shipped price of {', '.join(shipped)}",
+            file=sys.stderr,
+        )
     for name, consequence in (
         ("non_dumpable", "the supervisor's memory and environment stay readable by the agent"),
         ("subreaper", "a process the agent detaches (setsid) may outlive the run"),
