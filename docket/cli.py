@@ -154,8 +154,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from docket.reading.show import Filter, seq_range, show_command  # per verb
+    from docket.reading.show import Filter, check_types, seq_range, show_command  # per verb
 
+    check_types(tuple(args.type or ()))
     first, last = seq_range(args.seq) if args.seq else (None, None)
     flt = Filter(tuple(args.type or ()), tuple(args.provider or ()), first, last, args.errors)
     return show_command(str(run_ledger(args.ledger)), flt, as_json=args.json, follow=args.follow)
@@ -220,13 +221,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default=None, help="docket.toml (default: built-in defaults)")
     p.add_argument("--ledger-dir", default=None, help="where the ledger and receipt go")
     p.add_argument(
-        "--max-wall-clock", type=seconds_arg, default=None, help="stop the run after S seconds"
+        "--max-wall-clock",
+        type=seconds_arg,
+        default=None,
+        metavar="DURATION",
+        help="stop the run after this long: seconds (90), or with a unit (500ms, 30s, 10m, 1h)",
     )
     p.add_argument(
         "--grace",
         type=seconds_arg,
         default=None,
-        help="seconds between SIGTERM and SIGKILL when the child is stopped (default 5)",
+        metavar="DURATION",
+        help="between SIGTERM and SIGKILL when the child is stopped: seconds or 500ms, 10s, ... "
+        "(default 5)",
     )
     p.add_argument(
         "--budget-mode",

@@ -670,7 +670,8 @@ def test_command_not_found_is_127_in_one_line(tmp_path, capsys):
         (["--max-wall-clock", "-1", "--", "true"], "--max-wall-clock"),
         (["--max-wall-clock", "nan", "--", "true"], "--max-wall-clock"),
         (["--grace", "-1", "--", "true"], "--grace"),
-        (["--grace", "soon", "--", "true"], "invalid number of seconds value"),
+        (["--grace", "soon", "--", "true"], "invalid duration (seconds, or 30s, 500ms, 10m, 1h)"),
+        (["--max-wall-clock", "10 min", "--", "true"], "invalid duration (seconds, or 30s, 500"),
     ],
 )
 def test_bad_run_arguments_are_one_line_exit_2(tmp_path, args, needle):

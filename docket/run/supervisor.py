@@ -628,5 +628,8 @@ def _seconds(value: float | None, flag: str, *, positive: bool) -> float | None:
         return None
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         sign = "> 0" if positive else ">= 0"
-        raise InputError(f"run: {flag} must be a number of seconds {sign}, got {value:g}")
+        raise InputError(
+            f"run: {flag} must be a duration {sign} (seconds, or 500ms, 30s, 10m, 1h), "
+            f"got {value:g} s"
+        )
     return value
