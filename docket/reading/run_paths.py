@@ -34,7 +34,7 @@ class NamedRun:
 
     given: Path
     form: str  # "folder" | "ledger" | "receipt"
-    ledger: Path | None  # None only for a receipt whose ledger could not be read
+    ledger: Path | None  # None for a receipt: the one it names, read when asked for
     receipt: Path
 
     def ledger_file(self) -> Path:
