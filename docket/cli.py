@@ -16,8 +16,9 @@ import sys
 
 from docket import __version__
 from docket.cli_help import AGENT_MODES, GAMEDAY_PHASES, document
-from docket.errors import EXIT_USAGE, DocketError, one_line
+from docket.errors import EXIT_USAGE, DocketError, InputError, one_line
 from docket.inputs import integer_arg, seconds_arg
+from docket.reading.run_paths import run_ledger, run_receipt, verify_pair
 
 EPILOG = """exit codes:
   0   ok
@@ -32,6 +33,9 @@ EPILOG = """exit codes:
 """
 
 
+RUN = "a run's folder, its ledger.jsonl or its receipt.json"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line, like every other error."""
 
@@ -41,18 +45,30 @@ class _Parser(argparse.ArgumentParser):
 
 def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
-        from docket.receipts.verify_report import verify_json_command  # per verb
+        from docket.receipts.verify import RECEIPT_UNREADABLE, VerifyInputError  # per verb
+        from docket.receipts.verify_report import (  # per verb
+            dumps,
+            input_error_report,
+            verify_json_command,
+        )
 
-        return verify_json_command(args.receipt, args.ledger)
+        try:
+            receipt, ledger = verify_pair(args.receipt, args.ledger)
+        except InputError as exc:  # --json promises an object, input errors included
+            report = input_error_report(VerifyInputError(RECEIPT_UNREADABLE, str(exc)))
+            print(dumps(report))
+            return int(report["exit"])
+        return verify_json_command(receipt, ledger)
     from docket.receipts.verify import verify_command  # per verb
 
-    return verify_command(args.receipt, args.ledger)
+    return verify_command(*verify_pair(args.receipt, args.ledger))
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from docket.ledger.doctor import doctor_command  # per verb
 
-    return doctor_command(args.ledger, quarantine=args.quarantine_torn_tail, as_json=args.json)
+    ledger = str(run_ledger(args.ledger))
+    return doctor_command(ledger, quarantine=args.quarantine_torn_tail, as_json=args.json)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -90,6 +106,10 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_prices(args: argparse.Namespace) -> int:
     from docket.pricing import prices_command  # per verb
 
+    if args.policy is not None:
+        from docket.policy import load_policy  # per verb
+
+        return prices_command(args, table=load_policy(args.policy).price_table())
     return prices_command(args)
 
 
@@ -123,21 +143,29 @@ def cmd_game_day(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from docket.reading.explain import explain_command  # per verb
 
-    return explain_command(args.run, policy=args.policy, as_json=args.json)
+    return explain_command(str(run_ledger(args.run)), policy=args.policy, as_json=args.json)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from docket.reading.diff import diff_command  # per verb
 
-    return diff_command(args.receipt_a, args.receipt_b, as_json=args.json)
+    a, b = run_receipt(args.receipt_a), run_receipt(args.receipt_b)
+    return diff_command(str(a), str(b), as_json=args.json)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from docket.reading.show import Filter, seq_range, show_command  # per verb
+    from docket.reading.show import Filter, check_types, seq_range, show_command  # per verb
 
+    check_types(tuple(args.type or ()))
     first, last = seq_range(args.seq) if args.seq else (None, None)
     flt = Filter(tuple(args.type or ()), tuple(args.provider or ()), first, last, args.errors)
-    return show_command(args.ledger, flt, as_json=args.json, follow=args.follow)
+    return show_command(str(run_ledger(args.ledger)), flt, as_json=args.json, follow=args.follow)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from docket.reading.runs_list import ls_command  # per verb
+
+    return ls_command(args.dir, as_json=args.json)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
 
     p = verbs.add_parser("verify", help="re-derive a receipt's claims from its ledger")
-    p.add_argument("receipt", help="the receipt (JSON) to check")
+    p.add_argument("receipt", help=f"the receipt to check: {RUN}")
     p.add_argument("--ledger", help="the ledger to check it against (default: the one it names)")
     p.add_argument(
         "--json",
@@ -161,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = verbs.add_parser("doctor", help="classify a ledger: clean, torn tail, corrupt, locked")
-    p.add_argument("ledger", help="the ledger file (JSON lines)")
+    p.add_argument("ledger", help=f"the ledger to classify: {RUN}")
     p.add_argument(
         "--quarantine-torn-tail",
         action="store_true",
@@ -193,13 +221,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default=None, help="docket.toml (default: built-in defaults)")
     p.add_argument("--ledger-dir", default=None, help="where the ledger and receipt go")
     p.add_argument(
-        "--max-wall-clock", type=seconds_arg, default=None, help="stop the run after S seconds"
+        "--max-wall-clock",
+        type=seconds_arg,
+        default=None,
+        metavar="DURATION",
+        help="stop the run after this long: seconds (90), or with a unit (500ms, 30s, 10m, 1h)",
     )
     p.add_argument(
         "--grace",
         type=seconds_arg,
         default=None,
-        help="seconds between SIGTERM and SIGKILL when the child is stopped (default 5)",
+        metavar="DURATION",
+        help="between SIGTERM and SIGKILL when the child is stopped: seconds or 500ms, 10s, ... "
+        "(default 5)",
     )
     p.add_argument(
         "--budget-mode",
@@ -220,6 +254,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--rollback-on-breach",
         action="store_true",
         help="when a cap stops the run (exit 42), restore what it changed before the receipt",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no start line or summary: only warnings and the last line (the receipt's path)",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=cmd_run)
@@ -247,6 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser("prices", help="print the price table, its date and provenance")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="the table a run under this docket.toml uses: its [prices] over the shipped one",
+    )
     p.set_defaults(func=cmd_prices)
 
     p = verbs.add_parser("stub", help="run a stub model provider (OpenAI- or Anthropic-shaped)")
@@ -366,19 +411,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_game_day)
 
     p = verbs.add_parser("explain", help="name the patterns a run shows, costliest first")
-    p.add_argument("run", help="a run's folder (holding ledger.jsonl) or a ledger file")
+    p.add_argument("run", help=RUN)
     p.add_argument("--policy", default=None, help="docket.toml whose [explain] sets thresholds")
     p.add_argument("--json", action="store_true", help="the findings as one JSON object")
     p.set_defaults(func=cmd_explain)
 
     p = verbs.add_parser("diff", help="what moved between two runs (exit 0 equal, 1 differ)")
-    p.add_argument("receipt_a", help="the first run's receipt")
-    p.add_argument("receipt_b", help="the second run's receipt")
+    p.add_argument("receipt_a", help=f"the first run: {RUN}")
+    p.add_argument("receipt_b", help=f"the second run: {RUN}")
     p.add_argument("--json", action="store_true", help="the differences as one JSON object")
     p.set_defaults(func=cmd_diff)
 
     p = verbs.add_parser("show", help="a ledger one line per event; --follow a live run")
-    p.add_argument("ledger", help="a ledger file, or a run's folder holding ledger.jsonl")
+    p.add_argument("ledger", help=RUN)
     p.add_argument("--type", action="append", metavar="T", help="model.error, model, x-docket.*")
     p.add_argument("--provider", action="append", metavar="NAME", help="this provider's events")
     p.add_argument("--seq", default=None, metavar="A..B", help="seq A to B (A.., ..B, N)")
@@ -386,6 +431,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", action="store_true", help="keep reading until session.end")
     p.add_argument("--json", action="store_true", help="the ledger's own lines, as written")
     p.set_defaults(func=cmd_show)
+
+    p = verbs.add_parser("ls", help="the runs in a folder, newest first, from their receipts")
+    p.add_argument("dir", nargs="?", default=None, help="the runs folder (default ./docket-runs)")
+    p.add_argument("--json", action="store_true", help="the runs as one JSON object")
+    p.set_defaults(func=cmd_ls)
 
     document(verbs)  # each verb's description and examples: docket/cli_help.py
     return parser

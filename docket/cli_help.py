@@ -64,7 +64,8 @@ DESCRIPTIONS = {
     "was lost.",
     "init": "Write a commented docket.toml listing every policy key with its default.",
     "prices": "Print the price table the caps and receipts use: its date, its provenance, and "
-    "USD per million tokens per model.",
+    "USD per million tokens per model. With --policy, a policy's [prices] merged over it, "
+    "as a run under that policy charges.",
     "stub": "Serve a stub model provider on 127.0.0.1 for trying Docket offline: OpenAI-shaped "
     "(chat.completions, streaming, /v1/models) or Anthropic-shaped (messages). Prints its URL.",
     "chaos": "One supervised run under seeded faults (spec/fault-grammar.md) against stub "
@@ -89,18 +90,23 @@ DESCRIPTIONS = {
     "show": "Print a ledger one line per event (seq, time, type, model, tokens, cost, status), "
     "filtered by type, provider, seq range or errors; --follow watches a live run. Streams: "
     "memory stays flat on any size.",
+    "ls": "List the runs in a runs folder, newest first: started, run id, folder, duration, "
+    "exit, calls, spend, refusals, and the receipt's state (complete, evidence incomplete, "
+    "running, no receipt, receipt unreadable), read from each receipt as written (docket "
+    "verify FOLDER re-derives it). A table at a terminal, plain columns in a pipe.",
 }
 
 EXAMPLES = {
     "verify": """\
 examples:
-  docket verify run/receipt.json                       # the ledger the receipt names
+  docket verify docket-runs/RUN                        # its receipt.json, the ledger it names
+  docket verify run/receipt.json                       # the same, named by the receipt
   docket verify run/receipt.json --ledger copy.jsonl   # another copy of it
   docket verify run/receipt.json --json | jq .verdict  # ok | fail | input_error
 """,
     "doctor": """\
 examples:
-  docket doctor run/ledger.jsonl
+  docket doctor docket-runs/RUN                           # or run/ledger.jsonl, run/receipt.json
   docket doctor run/ledger.jsonl --json
   docket doctor run/ledger.jsonl --quarantine-torn-tail   # keep the readable prefix
 """,
@@ -131,6 +137,7 @@ examples:
 examples:
   docket prices
   docket prices --json | jq '.models["gpt-4o-mini"]'
+  docket prices --policy docket.toml      # with its [prices] over the shipped table
 """,
     "stub": """\
 examples:
@@ -165,12 +172,13 @@ examples:
 """,
     "explain": """\
 examples:
-  docket explain runs/today                 # a run's folder, or its ledger.jsonl
+  docket explain runs/today                 # a run's folder, its ledger.jsonl or receipt.json
   docket explain runs/today --json | jq '.findings[].pattern'
   docket explain runs/today --policy docket.toml   # its [explain] thresholds
 """,
     "diff": """\
 examples:
+  docket diff runs/yesterday runs/today              # two run folders
   docket diff yesterday/receipt.json today/receipt.json
   docket diff a/receipt.json b/receipt.json --json
 """,
@@ -179,6 +187,11 @@ examples:
   docket restore docket-runs/RUN                 # the plan only
   docket restore docket-runs/RUN --apply
   docket restore docket-runs/RUN --apply --only src/app.py --force
+""",
+    "ls": """\
+examples:
+  docket ls                        # ./docket-runs
+  docket ls runs/ --json | jq '.runs[0].folder'
 """,
     "show": """\
 examples:

@@ -187,12 +187,25 @@ def supervised_run(folder: Path, stub_url: str, console) -> tuple[int, Path, Pat
 
 def demo_command(directory: str | None) -> int:
     console = Console(highlight=False, soft_wrap=True)
-    folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="docket-demo-"))
+    if directory:
+        folder = Path(directory)
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner only, like a run's
+        except (OSError, ValueError) as exc:  # a file is there, no permission, a NUL in the name
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise InputError(f"demo --dir {folder}: cannot make the folder ({reason})") from None
+        return _demo(folder, console)
+    # A folder of our own (0700): what it wrote is removed once shown, and where it was said.
+    folder = Path(tempfile.mkdtemp(prefix="docket-demo-"))
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner only, like a run's
-    except (OSError, ValueError) as exc:  # a file is there, no permission, a NUL in the name
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise InputError(f"demo --dir {folder}: cannot make the folder ({reason})") from None
+        return _demo(folder, console)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        left = " (some of it could not be removed)" if folder.exists() else ""
+        console.print(f"removed {folder}, where the demo wrote{left}; keep it with --dir DIR")
+
+
+def _demo(folder: Path, console: Console) -> int:
     stub, url = start_stub(folder)
     try:
         console.print(f"[bold]1. a stub provider[/] (OpenAI-shaped) at {url}")

@@ -79,4 +79,5 @@ def seconds_arg(text: str) -> float:
 
 
 integer_arg.__name__ = "whole number"  # argparse names the type in its error
-seconds_arg.__name__ = "number of seconds"  # argparse: "invalid number of seconds value"
+# argparse: "invalid duration (seconds, or 30s, 500ms, 10m, 1h) value: 'soon'"
+seconds_arg.__name__ = "duration (seconds, or 30s, 500ms, 10m, 1h)"

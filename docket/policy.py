@@ -36,6 +36,13 @@ from docket.fields import Fields, alternatives, show
 from docket.guards.egress import canonical_host, parse_entry
 from docket.inputs import read_text
 from docket.ledger.limits import LedgerLimits
+from docket.pricing import (
+    ModelPrice,
+    PriceTable,
+    default_price_table,
+    policy_model_price,
+    with_policy_prices,
+)
 from docket.reading.thresholds import KEYS as EXPLAIN_KEYS
 from docket.reading.thresholds import read_thresholds
 from docket.values import is_ip, nano_usd
@@ -182,11 +189,17 @@ class Policy:
     secrets: SecretsPolicy = field(default_factory=SecretsPolicy)
     snapshot: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     cache: CachePolicy = field(default_factory=CachePolicy)  # docket/cache/config.py
+    # [prices]: model -> its price, over the shipped table (docket.pricing.with_policy_prices)
+    prices: Mapping[str, ModelPrice] = field(default_factory=dict, hash=False)
     # Where it came from; not part of the digest (the same rules from two files are the same policy).
     source: str = field(default="defaults", compare=False)
 
     def provider(self, name: str) -> ProviderPolicy | None:
         return self.providers.get(name)
+
+    def price_table(self) -> PriceTable:
+        """The price table a run under this policy uses: the shipped one, its [prices] over it."""
+        return with_policy_prices(default_price_table(), self.prices, self.source)
 
     def ledger_limits(self):
         """The [ledger] ceilings as the writer takes them (docket.ledger.limits.LedgerLimits).
@@ -220,6 +233,8 @@ class Policy:
         }
         if self.cache.enabled:  # only then: a policy without it keeps its digest
             out["cache"] = self.cache.to_dict()
+        if self.prices:  # likewise
+            out["prices"] = {name: p.to_dict() for name, p in self.prices.items()}
         return out
 
     def digest(self) -> str:
@@ -287,6 +302,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
             "snapshot",
             "explain",
             "cache",
+            "prices",
         ),
     )
     ledger = _ledger(c, c.section(data, "ledger"))
@@ -298,6 +314,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     secrets = _secrets(c, c.section(data, "secrets"))
     snapshot = _snapshot(c, c.section(data, "snapshot"))
     cache = cache_policy(c.fields(c.section(data, "cache"), "cache", CACHE_KEYS))
+    prices = _prices(c, c.section(data, "prices"))
     # Checked here so that `docket run` refuses a mistyped [explain] as explain would;
     # not kept: the thresholds tune what `docket explain` names, never what a run does.
     read_thresholds(c.fields(c.section(data, "explain"), "explain", EXPLAIN_KEYS))
@@ -311,6 +328,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
         secrets=secrets,
         snapshot=snapshot,
         cache=cache,
+        prices=prices,
         source=source,
     )
 
@@ -504,6 +522,23 @@ def _snapshot(c: _Checker, t: dict) -> SnapshotPolicy:
                 f"must be a non-empty pattern without '..', got {show(p)}",
             )
     return SnapshotPolicy(exclude=tuple(patterns))
+
+
+def _prices(c: _Checker, t: dict) -> Mapping[str, ModelPrice]:
+    """[prices.MODEL] tables: input, output (cached_input) price strings and a source."""
+    out = {}
+    for name, entry in t.items():
+        path = f"prices.{name}"
+        if not name.strip():
+            c.fail("prices", "a model name cannot be empty")
+        if not isinstance(entry, dict):
+            c.fail(path, f'must be a table ([prices."{name}"]), got {show(entry)}')
+
+        def fail(key: str, reason: str, path: str = path) -> NoReturn:
+            c.fail(f"{path}.{key}", reason)
+
+        out[name] = policy_model_price(name, entry, default_price_table(), fail)
+    return MappingProxyType(out)
 
 
 def _valid_egress(entry: str) -> bool:

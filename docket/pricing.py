@@ -33,13 +33,14 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from importlib import resources
 from types import MappingProxyType
+from typing import NoReturn
 
 from docket.clock import Clock
 from docket.errors import InputError
@@ -372,12 +373,87 @@ def parse_price_table(data: bytes, source: str = "<bytes>") -> PriceTable:
     )
 
 
+# ---------------------------------------------------------------- a policy's [prices]
+
+POLICY_PRICE_KEYS = ("input", "output", "cached_input", "provider", "source")
+PRICE_SYNTAX = 'a price string of USD per million tokens with at most 3 decimals, e.g. "0.15"'
+
+
+def policy_model_price(
+    name: str, entry: Mapping, base: PriceTable, fail: Callable[[str, str], NoReturn]
+) -> ModelPrice:
+    """One [prices.MODEL] table of a policy as a ModelPrice; `fail(key, reason)` raises.
+
+    input and output are required, cached_input defaults to input (cached tokens charged
+    as input, as the shipped table does where no cached price is listed), provider to
+    the shipped entry's (or "policy"), and `source` (where the price was read) is
+    required: it goes into the run's pricing provenance."""
+    unknown = sorted(set(entry) - set(POLICY_PRICE_KEYS))
+    if unknown:
+        fail(unknown[0], f"unknown key (known: {', '.join(POLICY_PRICE_KEYS)})")
+    prices: dict[str, Decimal] = {}
+    for key in ("input", "output", "cached_input"):
+        raw = entry.get(key)
+        if raw is None and key == "cached_input":
+            prices[key] = prices["input"]
+        elif raw is None:
+            fail(key, f"is required ({PRICE_SYNTAX})")
+        elif not isinstance(raw, str) or not _PRICE.match(raw):
+            fail(key, f"must be {PRICE_SYNTAX}, got {json.dumps(raw, default=str)}")
+        else:
+            prices[key] = Decimal(raw)
+    source = entry.get("source")
+    if not isinstance(source, str) or not source.strip():
+        fail("source", "is required: a string saying where this price was read")
+    shipped = base.lookup(name)
+    provider = entry.get("provider", shipped.provider if shipped is not None else "policy")
+    if not isinstance(provider, str) or not provider:
+        fail("provider", f"must be a string, got {json.dumps(provider, default=str)}")
+    return ModelPrice(
+        model=name, provider=provider, note=f"from the policy: {source.strip()}", **prices
+    )
+
+
+def with_policy_prices(
+    base: PriceTable, prices: Mapping[str, ModelPrice], policy: str
+) -> PriceTable:
+    """The shipped table with a policy's [prices] over it: the policy wins for the models
+    it names (an alias of the same name included), and the provenance says which and
+    from where, first, so the run's session.start and receipt carry it."""
+    if not prices:
+        return base
+    said = "; ".join(
+        f"{name}: {p.note.removeprefix('from the policy: ')}"
+        for name, p in prices.items()
+        if p.note
+    )
+    replaced = sorted(name for name in prices if base.lookup(name) is not None)
+    provenance = f"policy {policy} [prices] ({said})"
+    if replaced:
+        provenance += f", over the shipped price of {', '.join(replaced)}"
+    provenance += f"; every other model: {base.provenance}"
+    canonical = json.dumps(
+        {name: p.to_dict() for name, p in sorted(prices.items())}, sort_keys=True
+    ).encode("utf-8")
+    return PriceTable(
+        as_of=base.as_of,
+        provenance=provenance,
+        sources=base.sources,
+        models=MappingProxyType({**base.models, **prices}),
+        aliases=MappingProxyType({a: t for a, t in base.aliases.items() if a not in prices}),
+        not_listed=base.not_listed,
+        digest="sha256:" + hashlib.sha256(base.digest.encode() + b"\n" + canonical).hexdigest(),
+        source=f"{base.source} + {policy} [prices]",
+    )
+
+
 # ---------------------------------------------------------------- docket prices
 
 
-def prices_command(args, *, clock=None) -> int:
-    """Print the table, its date and provenance; warn (stderr) when it is over 90 days old."""
-    table = default_price_table()
+def prices_command(args, *, clock=None, table: PriceTable | None = None) -> int:
+    """Print the table, its date and provenance; warn (stderr) when it is over 90 days old.
+    `table`: another than the shipped one (`--policy`: a policy's [prices] over it)."""
+    table = table or default_price_table()
     wall = (clock or Clock()).wall()
     today = datetime.fromtimestamp(wall, UTC).date()
     age = table.age_days(today)
@@ -399,6 +475,7 @@ def prices_command(args, *, clock=None) -> int:
 
 def _print_table(table: PriceTable) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(highlight=False, soft_wrap=False)
@@ -415,6 +492,8 @@ def _print_table(table: PriceTable) -> None:
         grid.add_column(name, justify="right")
     for name, p in table.models.items():
         mark = " *" if p.note else ""
+        if p.note and p.note.startswith("from the policy: "):
+            mark = " (policy) *"
         grid.add_row(
             name + mark,
             p.provider,
@@ -425,14 +504,14 @@ def _print_table(table: PriceTable) -> None:
     if notes:
         console.print("* notes:")
         for name, note in notes:
-            console.print(f"  {name}: {note}")
+            console.print(escape(f"  {name}: {note}"))
     if table.aliases:
         console.print("aliases: " + ", ".join(f"{a} -> {t}" for a, t in table.aliases.items()))
     console.print(
         "lookup: exact name or alias, else a dated snapshot of a listed model "
         "(gpt-4o-2024-08-06 -> gpt-4o); any other variant is unpriced."
     )
-    console.print(f"provenance: {table.provenance}")
+    console.print(escape(f"provenance: {table.provenance}"))
     for s in table.sources:
         console.print(f"source: {s}")
     if table.not_listed:

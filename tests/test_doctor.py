@@ -12,6 +12,7 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reading_ledgers import Script
 
 from docket.errors import CheckFailed, InputError
 from docket.ledger import doctor, reader
@@ -552,3 +553,24 @@ def test_cli_exit_codes_and_summary(tmp_path):
     assert (fixed.returncode, fixed.stderr) == (0, b"")
     clean = docket("doctor", str(tmp_path / "ledger.jsonl.repaired"))
     assert clean.returncode == 0 and "verdict  clean" in clean.stdout.decode()
+
+
+def test_a_chain_break_before_session_end_says_the_end_is_there_unverified(tmp_path, capsys):
+    """Failed before: a ledger tampered mid-way, whose session.end is its last line, was
+    said to have none ("the run was killed")."""
+    s = Script()
+    for i in range(3):
+        s.call(body=f"q {i}")
+    path = s.end().write(tmp_path / "ledger.jsonl")
+    data = bytearray(path.read_bytes())
+    at = data.index(b'"input_tokens":7')
+    data[at + 15] = ord("9")
+    path.write_bytes(bytes(data))
+    assert doctor_command(str(path), quarantine=False) == 1
+    out = capsys.readouterr().out
+    assert "chain" in out
+    assert "a session.end is the last line, but past the chain's problem: not verified" in out
+    assert "killed" not in out
+    assert doctor_command(str(path), quarantine=False, as_json=True) == 1
+    evidence = json.loads(capsys.readouterr().out)["evidence"]
+    assert evidence["session_end"] is False and evidence["session_end_unverified"] is True

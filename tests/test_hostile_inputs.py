@@ -292,6 +292,11 @@ CASES = [
          {"l.jsonl": b""}),
     Case("diff a binary receipt", ("diff", "a.json", "a.json"), "binary data",
          {"a.json": b"\x00\xff"}),
+    Case("diff a folder with no receipt", ("diff", ".", "."), "no receipt.json in this folder",
+         {"ledger.jsonl": b""}),
+    # -- listing runs: ls (tests/test_runs_list.py has the rest)
+    Case("ls a missing folder", ("ls", "nowhere"), "no such folder"),
+    Case("ls a file", ("ls", "f.txt"), "not a folder", {"f.txt": "x"}),
 ]  # fmt: skip
 
 

@@ -97,6 +97,18 @@ def test_every_commented_example_in_the_template_is_itself_valid():
     assert p.resilience.max_queue == 32
 
 
+def test_the_template_shows_the_shared_caches_dir_in_its_cache_section():
+    """Failed before: [cache] named `dir` in prose only, with no line to copy."""
+    text = template_text()
+    cache = text.split("\n[cache]\n", 1)[1].split("\n[", 1)[0]
+    (line,) = [x for x in cache.splitlines() if x.startswith("#") and "dir = " in x]
+    example = dict(re.findall(r'(\w+) = ("[^"]*")', line))
+    assert set(example) == {"scope", "dir"}
+    table = {k: tomllib.loads(f"v = {v}")["v"] for k, v in example.items()}
+    p = policy_from_dict({"cache": {"enabled": True, **table}}, source="t")
+    assert p.cache.scope == table["scope"] and p.cache.dir == table["dir"]
+
+
 # ---------------------------------------------------------------- values
 
 

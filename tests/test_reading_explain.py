@@ -223,6 +223,16 @@ def test_cache_miss_named_for_one_request_paid_again_and_again(tmp_path):
     found = named(tmp_path, s.end())["cache-miss"]
     assert found["evidence"]["paid_again"] == 3
     assert found["impact"]["cost_nusd"] == 3 * (7 * 150 + 16 * 600)
+    # one request: singular (was "1 identical requests were paid for")
+    assert found["summary"].startswith("1 identical request was paid for 3 more times")
+
+
+def test_cache_miss_counts_in_words_that_agree(tmp_path):
+    s = Script()
+    for body in ("a", "a", "a", "b", "b", "b"):
+        s.call(body=body)
+    found = named(tmp_path, s.end())["cache-miss"]
+    assert found["summary"].startswith("2 identical requests were paid for 4 more times")
 
 
 def test_cache_miss_not_named_for_distinct_or_unpaid_requests(tmp_path):

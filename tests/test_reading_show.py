@@ -269,3 +269,15 @@ def test_memory_does_not_grow_with_the_ledger(tmp_path):
     rss = {p.name: _peak_rss_kib(["show", str(p)]) for p in (small, big)}
     # 20x the ledger, the same memory (within 4 MiB of allocator noise)
     assert rss["big.jsonl"] - rss["small.jsonl"] < 4096, rss
+
+
+def test_a_type_that_matches_nothing_is_one_line_naming_the_known_ones(ledger, capsys):
+    """Failed before: `--type nonsense` printed nothing and exited 0, like a clean run."""
+    assert main(["show", str(ledger), "--type", "nonsense"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("docket: --type 'nonsense': no event type matches it;")
+    assert "model, net, policy" in err and "x-docket.*" in err
+    for fine in ("model", "model.", "cache.*", "x-docket.breaker-open", "x-vendor.thing"):
+        assert main(["show", str(ledger), "--type", fine]) == 0, fine
+    capsys.readouterr()

@@ -517,11 +517,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case):
         assert (tmp_path / "ledger.jsonl").read_bytes() == before
 
 
-def test_a_directory_is_refused_as_receipt_or_ledger(tmp_path, capsys):
+def test_a_directory_is_the_run_but_not_a_ledger(tmp_path, capsys):
+    """`docket verify FOLDER` is the run in it (docket/reading/run_paths.py); a folder
+    given as --ledger is refused, as before."""
     receipt_path = write_run(tmp_path)
-    assert main(["verify", str(tmp_path)]) == 2
+    assert main(["verify", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("ok: ")
     assert main(["verify", str(receipt_path), "--ledger", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.count("is a directory") == 2
+    assert capsys.readouterr().err.count("is a directory") == 1
 
 
 @pytest.mark.parametrize(

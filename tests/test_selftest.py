@@ -65,6 +65,9 @@ def test_the_table_and_the_exit_codes_through_the_command_line():
     assert done.returncode == 0, done.stderr
     assert "calls/record" in done.stdout and "evidence/tamper" in done.stdout
     assert "2 checks, all passed" in done.stdout
+    header = next(line for line in done.stdout.splitlines() if "check" in line and "┃" in line)
+    cells = [c.strip() for c in header.strip("┃ ").split("┃")]
+    assert cells[:3] == ["check", "status", "s"], header  # every column named
     bad = subprocess.run(
         [sys.executable, "-m", "docket", "selftest", "--only", "no-such-check"],
         capture_output=True,

@@ -198,6 +198,8 @@ def scan_lines(lines: Iterable[Line]) -> Scan:
                 except ChainError as exc:
                     # Keep reading: the line count and the tail are still worth reporting.
                     problem = exc
+            else:
+                facts.past_the_break(line.data)
     except LineTooLong as exc:
         problem = problem or ChainError(MALFORMED_LINE, verifier.count, exc.offset, str(exc))
     return Scan(

@@ -24,6 +24,20 @@ class EvidenceFacts:
         self.low_disk = 0
         self.end_complete: bool | None = None  # session.end's word, if the ledger has one
         self.last_type: str | None = None
+        # The type of the last whole line past a chain problem (read leniently, not
+        # verified): a run that ended has its session.end there, which doctor must not
+        # call missing, only unverified.
+        self.unverified_last_type: str | None = None
+
+    def past_the_break(self, line: bytes) -> None:
+        """A whole line after the chain's first problem: only its type is kept."""
+        try:
+            event = json.loads(line)
+        except ValueError:
+            self.unverified_last_type = None
+            return
+        kind = event.get("type") if isinstance(event, dict) else None
+        self.unverified_last_type = kind if isinstance(kind, str) else None
 
     def add(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -53,6 +67,8 @@ class EvidenceFacts:
             "lost": self.lost,
             "low_disk": self.low_disk,
             "session_end": ended,
+            # a session.end is the last line, past a chain problem: there, but not verified
+            "session_end_unverified": not ended and self.unverified_last_type == "session.end",
             "receipt": None,
         }
 
@@ -91,7 +107,12 @@ def evidence_lines(evidence: dict[str, Any] | None) -> list[str]:
             f"the receipt discloses {receipt.get('unwritten_events')} unwritten events"
             + (f" and {calls} calls that went upstream unrecorded" if calls else "")
         )
-    if not evidence["session_end"]:
+    if evidence.get("session_end_unverified"):
+        said.append(
+            "a session.end is the last line, but past the chain's problem: not verified, "
+            "so what it says of the evidence is not taken"
+        )
+    elif not evidence["session_end"]:
         said.append("no session.end last: the run was killed, or its end could not be written")
     if evidence["complete"] is True:
         head = "complete (session.end says so)"

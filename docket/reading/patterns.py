@@ -464,8 +464,11 @@ class CacheMiss(Pattern):
         return [
             Finding(
                 self.name,
-                f"{len(repeated)} identical requests were paid for {again} more times "
-                f"(the most repeated, {worst[0]} times)",
+                f"{len(repeated)} identical "
+                + ("request was" if len(repeated) == 1 else "requests were")
+                + f" paid for {again} more "
+                + ("time" if again == 1 else "times")
+                + f" (the most repeated, {worst[0]} times)",
                 {
                     "seq": seq_range(min(e[2] for e in repeated), max(e[3] for e in repeated)),
                     "requests_repeated": len(repeated),

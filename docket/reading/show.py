@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.text import Text
 
 from docket.errors import EXIT_OK, InputError
+from docket.ledger.chain import EVENT_TYPES
 from docket.ledger.reader import MAX_LINE_BYTES
 from docket.reading.source import EventReader, ledger_path, read_lines
 from docket.receipts.tally import usd
@@ -97,6 +98,19 @@ def _type_matches(kind: str, want: str) -> bool:
     return (
         kind == want or kind.startswith(want.rstrip(".") + ".") or fnmatch.fnmatchcase(kind, want)
     )
+
+
+def check_types(types: tuple[str, ...]) -> None:
+    """Each --type must match some event type a ledger can hold (or be an x- extension):
+    one that matches none is a typo, said with the known types, never an empty listing."""
+    for want in types:
+        if want.startswith("x-") or any(_type_matches(kind, want) for kind in EVENT_TYPES):
+            continue
+        families = sorted({kind.split(".")[0] for kind in EVENT_TYPES})
+        raise InputError(
+            f"--type {want!r}: no event type matches it; a type, its family or a glob "
+            f"({', '.join(families)}; e.g. model.error, model, x-docket.*)"
+        )
 
 
 def _who(event: dict) -> tuple[str, str]:

@@ -19,9 +19,8 @@ from docket.inputs import existing_file
 from docket.ledger.chain import ChainError, ChainVerifier
 from docket.ledger.lock import holder_pid
 from docket.ledger.reader import LEDGER_MAGIC, Lines, LineTooLong
+from docket.reading.run_paths import LEDGER_NAME
 from docket.receipts.tally import Tally, TallyError
-
-LEDGER_NAME = "ledger.jsonl"
 
 
 def ledger_path(target: str | os.PathLike) -> Path:

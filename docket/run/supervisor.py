@@ -29,6 +29,7 @@ The parts (docket/run/):
   hardening.py   prctl: non-dumpable, child subreaper
   launch.py      the child's first process (`python -m docket.run.launch`)
   hooks.py       RunHooks, what a harness may hand a run
+  run_report.py  what `docket run` prints: the start line, the receipt's summary
   supervisor.py  this module: Supervisor (the order above, the session's events,
                  the receipt) and `docket run` itself
 Each name is imported from the module that defines it.
@@ -61,7 +62,7 @@ from docket.guards.redact import Redactor, redact_argv
 from docket.ledger.limits import EvidenceLost, LedgerFull, describe_os_error
 from docket.ledger.writer import open_ledger
 from docket.policy import load_policy
-from docket.pricing import load_price_table
+from docket.pricing import default_price_table
 from docket.receipts.receipt import (
     RECEIPT_RESERVE_BYTES,
     build_receipt,
@@ -81,6 +82,7 @@ from docket.run.control import ChildControl, StopLatch
 from docket.run.hardening import make_non_dumpable, raise_nofile, set_subreaper
 from docket.run.hooks import RunHooks
 from docket.run.isolation import CGROUP, ISOLATION_ENV, first_way, mechanism
+from docket.run.run_report import end_block, start_line
 from docket.run.values import RunOptions, RunOutcome
 from docket.snapshot.session import SnapshotSession, check_run_options
 
@@ -129,6 +131,9 @@ class Supervisor:
         self.hooks = hooks or RunHooks(clock=clock, write_faults=faults)
         self.options = options
         self.policy = policy if policy is not None else load_policy(options.policy_path)
+        # The shipped price table with the policy's [prices] over it: what the boundary
+        # charges and caps by, and what session.start's pricing.provenance names.
+        self.prices = self.policy.price_table()
         self.clock = self.hooks.clock or Clock()
         self.env = dict(os.environ if env is None else env) | options.extra_env
         self._check_keys()
@@ -162,6 +167,8 @@ class Supervisor:
         # Called once session.start is on disk: `docket run` prints its start warnings
         # there, so a run refused at start (bad folder, full disk) is one line only.
         self.on_started: Callable[[], object] | None = None
+        # Called with the boundary's URL once it listens: `docket run`'s start line.
+        self.on_listening: Callable[[str], object] | None = None
 
         self._snapshots = SnapshotSession(options, self.policy)
 
@@ -287,6 +294,7 @@ class Supervisor:
                 clock=self.clock,
                 stop=self.request_stop,
                 env=self.env,
+                prices=self.prices,
                 call_probe=self.hooks.call_probe,
             )
             if boundary.cache is not None and self.shared_cache is not None:
@@ -409,7 +417,7 @@ class Supervisor:
 
     def session_facts(self, policy) -> dict:
 
-        prices = load_price_table()
+        prices = self.prices
         facts = {
             "run_id": self.run_id,
             "docket_version": __version__,
@@ -501,6 +509,8 @@ class Supervisor:
                 )
             )
             return None
+        if self.on_listening is not None:
+            self.on_listening(url)
         if self.wall_limit() is not None:
             nursery.start_soon(self.control.watch_wall_clock, boundary)
         if self.options.snapshot and not await self._snapshots.take(self):
@@ -535,9 +545,17 @@ def run_command(args) -> int:
     supervisor._harden()
     _drop_keys_from_environ(supervisor)
     supervisor.on_started = functools.partial(_start_warnings, supervisor)
+    quiet = bool(getattr(args, "quiet", False))
+    if not quiet:
+        supervisor.on_listening = lambda url: print(
+            start_line(supervisor.run_id, supervisor.folder, url), file=sys.stderr, flush=True
+        )
     outcome = trio.run(supervisor.run)
     for note in outcome.notes:
         print(f"docket: warning: {note}", file=sys.stderr)
+    if not quiet and outcome.receipt is not None and outcome.receipt_error is None:
+        for line in end_block(outcome.receipt, supervisor.folder):
+            print(line, file=sys.stderr)
     print(last_line(supervisor.run_id, outcome), file=sys.stderr)
     return outcome.exit_status
 
@@ -566,6 +584,12 @@ def _start_warnings(supervisor: Supervisor) -> None:
 
     if supervisor.keys_missing:
         print(missing_warning(supervisor.keys_missing), file=sys.stderr)
+    shipped = [m for m in supervisor.policy.prices if default_price_table().lookup(m) is not None]
+    if shipped:  # the policy wins, and says so (the provenance records it too)
+        print(
+            f"docket: note: the policy's [prices] replace the shipped price of {', '.join(shipped)}",
+            file=sys.stderr,
+        )
     for name, consequence in (
         ("non_dumpable", "the supervisor's memory and environment stay readable by the agent"),
         ("subreaper", "a process the agent detaches (setsid) may outlive the run"),
@@ -607,5 +631,8 @@ def _seconds(value: float | None, flag: str, *, positive: bool) -> float | None:
         return None
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         sign = "> 0" if positive else ">= 0"
-        raise InputError(f"run: {flag} must be a number of seconds {sign}, got {value:g}")
+        raise InputError(
+            f"run: {flag} must be a duration {sign} (seconds, or 500ms, 30s, 10m, 1h), "
+            f"got {value:g} s"
+        )
     return value

@@ -84,7 +84,7 @@ def _print_table(results: list[Result], seconds: float) -> None:
     console = Console(highlight=False, soft_wrap=False)
     table = Table(title="docket selftest", title_justify="left")
     table.add_column("check", no_wrap=True)
-    table.add_column("", no_wrap=True)
+    table.add_column("status", no_wrap=True)
     table.add_column("s", justify="right")
     table.add_column("what it saw (a failure: what was expected, and what happened)")
     for r in results:
