@@ -16,7 +16,8 @@ from pathlib import Path
 import trio
 
 from docket.cli import main
-from docket.run.run_report import end_block, refusals_by_rule, summary_lines
+from docket.receipts.receipt import refusals_by_rule
+from docket.run.run_report import end_block, summary_lines
 
 DEADLINE = 60
 # Two agents in one run: the first repeats a greedy call (served from the cache after
@@ -116,17 +117,14 @@ RECEIPT = {
 
 
 def test_refusals_by_rule_with_and_without_the_member():
-    assert refusals_by_rule(RECEIPT["ops"]) == {}
+    # A receipt from before refused_by_rule: the policy's denials alone.
+    assert refusals_by_rule(RECEIPT["totals"]) == {}
     assert "docket: refused 3" in summary_lines(RECEIPT)
-    for shape in (
-        {"caps.max_usd": 2, "egress": 1},
-        {"by_rule": {"caps.max_usd": 2, "egress": 1}},
-        [{"rule": "caps.max_usd", "count": 2}, {"rule": "egress", "count": 1}],
-    ):
-        ops = {**RECEIPT["ops"], "refusals": shape}
-        assert refusals_by_rule(ops) == {"caps.max_usd": 2, "egress": 1}
-        lines = summary_lines({**RECEIPT, "ops": ops})
-        assert "docket: refused 3 (caps.max_usd 2, egress 1)" in lines
+    # With it: every rule's refusals, the policy's 3 among them, summed.
+    totals = {**RECEIPT["totals"], "refused_by_rule": {"caps": 3, "rate_limit": 6, "breaker": 2}}
+    assert refusals_by_rule(totals) == {"caps": 3, "rate_limit": 6, "breaker": 2}
+    lines = summary_lines({**RECEIPT, "totals": totals})
+    assert "docket: refused 11 (breaker 2, caps 3, rate_limit 6)" in lines
 
 
 def test_a_rollback_and_lost_evidence_are_said():

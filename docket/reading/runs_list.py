@@ -18,6 +18,7 @@ from pathlib import Path
 from docket.errors import EXIT_OK, InputError
 from docket.ledger.lock import holder_pid
 from docket.reading.run_paths import LEDGER_NAME, RECEIPT_NAME
+from docket.receipts.receipt import refused_calls
 
 DEFAULT_RUNS = "docket-runs"  # where `docket run` puts a run without --ledger-dir
 FIRST_LINE_BYTES = 1 << 16  # enough for session.start; a longer first line: no start time
@@ -65,7 +66,7 @@ def _from_receipt(folder: Path, receipt: Path) -> RunRow:
             exit=int(exit_["status"]),
             calls=int(totals["model_calls"]),
             usd=str(totals["usd"]),
-            refused=int(totals["refused"]),
+            refused=refused_calls(totals),
             status="complete",
         )
     except OSError as exc:

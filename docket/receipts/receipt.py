@@ -410,3 +410,20 @@ def receipt_line(receipt: dict) -> str:
     return json.dumps(
         receipt, sort_keys=True, ensure_ascii=False, allow_nan=False, default=plain_number
     )
+
+
+def refusals_by_rule(totals: dict) -> dict[str, int]:
+    """The receipt's refusals per rule (`totals.refused_by_rule`, spec section 6.5: every
+    refused call under the rule that refused it); {} for a receipt that makes no such
+    claim (one written before it, or a run with no refusal)."""
+    found = totals.get("refused_by_rule")
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): v for k, v in found.items() if isinstance(v, int)}
+
+
+def refused_calls(totals: dict) -> int:
+    """Every call the run refused: the sum of `refused_by_rule` where the receipt has it
+    (`totals.refused` counts the policy's denials alone), else `totals.refused`."""
+    rules = refusals_by_rule(totals)
+    return sum(rules.values()) if rules else int(totals.get("refused", 0))

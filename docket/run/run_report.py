@@ -13,6 +13,8 @@ import shlex
 from decimal import Decimal
 from pathlib import Path
 
+from docket.receipts.receipt import refusals_by_rule, refused_calls
+
 NUSD_PER_USD = Decimal(10**9)
 
 
@@ -32,23 +34,6 @@ def _usd(nusd: int) -> str:
     return f"${(Decimal(nusd) / NUSD_PER_USD).normalize():f}"
 
 
-def refusals_by_rule(ops: dict) -> dict[str, int]:
-    """The receipt's refusals per rule, where it has them (ops.refusals: a map of rule
-    to count, or one under `by_rule`, or a list of {rule, count}); {} where it has not."""
-    found = ops.get("refusals")
-    if isinstance(found, dict) and isinstance(found.get("by_rule"), dict):
-        found = found["by_rule"]
-    if isinstance(found, dict):
-        return {str(k): v for k, v in found.items() if isinstance(v, int)}
-    if isinstance(found, list):
-        return {
-            str(r.get("rule")): r["count"]
-            for r in found
-            if isinstance(r, dict) and isinstance(r.get("count"), int)
-        }
-    return {}
-
-
 def summary_lines(receipt: dict) -> list[str]:
     """The receipt's figures a person checks first, one line each."""
     totals = receipt.get("totals", {})
@@ -63,9 +48,11 @@ def summary_lines(receipt: dict) -> list[str]:
             else ""
         )
     ]
-    refused = totals.get("refused", 0)
+    # totals.refused counts the policy's denials only; refused_by_rule counts every rule's
+    # (the rate limiter, the breaker, shedding, egress, a full ledger), so it is the total.
+    rules = refusals_by_rule(totals)
+    refused = refused_calls(totals)
     line = f"docket: refused {refused}"
-    rules = refusals_by_rule(ops)
     if rules:
         line += " (" + ", ".join(f"{rule} {n}" for rule, n in sorted(rules.items())) + ")"
     lines.append(line)
