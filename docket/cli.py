@@ -140,6 +140,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     return show_command(args.ledger, flt, as_json=args.json, follow=args.follow)
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from docket.export.otel_command import export_otel_command  # per verb
+
+    return export_otel_command(
+        args.run, args.endpoint, args.header or [], args.timeout, args.policy
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="docket",
@@ -379,6 +387,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", action="store_true", help="keep reading until session.end")
     p.add_argument("--json", action="store_true", help="the ledger's own lines, as written")
     p.set_defaults(func=cmd_show)
+
+    p = verbs.add_parser(
+        "export", help="send a run's record to an OpenTelemetry collector (OTLP/HTTP)"
+    )
+    p.add_argument("format", choices=["otel"], help="otel: OTLP/HTTP protobuf, GenAI names")
+    p.add_argument("run", help="a run's folder (holding ledger.jsonl) or a ledger file")
+    p.add_argument(
+        "--endpoint",
+        default=None,
+        metavar="URL",
+        help="the OTLP/HTTP base URL (/v1/traces and /v1/metrics are added); default "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT, else http://127.0.0.1:4318",
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        metavar="K=V",
+        help="a header for every request (a collector's token); repeat",
+    )
+    p.add_argument(
+        "--timeout",
+        type=seconds_arg,
+        default=None,
+        help="seconds for each request, retries included (default 10)",
+    )
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="the run's docket.toml: names each provider's host and port (server.address)",
+    )
+    p.set_defaults(func=cmd_export)
 
     document(verbs)  # each verb's description and examples: docket/cli_help.py
     return parser

@@ -89,6 +89,14 @@ DESCRIPTIONS = {
     "show": "Print a ledger one line per event (seq, time, type, model, tokens, cost, status), "
     "filtered by type, provider, seq range or errors; --follow watches a live run. Streams: "
     "memory stays flat on any size.",
+    "export": "Send a finished run's record to an OpenTelemetry collector as OTLP/HTTP "
+    "protobuf: one trace per run (the run's span, a span per model call with gen_ai.* "
+    "attributes, refusals, breaker moves, faults and cap warnings as span events) and "
+    "the token-usage and duration histograms. The ledger's chain is verified first; ids "
+    "come from the run id and seq, so exporting twice gives the same trace. Message "
+    "content is never sent. Exit 0 sent; 1 the endpoint did not take it (unreachable, "
+    "refused or timed out: the ledger is fine, try again); 2 a broken ledger or a bad "
+    "argument (nothing sent). docs/export.md has the mapping.",
 }
 
 EXAMPLES = {
@@ -185,6 +193,13 @@ examples:
   docket show runs/today --errors
   docket show runs/today/ledger.jsonl --type model.error --seq 100..200
   docket show runs/today --follow            # until the run's session.end
+""",
+    "export": """\
+examples:
+  docket export otel docket-runs/RUN                     # to http://127.0.0.1:4318
+  docket export otel docket-runs/RUN --endpoint http://collector:4318 \\
+      --header "Authorization=Bearer $TOKEN"
+  docket export otel run/ledger.jsonl --policy docket.toml   # with server.address/port
 """,
 }
 

@@ -153,6 +153,16 @@ class SnapshotPolicy:
     exclude: tuple[str, ...] = (".git",)
 
 
+@dataclass(frozen=True)
+class ExportPolicy:
+    # Where a run's record goes when the run ends (docket.export, docs/export.md): an
+    # OTLP/HTTP base URL. The headers (a collector's token) are never in this file:
+    # otlp_headers_env names the variable that holds them, as k=v,k2=v2.
+    otlp_endpoint: str | None = None
+    otlp_headers_env: str | None = None
+    otlp_timeout: float = 10.0
+
+
 def default_providers() -> Mapping[str, ProviderPolicy]:
     return MappingProxyType(
         {
@@ -174,6 +184,9 @@ class Policy:
     secrets: SecretsPolicy = field(default_factory=SecretsPolicy)
     snapshot: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     cache: CachePolicy = field(default_factory=CachePolicy)  # docket/cache/config.py
+    # Not in to_dict, so not in the digest: where the record is sent after the run is
+    # not a rule the run was held to (as [explain] is not).
+    export: ExportPolicy = field(default_factory=ExportPolicy)
     # Where it came from; not part of the digest (the same rules from two files are the same policy).
     source: str = field(default="defaults", compare=False)
 
@@ -279,6 +292,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
             "snapshot",
             "explain",
             "cache",
+            "export",
         ),
     )
     ledger = _ledger(c, c.section(data, "ledger"))
@@ -290,6 +304,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     secrets = _secrets(c, c.section(data, "secrets"))
     snapshot = _snapshot(c, c.section(data, "snapshot"))
     cache = cache_policy(c.fields(c.section(data, "cache"), "cache", CACHE_KEYS))
+    export = _export(c, c.section(data, "export"))
     # Checked here so that `docket run` refuses a mistyped [explain] as explain would;
     # not kept: the thresholds tune what `docket explain` names, never what a run does.
     read_thresholds(c.fields(c.section(data, "explain"), "explain", EXPLAIN_KEYS))
@@ -303,6 +318,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
         secrets=secrets,
         snapshot=snapshot,
         cache=cache,
+        export=export,
         source=source,
     )
 
@@ -475,6 +491,20 @@ def _snapshot(c: _Checker, t: dict) -> SnapshotPolicy:
                 f"must be a non-empty pattern without '..', got {show(p)}",
             )
     return SnapshotPolicy(exclude=tuple(patterns))
+
+
+def _export(c: _Checker, t: dict) -> ExportPolicy:
+    f = c.fields(t, "export", _keys(ExportPolicy))
+    endpoint = f.string("otlp_endpoint", None)
+    if endpoint is not None:
+        problem = url_problem(endpoint)
+        if problem:
+            f.fail("otlp_endpoint", f"{problem}, got {show(endpoint)}")
+    return ExportPolicy(
+        otlp_endpoint=endpoint,
+        otlp_headers_env=f.string("otlp_headers_env", None, pattern=_ENV_NAME),
+        otlp_timeout=f.duration("otlp_timeout", ExportPolicy().otlp_timeout),
+    )
 
 
 def _valid_egress(entry: str) -> bool:
