@@ -144,7 +144,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from docket.export.otel_command import export_otel_command  # per verb
 
     return export_otel_command(
-        args.run, args.endpoint, args.header or [], args.timeout, args.policy
+        args.run, args.endpoint, args.header or [], args.timeout, args.policy, not args.no_metrics
     )
 
 
@@ -416,6 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy",
         default=None,
         help="the run's docket.toml: names each provider's host and port (server.address)",
+    )
+    p.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="send the trace only (for a backend that takes no metrics, such as Langfuse)",
     )
     p.set_defaults(func=cmd_export)
 

@@ -161,6 +161,7 @@ class ExportPolicy:
     otlp_endpoint: str | None = None
     otlp_headers_env: str | None = None
     otlp_timeout: float = 10.0
+    otlp_metrics: bool = True  # false for a backend that takes traces only (Langfuse)
 
 
 def default_providers() -> Mapping[str, ProviderPolicy]:
@@ -504,6 +505,7 @@ def _export(c: _Checker, t: dict) -> ExportPolicy:
         otlp_endpoint=endpoint,
         otlp_headers_env=f.string("otlp_headers_env", None, pattern=_ENV_NAME),
         otlp_timeout=f.duration("otlp_timeout", ExportPolicy().otlp_timeout),
+        otlp_metrics=f.boolean("otlp_metrics", ExportPolicy().otlp_metrics),
     )
 
 

@@ -69,7 +69,9 @@ def otlp_receiver() -> Iterator[tuple[str, Received]]:
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             size = int(self.headers.get("content-length", "0"))
             body = self.rfile.read(min(size, MAX_BODY))
-            got.headers.append({k.lower(): v for k, v in self.headers.items()})
+            got.headers.append(
+                {k.lower(): v for k, v in self.headers.items()} | {"path": self.path}
+            )
             if got.status != 200:
                 self.send_response(got.status)
                 self.send_header("content-length", "0")

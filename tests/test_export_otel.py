@@ -343,3 +343,11 @@ async def test_a_failed_export_at_the_run_end_changes_no_exit_code(stub_server, 
     warnings = [line for line in err.splitlines() if "export to" in line]
     assert len(warnings) == 1 and "failed" in warnings[0] and "refused" in warnings[0]
     assert (tmp_path / "run" / "receipt.json").exists()
+
+
+def test_no_metrics_sends_the_trace_only(gameday_run):
+    path = next(p for p in gameday_ledgers(gameday_run.keep) if "circuit-breaker" in str(p))
+    with otlp_receiver() as (url, got):
+        assert export(path, url, "--no-metrics") == 0
+    assert got.spans() and not got.metrics
+    assert {h["path"] for h in got.headers} == {"/v1/traces"}

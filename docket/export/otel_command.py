@@ -99,6 +99,7 @@ def export_ledger(
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
     upstreams: Mapping[str, Upstream] | None = None,
+    metrics: bool = True,
 ) -> Exported:
     """Verify, fold and send one run's ledger. InputError for a bad ledger (nothing
     sent), otel_send.ExportFailed when the endpoint does not take it."""
@@ -129,7 +130,8 @@ def export_ledger(
         for span in (*unclosed, root):
             sender.span(span)
         sender.flush()
-        sender.send_metrics()
+        if metrics:  # a backend that takes traces only (Langfuse) answers metrics with an error
+            sender.send_metrics()
         return Exported(fold.run_id, fold.trace_id, sender.sent, fold.calls, len(root.events))
 
 
@@ -139,6 +141,7 @@ def export_otel_command(
     header_pairs: list[str],
     timeout: float | None,
     policy_path: str | None,
+    metrics: bool = True,
 ) -> int:
     from docket.policy import load_policy, url_problem  # per verb
 
@@ -153,7 +156,12 @@ def export_otel_command(
 
     try:
         done = export_ledger(
-            path, target, headers, timeout=timeout or DEFAULT_TIMEOUT_S, upstreams=upstreams
+            path,
+            target,
+            headers,
+            timeout=timeout or DEFAULT_TIMEOUT_S,
+            upstreams=upstreams,
+            metrics=metrics,
         )
     except ExportFailed as exc:
         raise CheckFailed(f"export otel: {target} did not take the run: {exc}") from None
@@ -169,7 +177,12 @@ def export_at_run_end(ledger: Path, endpoint: str, headers: Mapping[str, str], p
     timeout = policy.export.otlp_timeout
     try:
         done = export_ledger(
-            ledger, endpoint, headers, timeout=timeout, upstreams=upstreams_from_policy(policy)
+            ledger,
+            endpoint,
+            headers,
+            timeout=timeout,
+            upstreams=upstreams_from_policy(policy),
+            metrics=policy.export.otlp_metrics,
         )
     except DocketError as exc:
         print(
