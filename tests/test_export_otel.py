@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 from otlp_receiver import attributes, otlp_receiver
 
 from docket.cli import main
@@ -269,6 +271,59 @@ def test_a_flood_of_refusals_keeps_a_bounded_number_of_span_events():
     root, unclosed = fold.finish()
     assert len(root.events) == MAX_ROOT_EVENTS and not unclosed
     assert root.attributes["docket.span_events_dropped"] == 10
+
+
+# A run as the fold sees it: calls opened, closed (ok or failed), refusals between.
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("open"), st.integers(0, 30)),
+        st.tuples(st.just("close"), st.integers(0, 30), st.booleans()),
+        st.tuples(st.just("refuse"), st.sampled_from(sorted(ROOT_EVENT_MEMBERS))),
+    ),
+    max_size=80,
+)
+
+
+@given(steps=STEPS, gaps=st.lists(st.integers(0, 5000), min_size=81, max_size=81))
+def test_the_fold_gives_each_call_one_span_inside_the_run(steps, gaps):
+    fold = RunFold()
+    mono, seq = 0, 0
+    fold.add({"v": 1, "seq": 0, "ts": "2026-12-02T10:00:00.000Z", "mono_ms": 0,
+              "type": "session.start", "run_id": "prop"}, "0" * 64)  # fmt: skip
+    opened: set[str] = set()
+    requests: dict[str, int] = {}
+    spans = []
+    for step, gap in zip(steps, gaps, strict=False):
+        seq, mono = seq + 1, mono + gap
+        common = {"v": 1, "seq": seq, "ts": "x", "mono_ms": mono}
+        if step[0] == "open" and f"c{step[1]}" not in requests:
+            call = f"c{step[1]}"
+            event = {**common, "type": "model.request", "call_id": call, "model": "m",
+                     "endpoint": "chat.completions", "stream": False}  # fmt: skip
+            requests[call] = seq
+            opened.add(call)
+        elif step[0] == "close":
+            event = {**common, "type": "model.response" if step[2] else "model.error",
+                     "call_id": f"c{step[1]}", "model": "m", "status": 200 if step[2] else 503,
+                     "usage": {"input_tokens": 3, "output_tokens": 4}, "cost_nusd": 7}  # fmt: skip
+            opened.discard(f"c{step[1]}")
+        else:
+            event = {**common, "type": step[1] if step[0] == "refuse" else "agent.backoff"}
+        closed, measured = fold.add(event, f"{seq:064x}")
+        spans += closed
+        for span in closed:  # a span per close, each with one duration value
+            assert [m.value for m in measured if m.metric.endswith("duration")] == [
+                (span.end_ns - span.start_ns) / 1e9
+            ]
+    root, unclosed = fold.finish()
+    spans += unclosed
+    assert sorted(s.attributes["docket.seq"] for s in spans) == sorted(requests.values())
+    assert len({s.span_id for s in spans} | {root.span_id}) == len(spans) + 1
+    assert {s.attributes["docket.call_id"] for s in unclosed} == opened
+    for span in spans:
+        assert span.parent_id == root.span_id
+        assert root.start_ns <= span.start_ns <= span.end_ns <= root.end_ns
+        assert (span.error is not None) == ("error.type" in span.attributes)
 
 
 def test_a_ts_that_is_not_a_time_is_one_line():

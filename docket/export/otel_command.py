@@ -124,6 +124,7 @@ def export_ledger(
             for span in closed:
                 sender.span(span)
             sender.measure(measured)
+        lines.close()  # read up to what the first pass verified; the rest is not ours
         if (seen, last_hash) != (count, head):
             raise InputError(f"ledger {path}: changed while it was being exported")
         root, unclosed = fold.finish()
