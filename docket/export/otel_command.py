@@ -107,7 +107,7 @@ def export_ledger(
     from docket.export.otel_send import OtlpSender  # the optional extra: only when sending
 
     fold = RunFold(upstreams)
-    lines = read_lines(path)
+    lines = read_lines(path)  # its file closes when the generator goes, at return
     try:
         first, first_event = next(lines)
     except StopIteration:
@@ -117,14 +117,13 @@ def export_ledger(
     seen, last_hash = 1, first_hash
     with OtlpSender(endpoint, headers, timeout, fold.run_id, fold.trace_id) as sender:
         for line, event in lines:
-            if seen == count:
+            if seen == count:  # what the first pass verified; anything after is not ours
                 break
             seen, last_hash = seen + 1, hashlib.sha256(line).hexdigest()
             closed, measured = fold.add(event, last_hash)
             for span in closed:
                 sender.span(span)
             sender.measure(measured)
-        lines.close()  # read up to what the first pass verified; the rest is not ours
         if (seen, last_hash) != (count, head):
             raise InputError(f"ledger {path}: changed while it was being exported")
         root, unclosed = fold.finish()
