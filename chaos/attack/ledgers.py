@@ -30,14 +30,14 @@ EVIDENCE = {
 }
 
 
-def chained(bodies: list[tuple[str, dict]]) -> bytes:
-    """A ledger whose chain holds: the given (type, members) events in order."""
+def chained(bodies: list[tuple[str, dict]], step_ms: int = 1) -> bytes:
+    """A ledger whose chain holds: the given (type, members) events in order, step_ms apart."""
     out, prev = [], GENESIS
     for seq, (kind, fields) in enumerate(bodies):
         line = encode_line(
             seq=seq,
             ts="2026-12-02T10:00:00.000Z",
-            mono_ms=seq,
+            mono_ms=seq * step_ms,
             type=kind,
             prev=prev,
             body=encode_body(fields),
@@ -85,4 +85,10 @@ def ledger_cases() -> list[tuple[str, bytes, bool]]:
         ("JSON nested 100,000 deep", b'{"v":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n", False),
         ("NaN in a line", good.replace(b'"cost_nusd":0', b'"cost_nusd":NaN'), False),
         (f"{MAX_OPEN_CALLS + 1} calls never closed", unclosed_calls(MAX_OPEN_CALLS + 1), False),
+        # mono_ms at its most (2^53-1 ms): a chain that holds, a time OTLP cannot carry
+        (
+            "an event 285,000 years on",
+            chained([("session.start", START), ("agent.backoff", {})], 2**53 - 1),
+            True,
+        ),
     ]

@@ -143,9 +143,9 @@ def text(value: object) -> str:
 
 def attribute(value: object) -> object:
     """A ledger member as an attribute value: bool, int, float or bounded text."""
-    if isinstance(value, bool | int | float) and not (
-        isinstance(value, int) and not -(2**63) <= value < 2**63
-    ):
+    if isinstance(value, bool | float):
+        return value
+    if isinstance(value, int) and -(2**63) <= value < 2**63:  # OTLP's int is 64-bit
         return value
     return text(value)
 
@@ -169,12 +169,6 @@ def _time_ns(ts: object, seq: int) -> int:
     return (when - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
-@dataclass
-class _Open:
-    span: SpanRecord
-    request: dict
-
-
 class RunFold:
     """Feed a verified ledger's events (with each line's hash) in seq order."""
 
@@ -183,7 +177,7 @@ class RunFold:
         self.run_id = ""
         self.trace_id = 0
         self.root: SpanRecord | None = None
-        self.open: dict[str, _Open] = {}
+        self.open: dict[str, SpanRecord] = {}  # calls in flight, by call_id
         self.events_dropped = 0
         self.calls = 0
         self._anchor_ns = 0  # wall-clock ns of mono_ms 0, from the first event's ts
@@ -192,7 +186,13 @@ class RunFold:
         self._count = 0
 
     def at(self, event: dict) -> int:
-        return self._anchor_ns + event["mono_ms"] * 1_000_000
+        when = self._anchor_ns + event["mono_ms"] * 1_000_000
+        if not 0 <= when < 2**64:  # OTLP's times are unsigned 64-bit nanoseconds
+            raise InputError(
+                f"ledger: seq {event['seq']} falls outside 1970-2554 (ts of the first event "
+                f"plus mono_ms {event['mono_ms']})"
+            )
+        return when
 
     def add(self, event: dict, line_sha256: str) -> tuple[list[SpanRecord], list[Measurement]]:
         """Fold one event; the call spans it closed, and their measurements."""
@@ -208,8 +208,8 @@ class RunFold:
             return [], []
         call_id = event.get("call_id")
         if kind in ("model.response", "model.error") and call_id in self.open:
-            opened = self.open.pop(call_id)
-            return [opened.span], self._close_call(opened, event, line_sha256, now)
+            span = self.open.pop(call_id)
+            return [span], self._close_call(span, event, line_sha256, now)
         if kind == "session.end":
             self._end(event, line_sha256)
         elif kind == "process.spawn" and "docket.argv" not in self._root.attributes:
@@ -299,13 +299,13 @@ class RunFold:
             text(name), span_id_of(self.run_id, event["seq"]), self._root.span_id, CLIENT,
             now, now, attrs,
         )  # fmt: skip
-        self.open[call_id] = _Open(span, event)
+        self.open[call_id] = span
         self.calls += 1
 
     def _close_call(
-        self, opened: _Open, event: dict, line_sha256: str, now: int
+        self, span: SpanRecord, event: dict, line_sha256: str, now: int
     ) -> list[Measurement]:
-        span, attrs = opened.span, opened.span.attributes
+        attrs = span.attributes
         span.end_ns = now
         attrs["docket.end_seq"] = event["seq"]
         attrs["docket.end_line_sha256"] = line_sha256
@@ -394,11 +394,11 @@ class RunFold:
         if root.error:
             root.attributes["error.type"] = root.error
         unclosed = []
-        for opened in self.open.values():
-            opened.span.end_ns = self._last_ns
-            opened.span.error = UNCLOSED
-            opened.span.attributes["error.type"] = UNCLOSED
-            unclosed.append(opened.span)
+        for span in self.open.values():
+            span.end_ns = self._last_ns
+            span.error = UNCLOSED
+            span.attributes["error.type"] = UNCLOSED
+            unclosed.append(span)
         self.open.clear()
         return root, unclosed
 
