@@ -22,7 +22,8 @@ from docket.inputs import integer_arg, seconds_arg
 EPILOG = """exit codes:
   0   ok
   1   a check failed (verify found a break, doctor found damage, selftest a check,
-      restore a conflict) or, for diff, the two runs differ
+      restore a conflict), for diff, the two runs differ, or, for export, the
+      endpoint did not take the run (unreachable, refused, timed out)
   2   usage or input error (missing, empty, binary or malformed input)
   42  a supervised run was stopped by a cap or a ledger ceiling
   43  a supervised run lost evidence: fail_fast_evidence stopped it, its receipt
