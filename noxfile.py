@@ -4,7 +4,8 @@
 `gameday-load` (the nine phases N times under CPU load), `gameday-toxiproxy` (a game
 day and a chaos scenario against the real Toxiproxy server), `verifiers` (the Python,
 JavaScript and Go verifiers over the vectors and 1,000 mutations), `peers` (Docket's
-boundary beside LiteLLM's proxy, from PyPI), `soak` (the boundary's memory over run length).
+boundary beside LiteLLM's proxy, from PyPI), `soak` (the boundary's memory over run length),
+`otel` (a chaos run exported to a real Arize Phoenix, from PyPI, and read back).
 
 Each session makes its own virtualenv and installs what it needs, so a fresh
 machine with only Python and pip runs any of them after `pip install nox`.
@@ -242,6 +243,17 @@ if actions.count("toxic_added") < 1 or actions.count("toxic_removed") < 1:
     sys.exit(f"the partition scenario performed no fault on the real Toxiproxy: {actions}")
 print(f"faults performed on the real Toxiproxy: {actions}")
 """
+
+
+@nox.session
+def otel(session: nox.Session) -> None:
+    """`docket export otel` against a real Arize Phoenix (arize-phoenix from PyPI, started
+    offline on 127.0.0.1 by chaos/phoenix.py and stopped by its pid): a chaos run of the
+    reference agent exported twice, its spans read back from Phoenix's API (docs/export.md)."""
+    session.install(".[otel]", "arize-phoenix")
+    run_dir = os.path.join(session.create_tmp(), f"otel-{time.time_ns()}")
+    session.run("docket", "chaos", "--agent", "loop", "--seed", "1", "--dir", run_dir)
+    session.run("python", "-m", "chaos.phoenix", run_dir)
 
 
 @nox.session(name="report-check")

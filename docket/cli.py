@@ -23,7 +23,8 @@ from docket.reading.run_paths import run_ledger, run_receipt, verify_pair
 EPILOG = """exit codes:
   0   ok
   1   a check failed (verify found a break, doctor found damage, selftest a check,
-      restore a conflict) or, for diff, the two runs differ
+      restore a conflict), for diff, the two runs differ, or, for export, the
+      endpoint did not take the run (unreachable, refused, timed out)
   2   usage or input error (missing, empty, binary or malformed input)
   42  a supervised run was stopped by a cap or a ledger ceiling
   43  a supervised run lost evidence: fail_fast_evidence stopped it, its receipt
@@ -166,6 +167,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from docket.reading.runs_list import ls_command  # per verb
 
     return ls_command(args.dir, as_json=args.json)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from docket.export.otel_command import export_otel_command  # per verb
+
+    return export_otel_command(
+        args.run, args.endpoint, args.header or [], args.timeout, args.policy, not args.no_metrics
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -436,6 +445,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", nargs="?", default=None, help="the runs folder (default ./docket-runs)")
     p.add_argument("--json", action="store_true", help="the runs as one JSON object")
     p.set_defaults(func=cmd_ls)
+    p = verbs.add_parser(
+        "export", help="send a run's record to an OpenTelemetry collector (OTLP/HTTP)"
+    )
+    p.add_argument("format", choices=["otel"], help="otel: OTLP/HTTP protobuf, GenAI names")
+    p.add_argument("run", help="a run's folder (holding ledger.jsonl) or a ledger file")
+    p.add_argument(
+        "--endpoint",
+        default=None,
+        metavar="URL",
+        help="the OTLP/HTTP base URL (/v1/traces and /v1/metrics are added); default "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT, else http://127.0.0.1:4318",
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        metavar="K=V",
+        help="a header for every request (a collector's token); repeat",
+    )
+    p.add_argument(
+        "--timeout",
+        type=seconds_arg,
+        default=None,
+        help="seconds for each request, retries included (default 10)",
+    )
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="the run's docket.toml: names each provider's host and port (server.address)",
+    )
+    p.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="send the trace only (for a backend that takes no metrics, such as Langfuse)",
+    )
+    p.set_defaults(func=cmd_export)
 
     document(verbs)  # each verb's description and examples: docket/cli_help.py
     return parser

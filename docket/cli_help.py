@@ -94,6 +94,14 @@ DESCRIPTIONS = {
     "exit, calls, spend, refusals, and the receipt's state (complete, evidence incomplete, "
     "running, no receipt, receipt unreadable), read from each receipt as written (docket "
     "verify FOLDER re-derives it). A table at a terminal, plain columns in a pipe.",
+    "export": "Send a finished run's record to an OpenTelemetry collector as OTLP/HTTP "
+    "protobuf: one trace per run (the run's span, a span per model call with gen_ai.* "
+    "attributes, refusals, breaker moves, faults and cap warnings as span events) and "
+    "the token-usage and duration histograms. The ledger's chain is verified first; ids "
+    "come from the run id and seq, so exporting twice gives the same trace. Message "
+    "content is never sent. Exit 0 sent; 1 the endpoint did not take it (unreachable, "
+    "refused or timed out: the ledger is fine, try again); 2 a broken ledger or a bad "
+    "argument (nothing sent). docs/export.md has the mapping.",
 }
 
 EXAMPLES = {
@@ -198,6 +206,13 @@ examples:
   docket show runs/today --errors
   docket show runs/today/ledger.jsonl --type model.error --seq 100..200
   docket show runs/today --follow            # until the run's session.end
+""",
+    "export": """\
+examples:
+  docket export otel docket-runs/RUN                     # to http://127.0.0.1:4318
+  docket export otel docket-runs/RUN --endpoint http://collector:4318 \\
+      --header "Authorization=Bearer $TOKEN"
+  docket export otel run/ledger.jsonl --policy docket.toml   # with server.address/port
 """,
 }
 

@@ -168,6 +168,17 @@ class SnapshotPolicy:
     exclude: tuple[str, ...] = (".git",)
 
 
+@dataclass(frozen=True)
+class ExportPolicy:
+    # Where a run's record goes when the run ends (docket.export, docs/export.md): an
+    # OTLP/HTTP base URL. The headers (a collector's token) are never in this file:
+    # otlp_headers_env names the variable that holds them, as k=v,k2=v2.
+    otlp_endpoint: str | None = None
+    otlp_headers_env: str | None = None
+    otlp_timeout: float = 10.0
+    otlp_metrics: bool = True  # false for a backend that takes traces only (Langfuse)
+
+
 def default_providers() -> Mapping[str, ProviderPolicy]:
     return MappingProxyType(
         {
@@ -191,6 +202,9 @@ class Policy:
     cache: CachePolicy = field(default_factory=CachePolicy)  # docket/cache/config.py
     # [prices]: model -> its price, over the shipped table (docket.pricing.with_policy_prices)
     prices: Mapping[str, ModelPrice] = field(default_factory=dict, hash=False)
+    # Not in to_dict, so not in the digest: where the record is sent after the run is
+    # not a rule the run was held to (as [explain] is not).
+    export: ExportPolicy = field(default_factory=ExportPolicy)
     # Where it came from; not part of the digest (the same rules from two files are the same policy).
     source: str = field(default="defaults", compare=False)
 
@@ -303,6 +317,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
             "explain",
             "cache",
             "prices",
+            "export",
         ),
     )
     ledger = _ledger(c, c.section(data, "ledger"))
@@ -315,6 +330,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     snapshot = _snapshot(c, c.section(data, "snapshot"))
     cache = cache_policy(c.fields(c.section(data, "cache"), "cache", CACHE_KEYS))
     prices = _prices(c, c.section(data, "prices"))
+    export = _export(c, c.section(data, "export"))
     # Checked here so that `docket run` refuses a mistyped [explain] as explain would;
     # not kept: the thresholds tune what `docket explain` names, never what a run does.
     read_thresholds(c.fields(c.section(data, "explain"), "explain", EXPLAIN_KEYS))
@@ -329,6 +345,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
         snapshot=snapshot,
         cache=cache,
         prices=prices,
+        export=export,
         source=source,
     )
 
@@ -539,6 +556,21 @@ def _prices(c: _Checker, t: dict) -> Mapping[str, ModelPrice]:
 
         out[name] = policy_model_price(name, entry, default_price_table(), fail)
     return MappingProxyType(out)
+
+
+def _export(c: _Checker, t: dict) -> ExportPolicy:
+    f = c.fields(t, "export", _keys(ExportPolicy))
+    endpoint = f.string("otlp_endpoint", None)
+    if endpoint is not None:
+        problem = url_problem(endpoint)
+        if problem:
+            f.fail("otlp_endpoint", f"{problem}, got {show(endpoint)}")
+    return ExportPolicy(
+        otlp_endpoint=endpoint,
+        otlp_headers_env=f.string("otlp_headers_env", None, pattern=_ENV_NAME),
+        otlp_timeout=f.duration("otlp_timeout", ExportPolicy().otlp_timeout),
+        otlp_metrics=f.boolean("otlp_metrics", ExportPolicy().otlp_metrics),
+    )
 
 
 def _valid_egress(entry: str) -> bool:

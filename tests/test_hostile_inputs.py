@@ -294,6 +294,13 @@ CASES = [
          {"a.json": b"\x00\xff"}),
     Case("diff a folder with no receipt", ("diff", ".", "."), "no receipt.json in this folder",
          {"ledger.jsonl": b""}),
+    # -- export otel (tests/test_export_otel.py has the rest; nothing is sent for these)
+    Case("export a missing ledger", ("export", "otel", "nowhere.jsonl"), "no such file"),
+    Case("export an empty ledger", ("export", "otel", "l.jsonl"), "is empty", {"l.jsonl": b""}),
+    Case("export a binary ledger", ("export", "otel", "l.jsonl"), "not a docket ledger",
+         {"l.jsonl": b"\x00\xff\n"}),
+    Case("export a torn line", ("export", "otel", "l.jsonl"), "malformed_line",
+         {"l.jsonl": b'{"v":1\n'}),
     # -- listing runs: ls (tests/test_runs_list.py has the rest)
     Case("ls a missing folder", ("ls", "nowhere"), "no such folder"),
     Case("ls a file", ("ls", "f.txt"), "not a folder", {"f.txt": "x"}),

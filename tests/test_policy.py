@@ -16,6 +16,7 @@ from docket.policy import (
     BoundaryPolicy,
     CapsPolicy,
     EgressPolicy,
+    ExportPolicy,
     LedgerPolicy,
     Policy,
     PolicyError,
@@ -36,6 +37,7 @@ SECTIONS = {
     "egress": EgressPolicy,
     "secrets": SecretsPolicy,
     "snapshot": SnapshotPolicy,
+    "export": ExportPolicy,
 }
 
 
@@ -393,8 +395,18 @@ CHANGES = {
 }
 
 
+# Where a run's record is sent after it ends is not a rule the run was held to: out of
+# the digest (tests/test_export_otel.py holds it there).
+NOT_IN_DIGEST = {"export"}
+
+
 def test_the_change_table_covers_every_key():
-    every = {f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)}
+    every = {
+        f"{s}.{f.name}"
+        for s, cls in SECTIONS.items()
+        if s not in NOT_IN_DIGEST
+        for f in fields(cls)
+    }
     assert set(CHANGES) == every
 
 

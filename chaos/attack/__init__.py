@@ -9,7 +9,8 @@ the table; tests/test_attack.py runs each in its quick form. Families:
   mutations  ledger and receipt mutations, each checked with `docket verify`
   secrets    secrets planted in every place a request can carry one, then every
              byte under the run folder searched in four encodings
-  inputs     bad CLI, policy, fault, scenario and phase inputs
+  inputs     bad CLI, policy, fault, scenario and phase inputs, and planted ledgers
+             for `docket export otel` (chaos/attack/ledgers.py)
   diskfull   the ledger on a small tmpfs the agent fills (root only)
   cache      a shared cache store poisoned, symlinked, another's, or locked (root only)
   exhaustion idle connections past the cap, slowloris heads, half-open bodies,

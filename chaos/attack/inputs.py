@@ -1,4 +1,5 @@
-"""Family `inputs`: bad CLI arguments, policies, faults, scenarios and phases.
+"""Family `inputs`: bad CLI arguments, policies, faults, scenarios and phases, and
+hostile ledgers where `docket export otel` reads one (chaos/attack/ledgers.py).
 
 Each probe is a real `python -m docket ...` process handed one bad input, run
 under a memory bound (RLIMIT_AS) and a CPU bound so that an alias bomb or a
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chaos.attack import Figures
+from chaos.attack.ledgers import NOWHERE, good_ledger, ledger_cases
 from chaos.attack.rig import DOCKET, KEY_ENV, run_env
 
 MEMORY_BOUND = 512 << 20  # bytes of address space per probe: room for docket (the controls
@@ -87,6 +89,11 @@ def phase(name: str, text: str | bytes, quick: bool = False) -> CommandProbe:
     return CommandProbe(f"phase: {name}", ["game-day", "--phase", "{d}/attack-probe.yaml", "--json",
                  "{d}/o.json", "--junit", "{d}/o.xml", "--report", "{d}/report"],
                  {"attack-probe.yaml": data}, quick=quick)  # fmt: skip
+
+
+def export(name: str, ledger: bytes, quick: bool = False) -> CommandProbe:
+    return CommandProbe(f"ledger: {name}", ["export", "otel", "{d}/ledger.jsonl", "--endpoint",
+                 NOWHERE, "--timeout", "2"], {"ledger.jsonl": ledger}, quick=quick)  # fmt: skip
 
 
 SCENARIO = 'seed: 1\nfaults: ["upstream:status(503)@call 2"]\nagents:\n  - {name: a, mode: once}\n'
@@ -220,6 +227,8 @@ def probes() -> list[CommandProbe]:
         phase("budget -1s", PHASE.replace("budget: 20s", "budget: -1s").replace("QUERY", "`true`")),
         phase("unknown mode", PHASE.replace("in-process", "sideways").replace("QUERY", "`true`")),
     ]  # fmt: skip
+    # ledgers a same-user agent can plant where `docket export otel` reads (chaos/attack/ledgers.py)
+    table += [export(name, data, quick) for name, data, quick in ledger_cases()]
     return table
 
 
@@ -258,7 +267,10 @@ def controls() -> list[CommandProbe]:
     ]
     for probe in good:
         probe.want = 0
-    return good
+    # A well-formed ledger is read, then not taken: nothing listens at NOWHERE (exit 1).
+    accepted = export("control: a good ledger", good_ledger())
+    accepted.want = 1
+    return [*good, accepted]
 
 
 def attempt(probe: CommandProbe, folder: Path) -> tuple[bool, str]:
@@ -300,7 +312,9 @@ def run(folder: Path, quick: bool) -> Figures:
     figures = Figures("inputs")
     base = folder / "inputs"
     with ThreadPoolExecutor(WORKERS) as pool:
-        checked = list(pool.map(lambda n: attempt(controls()[n], base / f"control{n}"), range(4)))
+        checked = list(
+            pool.map(lambda n: attempt(controls()[n], base / f"control{n}"), range(len(controls())))
+        )
     for probe, (ok, said) in zip(controls(), checked, strict=True):
         if not ok:
             raise RuntimeError(f"a control input failed ({probe.name}): {said}")

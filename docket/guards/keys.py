@@ -57,6 +57,8 @@ WELL_KNOWN_KEY_ENV = (
 def agent_drops(policy) -> frozenset[str]:
     """Every variable name the agent's environment must not carry."""
     configured = {p.key_env for p in policy.providers.values()}
+    if policy.export.otlp_headers_env:  # a collector's token, for the run's end only
+        configured.add(policy.export.otlp_headers_env)
     return frozenset(WELL_KNOWN_KEY_ENV) | configured | frozenset(policy.secrets.drop_env)
 
 

@@ -542,6 +542,11 @@ def run_command(args) -> int:
 
     check_run_options(options)
     supervisor = Supervisor(options)
+    export = supervisor.policy.export
+    if export.otlp_endpoint:  # read before the keys leave the environment; bad: exit 2 now
+        from docket.export.otel_command import headers_from_env
+
+        export_headers = headers_from_env(export.otlp_headers_env, supervisor.env)
     supervisor._harden()
     _drop_keys_from_environ(supervisor)
     supervisor.on_started = functools.partial(_start_warnings, supervisor)
@@ -557,6 +562,10 @@ def run_command(args) -> int:
         for line in end_block(outcome.receipt, supervisor.folder):
             print(line, file=sys.stderr)
     print(last_line(supervisor.run_id, outcome), file=sys.stderr)
+    if export.otlp_endpoint:  # after the receipt, off the request path; never the exit code
+        from docket.export.otel_command import export_at_run_end
+
+        export_at_run_end(outcome.ledger, export.otlp_endpoint, export_headers, supervisor.policy)
     return outcome.exit_status
 
 
