@@ -173,7 +173,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     from docket.export.otel_command import export_otel_command  # per verb
 
     return export_otel_command(
-        args.run, args.endpoint, args.header or [], args.timeout, args.policy, not args.no_metrics
+        str(run_ledger(args.run)),
+        args.endpoint,
+        args.header or [],
+        args.timeout,
+        args.policy,
+        not args.no_metrics,
     )
 
 
@@ -449,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
         "export", help="send a run's record to an OpenTelemetry collector (OTLP/HTTP)"
     )
     p.add_argument("format", choices=["otel"], help="otel: OTLP/HTTP protobuf, GenAI names")
-    p.add_argument("run", help="a run's folder (holding ledger.jsonl) or a ledger file")
+    p.add_argument("run", help="a run: its folder, its ledger.jsonl or its receipt.json")
     p.add_argument(
         "--endpoint",
         default=None,
