@@ -159,3 +159,13 @@ def test_receipt_naming_no_ledger(runs, tmp_path, capsys):
     odd = tmp_path / "odd.json"
     odd.write_text('{"hello": "world"}\n')
     _one_line_exit_2(["show", str(odd)], capsys, "names no ledger")
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_export_takes_each_form(runs, form):
+    from otlp_receiver import otlp_receiver  # opentelemetry-proto: this test only
+
+    with otlp_receiver() as (url, got):
+        assert main(["export", "otel", str(FORMS[form](runs[1])), "--endpoint", url]) == 0
+    calls = [s for s in got.spans() if s.parent_span_id]  # the run's span has no parent
+    assert len(calls) == 3
