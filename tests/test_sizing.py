@@ -38,7 +38,7 @@ def test_a_steady_run_gives_lambda_w_and_the_suggestion_with_its_arithmetic():
     assert size["arrival_per_s"] == 2.0 and size["mean_s"] == 1.5 and size["p95_s"] == 1.5
     assert size["mean_in_flight"] == 3.0 and size["peak_in_flight"] == 3
     assert size["max_concurrent_upstream"] == size["max_queue"] == math.ceil(HEADROOM * 2 * 1.5)
-    assert "lambda = 20 arrivals / 10.0 s = 2/s" in str(size["arithmetic"])
+    assert "lambda = 20 arrivals / 10 s = 2/s" in str(size["arithmetic"])
 
 
 def test_too_little_to_size_says_nothing():
@@ -85,3 +85,9 @@ def test_explain_reports_sizing_per_provider_from_the_ledgers_events():
     assert set(sizing) == {"anthropic", "openai"}
     assert sizing["openai"]["mean_s"] == 0.3 and sizing["anthropic"]["mean_s"] == 0.9
     assert sizing["anthropic"]["mean_in_flight"] > sizing["openai"]["mean_in_flight"]
+
+
+def test_a_window_under_a_tenth_of_a_second_is_not_shown_as_zero():
+    # Two calls 28 ms apart: the window is printed as it is, never "0.0 s" beside 35.7/s.
+    ((_, size),) = fed([call(0, 9), call(28, 37, seq=1)]).advice().items()
+    assert "lambda = 1 arrivals / 0.028 s = 35.7/s" in str(size["arithmetic"])

@@ -71,7 +71,7 @@ def _figures(seen: _Provider) -> dict[str, object] | None:
         "max_concurrent_upstream": pool,
         "max_queue": pool,
         "arithmetic": (
-            f"lambda = {len(arrivals) - 1} arrivals / {window_s:.1f} s = {rate:.3g}/s; "
+            f"lambda = {len(arrivals) - 1} arrivals / {window_s:.3g} s = {rate:.3g}/s; "
             f"W = {mean_s:.3g} s (p95 {p95_s:.3g} s); L = lambda x W = {in_flight:.3g} in flight "
             f"(peak seen {peak}); max_concurrent_upstream = max(peak, ceil({HEADROOM} x "
             f"{rate:.3g} x {p95_s:.3g})) = {pool}, max_queue as many again"
