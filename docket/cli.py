@@ -40,6 +40,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.attestation or args.pubkey:
+        from docket.attest.cli import attested_verify  # per verb
+
+        return attested_verify(args)
     if args.json:
         from docket.receipts.verify_report import verify_json_command  # per verb
 
@@ -159,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="one JSON object on stdout, input errors included (spec/docket-receipt-1.md 10)",
     )
     p.set_defaults(func=cmd_verify)
+    from docket.attest.cli import add_attest_verbs, add_verify_flags  # argparse only
+
+    add_verify_flags(p)
+    add_attest_verbs(verbs)
 
     p = verbs.add_parser("doctor", help="classify a ledger: clean, torn tail, corrupt, locked")
     p.add_argument("ledger", help="the ledger file (JSON lines)")
