@@ -75,6 +75,8 @@ def attest_command(run: str, key: str, out: str | None) -> int:
 
 
 def attested_line(v: AttestedVerdict) -> str:
+    if v.receipt is not None and not v.receipt.ok:
+        return v.receipt.summary()  # where in the ledger, as `docket verify` says it
     if not v.ok:
         return f"FAIL {v.code}: {one_line(v.detail)}"
     what = "game-day report" if v.kind == GAMEDAY_PREDICATE else "run"
