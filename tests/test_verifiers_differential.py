@@ -46,6 +46,8 @@ from chaos.verifiers import (
     Answer,
     Candidate,
     Verifier,
+    attestation_args,
+    attestation_manifest,
     expected,
     find_go,
     find_js,
@@ -536,6 +538,20 @@ def test_each_verifier_gives_every_vector_its_verdict(name, others):
              for vec, a in zip(vectors, answers, strict=True)
              if a.key() != expected(vec)]  # fmt: skip
     assert len(vectors) >= 60
+    assert wrong == [], "\n".join(wrong)
+
+
+@pytest.mark.parametrize("name", ["js", "go"])
+def test_each_verifier_gives_every_attestation_vector_its_verdict(name, others):
+    """spec/docket-attestation-1.md section 7: each vector's verdict and code, as
+    tests/test_vectors.py holds `docket verify --attestation` to them."""
+    v = runnable(others, name)
+    vectors = attestation_manifest()
+    answers = v.run_args_many([attestation_args(vec) for vec in vectors], WORKERS)
+    wrong = [f"{vec['name']}: want {expected(vec)}, got {a.key()} ({a.said[:120]})"
+             for vec, a in zip(vectors, answers, strict=True)
+             if a.key() != expected(vec)]  # fmt: skip
+    assert len(vectors) >= 6
     assert wrong == [], "\n".join(wrong)
 
 

@@ -106,6 +106,9 @@ def make_attestations(out: Path, receipt_manifest: list[dict]) -> None:
             "verdict": verdict,
             "exit": exit_code,
             "code": code,
+            "seq": None,
+            "offset": None,
+            "field": None,
         }
         entry.update(kw)
         entries.append(entry)
@@ -160,7 +163,8 @@ def make_attestations(out: Path, receipt_manifest: list[dict]) -> None:
     add("attest-receipt-fails",
         "forged-usage-and-head's run, signed: the subjects match, the receipt still fails",
         signed(run_statement(out, "forged-usage-and-head")), "fail", forged["code"],
-        run="forged-usage-and-head", field=forged["field"])  # fmt: skip
+        run="forged-usage-and-head", seq=forged["seq"], offset=forged["offset"],
+        field=forged["field"])  # fmt: skip
 
     add("attest-not-json", "the envelope file is not JSON", b"{\"payload\": \n", "input_error",
         "attestation_not_json")  # fmt: skip
@@ -176,7 +180,7 @@ def make_attestations(out: Path, receipt_manifest: list[dict]) -> None:
     predicate = {"verdict": "pass", "phases": {"caps": "pass"}, "by": f"docket {VERSION}"}
     add("attest-gameday-ok", "a game-day report folder, signed with the test key",
         signed(statement(GAMEDAY_PREDICATE, subjects, predicate)), "ok", None,
-        run="attest-gameday-ok")  # fmt: skip
+        run="attest-gameday-ok", events=None, head=None, bytes=None)  # fmt: skip
 
     doc = {
         "format": "docket-attestation-1 test vectors",
