@@ -340,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the HTML report (and JSON, JUnit) go (default ./gameday-report/)",
     )
     p.add_argument("--junit", default=None, metavar="FILE", help="JUnit XML here instead")
+    p.add_argument(
+        "--attest", default=None, metavar="KEY", help="sign the report folder (docket attest)"
+    )
     p.add_argument("--json", default=None, metavar="FILE", help="the results as JSON here instead")
     p.add_argument(
         "--keep",
