@@ -200,10 +200,14 @@ def python_command(python: str) -> Verifier:
 def verify_in_process(receipt: Path, ledger: Path | None = None) -> Answer:
     """`docket verify` through the CLI's own entry point in this process (no interpreter
     start per case), read like the others. Not thread-safe: it redirects stdout."""
+    return verify_args_in_process(receipt_args(receipt, ledger))
+
+
+def verify_args_in_process(args: list[str]) -> Answer:
+    """verify_in_process for any argument list (an attestation's, say)."""
     err, out = io.StringIO(), io.StringIO()
-    argv = ["verify", str(receipt)] + (["--ledger", str(ledger)] if ledger else [])
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        code = main(argv)
+        code = main(["verify", *args])
     return read_answer(code, out.getvalue(), err.getvalue())
 
 
@@ -403,6 +407,7 @@ __all__ = [
     "read_answer",
     "receipt_args",
     "vector_paths",
+    "verify_args_in_process",
     "verify_in_process",
     "write_candidates",
 ]

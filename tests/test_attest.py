@@ -181,3 +181,23 @@ def test_a_game_day_report_folder_is_attested_by_its_json_and_junit(tmp_path, ke
         f.write("<!-- edited -->\n")
     code, out, _ = cli(capsys, *argv)
     assert code == 1 and out.startswith("FAIL subject_mismatch: subject junit.xml"), out
+
+
+def test_a_file_changed_while_being_attested_is_not_signed(run, key, capsys, monkeypatch):
+    # The ledger grows between the digests and the receipt's check (an agent still
+    # writing, a carrier swapping): what was verified is not what would be signed.
+    import docket.attest.command as command
+
+    real_verify = command.verify
+
+    def verify_then_append(receipt, ledger):
+        verdict = real_verify(receipt, ledger)
+        with open(ledger, "ab") as f:
+            f.write(b"\n")
+        return verdict
+
+    monkeypatch.setattr(command, "verify", verify_then_append)
+    code, _, err = cli(capsys, "attest", str(run), "--key", str(key))
+    assert code == 1
+    one_line_error(err, "a file changed while it was being attested")
+    assert not (run / "attestation.dsse.json").exists()

@@ -37,6 +37,7 @@ def attest_folder(folder: str | os.PathLike, key_path: str, out: str | None = No
     run = Path(folder)
     kind = folder_kind(run)
     names = SUBJECT_FILES[kind]
+    before = subjects(run, kind)
     if kind == RUN_PREDICATE:
         receipt_path, ledger_path = run / names[1], run / names[0]
         verdict = verify(receipt_path, ledger_path)
@@ -55,9 +56,11 @@ def attest_folder(folder: str | os.PathLike, key_path: str, out: str | None = No
         if type(report) is not dict:
             raise InputError(f"{run / names[0]}: not a game-day report (not an object)")
         predicate = gameday_predicate(report)
-    # The digests are taken after the receipt verified: a file swapped in between is
-    # a subject whose digest is not the verified file's, and verify says so.
-    stmt = statement(kind, subjects(run, kind), predicate)
+    # The digests are taken before and after the receipt is verified: the same both
+    # times, what was verified is what is signed; a file changed in between is refused.
+    if subjects(run, kind) != before:
+        raise CheckFailed(f"{run}: a file changed while it was being attested; nothing was signed")
+    stmt = statement(kind, before, predicate)
     envelope = sign_envelope(statement_bytes(stmt), key)
     target = Path(out) if out else default_out(run)
     try:

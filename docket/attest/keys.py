@@ -80,12 +80,20 @@ def keygen_command(out: str) -> int:
     return EXIT_OK
 
 
-def _read_key_file(path: str | os.PathLike, what: str) -> bytes:
+def _read_key_file(path: str | os.PathLike, what: str, *, private: bool = False) -> bytes:
+    """A key file's bytes, bounded; a private key's refused when group or others may
+    read it (its mode read from the file opened, not from the name before it)."""
     p = Path(path)
     try:
         with open(p, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            mode = os.fstat(f.fileno()).st_mode
+            if not stat.S_ISREG(mode):
                 raise InputError(f"{what} {p}: not a regular file")
+            if private and mode & 0o077:
+                raise InputError(
+                    f"{what} {p}: mode {stat.S_IMODE(mode):04o} lets group or others read it; "
+                    f"chmod 600 {p} (and keep it outside the run's reach)"
+                )
             data = f.read(MAX_KEY_BYTES + 1)
     except FileNotFoundError:
         raise InputError(f"{what} {p}: no such file") from None
@@ -102,16 +110,7 @@ def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
     """The signing key, refused when its file is readable by group or others: a key
     others can read signs for them too."""
     p = Path(path)
-    try:
-        mode = p.stat().st_mode
-    except OSError:
-        mode = 0  # the read below names what is wrong
-    if mode & 0o077:
-        raise InputError(
-            f"key {p}: mode {stat.S_IMODE(mode):04o} lets group or others read it; "
-            f"chmod 600 {p} (and keep it outside the run's reach)"
-        )
-    data = _read_key_file(p, "key")
+    data = _read_key_file(p, "key", private=True)
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
