@@ -152,11 +152,11 @@ func statementProblem(st *Value) string {
 		if r := p.Get("run_id"); r == nil || r.Kind != String || l == nil || l.Kind != Object {
 			return "predicate has no run_id and ledger"
 		}
-		_, okE := l.Get("events").SignedInt()
-		_, okB := l.Get("bytes").SignedInt()
+		_, okE := l.Get("events").Count()
+		_, okB := l.Get("bytes").Count()
 		h := l.Get("head")
 		if !okE || !okB || h == nil || h.Kind != String {
-			return "predicate.ledger has no events, head and bytes"
+			return "predicate.ledger has no events, head and bytes (integers 0 to 2^53 - 1)"
 		}
 	}
 	return ""
@@ -281,15 +281,15 @@ func VerifyAttested(run, envelopePath, pubkeyPath string) (*Attested, *Verdict, 
 	}
 	a.Receipt = v
 	claimed := st.Get("predicate").Get("ledger")
-	events, _ := claimed.Get("events").SignedInt()
-	size, _ := claimed.Get("bytes").SignedInt()
+	events, _ := claimed.Get("events").Count()
+	size, _ := claimed.Get("bytes").Count()
 	head := claimed.Get("head").Str
 	switch {
-	case events < 0 || uint64(events) != v.Events:
+	case events != v.Events:
 		return nil, failed("predicate_mismatch", "", fmt.Sprintf("predicate.ledger.events is %d, the ledger's is %d", events, v.Events)), nil
 	case head != v.Head:
 		return nil, failed("predicate_mismatch", "", fmt.Sprintf("predicate.ledger.head is %q, the ledger's is %q", head, v.Head)), nil
-	case size < 0 || uint64(size) != v.Bytes:
+	case size != v.Bytes:
 		return nil, failed("predicate_mismatch", "", fmt.Sprintf("predicate.ledger.bytes is %d, the ledger's is %d", size, v.Bytes)), nil
 	}
 	return a, v, nil

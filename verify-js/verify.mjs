@@ -1426,7 +1426,8 @@ function statementProblem(st) {
   if (kind === RUN_PREDICATE) {
     const l = p.get('ledger');
     if (typeof p.get('run_id') !== 'string' || !isObj(l)) return 'predicate has no run_id and ledger';
-    if (!Number.isInteger(l.get('events')) || typeof l.get('head') !== 'string' || !Number.isInteger(l.get('bytes'))) return 'predicate.ledger has no events, head and bytes';
+    const count = (n) => Number.isInteger(n) && n >= 0; // a JNum past 2^53 - 1 is not a number here
+    if (!count(l.get('events')) || typeof l.get('head') !== 'string' || !count(l.get('bytes'))) return 'predicate.ledger has no events, head and bytes (integers 0 to 2^53 - 1)';
   }
   return null;
 }

@@ -29,7 +29,7 @@ from docket.attest.statement import (
     file_sha256,
 )
 from docket.errors import InputError
-from docket.ledger.strict_json import decode_json
+from docket.ledger.strict_json import MAX_INT, decode_json
 from docket.receipts.verify import Verdict, VerifyInputError, verify
 
 # Failed checks (exit 1), in the order they are made.
@@ -152,11 +152,11 @@ def _statement_problem(stmt: object) -> str | None:
         ledger = p.get("ledger")
         if type(p.get("run_id")) is not str or type(ledger) is not dict:
             return "predicate has no run_id and ledger"
-        if any(
-            type(ledger.get(k)) is not t
-            for k, t in (("events", int), ("head", str), ("bytes", int))
+        counts = (ledger.get("events"), ledger.get("bytes"))
+        if not all(type(n) is int and 0 <= n <= MAX_INT for n in counts) or (
+            type(ledger.get("head")) is not str
         ):
-            return "predicate.ledger has no events, head and bytes"
+            return "predicate.ledger has no events, head and bytes (integers 0 to 2^53 - 1)"
     return None
 
 

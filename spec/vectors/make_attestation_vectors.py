@@ -160,6 +160,12 @@ def make_attestations(out: Path, receipt_manifest: list[dict]) -> None:
         "signed, subjects right, but the predicate says 15 events where the ledger has 16",
         signed(lying), "fail", "predicate_mismatch")  # fmt: skip
 
+    huge = copy.deepcopy(good)
+    huge["predicate"]["ledger"]["events"] = 2**53
+    add("attest-predicate-count-too-big",
+        "signed, but the predicate's event count is 2^53, past every integer the spec reads",
+        signed(huge), "fail", "statement_malformed")  # fmt: skip
+
     add("attest-receipt-fails",
         "forged-usage-and-head's run, signed: the subjects match, the receipt still fails",
         signed(run_statement(out, "forged-usage-and-head")), "fail", forged["code"],
