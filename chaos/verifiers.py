@@ -38,6 +38,8 @@ RUN_TIMEOUT_S = 120.0  # one verification; the 100 MB benchmark ledger is the lo
 BUILD_TIMEOUT_S = 300.0
 
 _OK = re.compile(r"^ok: (\d+) events, head ([0-9a-f]{64}), (\d+) bytes")
+# verify --attestation's ok line: the envelope's findings, then a run's receipt line
+_ATTESTED = re.compile(r"^attested (?:run|game-day report) \(key [0-9a-f]{64}; [^)]*\)(?:; (.*))?$")
 _FAIL = re.compile(r"^FAIL ([a-z_]+)(?: at ([^:]*))?: ")
 _INPUT = re.compile(r"\(([a-z_]+)\)\s*$")
 
@@ -80,6 +82,13 @@ def read_answer(exit_code: int | None, stdout: str, stderr: str) -> Answer:
     out = stdout.strip().splitlines()
     err = stderr.strip().splitlines()
     line = out[-1] if out else ""
+    if exit_code == 0 and (m := _ATTESTED.match(line)):
+        if m[1] is None:  # a game-day report: no receipt, so no chain figures
+            return Answer(0, "ok", said=line)
+        inner = _OK.match(m[1])
+        if inner is None:
+            return Answer(0, None, said=line)
+        return Answer(0, "ok", events=int(inner[1]), head=inner[2], bytes=int(inner[3]), said=line)
     if exit_code == 0 and (m := _OK.match(line)):
         return Answer(0, "ok", events=int(m[1]), head=m[2], bytes=int(m[3]), said=line)
     if exit_code == 1 and (m := _FAIL.match(line)):
@@ -122,13 +131,17 @@ class Verifier:
 
     def run(self, receipt: Path, ledger: Path | None = None, timeout_s: float = RUN_TIMEOUT_S):
         """Verify `receipt` (with `ledger` given explicitly, or the one it names)."""
+        return self.run_args(receipt_args(receipt, ledger), timeout_s)
+
+    def run_args(self, args: list[str], timeout_s: float = RUN_TIMEOUT_S) -> Answer:
+        """The verifier's command with `args` after it (a receipt's, or an attestation's)."""
         if self.argv is None or not self.runnable:
             raise RuntimeError(f"{self.name} verifier cannot run: {self.absent or self.broken}")
-        argv = [*self.argv, str(receipt)] + (["--ledger", str(ledger)] if ledger else [])
         try:
             done = subprocess.run(
-                argv, capture_output=True, timeout=timeout_s, check=False, env=_child_env()
-            )
+                [*self.argv, *args], capture_output=True, timeout=timeout_s, check=False,
+                env=_child_env(),
+            )  # fmt: skip
         except subprocess.TimeoutExpired:
             return Answer(None, said=f"no answer within {timeout_s:g}s")
         return read_answer(
@@ -138,19 +151,19 @@ class Verifier:
         )
 
     def run_many(self, jobs: list[tuple[Path, Path | None]], workers: int = 2) -> list[Answer]:
-        """`run` over many (receipt, ledger) pairs, the answers in order: in one process
+        """`run` over many (receipt, ledger) pairs, the answers in order."""
+        return self.run_args_many([receipt_args(*job) for job in jobs], workers)
+
+    def run_args_many(self, jobs: list[list[str]], workers: int = 2) -> list[Answer]:
+        """`run_args` over many argument lists, the answers in order: in one process
         where the verifier has an `each` command, else over `workers` threads."""
         if self.each is None or not self.runnable:
             with ThreadPoolExecutor(workers) as pool:
-                return list(pool.map(lambda job: self.run(*job), jobs))
-        argv_of = [
-            [str(receipt)] + (["--ledger", str(ledger)] if ledger else [])
-            for receipt, ledger in jobs
-        ]
+                return list(pool.map(self.run_args, jobs))
         timeout_s = RUN_TIMEOUT_S + len(jobs)  # one start, then each case's own work
         try:
             done = subprocess.run(
-                self.each, input=json.dumps(argv_of).encode(), capture_output=True,
+                self.each, input=json.dumps(jobs).encode(), capture_output=True,
                 timeout=timeout_s, check=False, env=_child_env(),
             )  # fmt: skip
         except subprocess.TimeoutExpired:
@@ -169,6 +182,10 @@ class Verifier:
         return answers
 
 
+def receipt_args(receipt: Path, ledger: Path | None = None) -> list[str]:
+    return [str(receipt)] + (["--ledger", str(ledger)] if ledger else [])
+
+
 def _child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "DOCKET_DEBUG"}
     env.setdefault("PYTHONUTF8", "1")
@@ -183,10 +200,14 @@ def python_command(python: str) -> Verifier:
 def verify_in_process(receipt: Path, ledger: Path | None = None) -> Answer:
     """`docket verify` through the CLI's own entry point in this process (no interpreter
     start per case), read like the others. Not thread-safe: it redirects stdout."""
+    return verify_args_in_process(receipt_args(receipt, ledger))
+
+
+def verify_args_in_process(args: list[str]) -> Answer:
+    """verify_in_process for any argument list (an attestation's, say)."""
     err, out = io.StringIO(), io.StringIO()
-    argv = ["verify", str(receipt)] + (["--ledger", str(ledger)] if ledger else [])
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        code = main(argv)
+        code = main(["verify", *args])
     return read_answer(code, out.getvalue(), err.getvalue())
 
 
@@ -297,6 +318,23 @@ def vector_paths(vector: dict, folder: Path = VECTORS) -> tuple[Path, Path | Non
     return folder / vector["receipt"], ledger
 
 
+def attestation_manifest(folder: Path = VECTORS) -> list[dict]:
+    """The attestation vectors (spec/docket-attestation-1.md section 7); `expected`
+    reads their entries as it reads the receipt vectors'."""
+    return json.loads((folder / "attestations.json").read_text(encoding="utf-8"))["vectors"]
+
+
+def attestation_args(vector: dict, folder: Path = VECTORS) -> list[str]:
+    """RUN --attestation ENVELOPE --pubkey KEY, as every verifier takes them."""
+    return [
+        str(folder / vector["run"]),
+        "--attestation",
+        str(folder / vector["attestation"]),
+        "--pubkey",
+        str(folder / vector["pubkey"]),
+    ]
+
+
 # ------------------------------------------------------------------ candidates
 
 
@@ -359,13 +397,17 @@ __all__ = [
     "Answer",
     "Candidate",
     "Verifier",
+    "attestation_args",
+    "attestation_manifest",
     "expected",
     "find_go",
     "find_js",
     "manifest",
     "python_command",
     "read_answer",
+    "receipt_args",
     "vector_paths",
+    "verify_args_in_process",
     "verify_in_process",
     "write_candidates",
 ]

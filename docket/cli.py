@@ -45,6 +45,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.attestation or args.pubkey:
+        from docket.attest.cli import attested_verify  # per verb
+
+        return attested_verify(args)
     if args.json:
         from docket.receipts.verify import RECEIPT_UNREADABLE, VerifyInputError  # per verb
         from docket.receipts.verify_report import (  # per verb
@@ -201,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="one JSON object on stdout, input errors included (spec/docket-receipt-1.md 10)",
     )
     p.set_defaults(func=cmd_verify)
+    from docket.attest.cli import add_attest_verbs, add_verify_flags  # argparse only
+
+    add_verify_flags(p)
+    add_attest_verbs(verbs)
 
     p = verbs.add_parser("doctor", help="classify a ledger: clean, torn tail, corrupt, locked")
     p.add_argument("ledger", help=f"the ledger to classify: {RUN}")
@@ -398,6 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the HTML report (and JSON, JUnit) go (default ./gameday-report/)",
     )
     p.add_argument("--junit", default=None, metavar="FILE", help="JUnit XML here instead")
+    p.add_argument(
+        "--attest", default=None, metavar="KEY", help="sign the report folder (docket attest)"
+    )
     p.add_argument("--json", default=None, metavar="FILE", help="the results as JSON here instead")
     p.add_argument(
         "--keep",

@@ -234,6 +234,7 @@ class GameDayRun:
     keep: Path
     returncode: int
     output: str
+    pubkey: Path  # the report is signed (--attest) with this key pair's private half
 
 
 def _gameday_folder(base: Path) -> Path:
@@ -252,8 +253,19 @@ def _run_gameday_once(base: Path) -> None:
         if said.exists():
             return
         root.mkdir(exist_ok=True)
+        key = root / "attest-key.pem"  # the report is signed too: --attest's real run
+        if not key.exists():
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+            from docket.attest.keys import private_pem, public_pem
+
+            signer = Ed25519PrivateKey.generate()
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(private_pem(signer))
+            Path(f"{key}.pub").write_bytes(public_pem(signer.public_key()))
         argv = [sys.executable, "-m", "docket", "game-day", "--report", str(root / "report"),
-                "--keep", str(root / "keep")]  # fmt: skip
+                "--keep", str(root / "keep"), "--attest", str(key)]  # fmt: skip
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
             told = {"returncode": done.returncode, "output": done.stdout + done.stderr}
@@ -380,4 +392,7 @@ def gameday_run(tmp_path_factory) -> GameDayRun:
     _run_gameday_once(base)  # waits for the early run, or runs it if none was started
     root = base / "gameday-run"
     told = json.loads((root / "said.json").read_text())
-    return GameDayRun(root / "report", root / "keep", told["returncode"], told["output"])
+    return GameDayRun(
+        root / "report", root / "keep", told["returncode"], told["output"],
+        root / "attest-key.pem.pub",
+    )  # fmt: skip

@@ -13,6 +13,7 @@ import pytest
 
 from chaos.attack import (
     Figures,
+    attest,
     cache,
     diskfull,
     excluded,
@@ -99,3 +100,13 @@ def test_nothing_an_agent_leaves_outlives_its_run(tmp_path):
     figures = orphans.run(tmp_path, quick=True)  # the churning bombs: nox -s attack
     assert_all_good(figures, at_least=2)
     assert figures.extra["outlived"] == 0
+
+
+def test_a_signed_run_attacked_by_its_carrier_gets_each_named_verdict(tmp_path):
+    figures = attest.run(tmp_path, quick=True)
+    # 4 readable key modes, then 7 cases through each verifier present (python always)
+    assert_all_good(figures, at_least=4 + 7)
+    assert "python" in figures.extra["verifiers"]
+    assert len(figures.extra["verifiers"]) + len(figures.extra["skipped_verifiers"]) == 3
+    # the documented limit, measured: a same-user agent reads a 0600 key it is told of
+    assert figures.extra["same_user_read_0600_key"] is True

@@ -82,6 +82,43 @@ def test_the_nine_real_phases_pass_and_are_reported(gameday_run):
     assert not list(Path("/tmp").glob("docket-gameday-runaway-loop-*/run/ledger.jsonl"))
 
 
+def test_the_game_day_signs_its_report_folder(gameday_run, capsys):
+    # The session's game day ran with --attest: its report folder's gameday.json and
+    # junit.xml are the subjects, and docket verify --attestation says so.
+    from docket.cli import main
+
+    envelope = gameday_run.report / "attestation.dsse.json"
+    assert f"attested the report: {envelope}" in gameday_run.output
+    argv = ["verify", str(gameday_run.report), "--attestation", str(envelope), "--pubkey",
+            str(gameday_run.pubkey), "--json"]  # fmt: skip
+    capsys.readouterr()
+    assert main(argv) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["attestation"]["subjects"] == ["gameday.json", "junit.xml"]
+    assert got["attestation"]["kind"] == "https://docket.dev/attestation/gameday/v1"
+
+
+@pytest.mark.parametrize("case", ["readable key", "with --json"])
+def test_game_day_attest_refuses_before_any_phase_runs(tmp_path, case):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from docket.attest.keys import private_pem
+
+    key = tmp_path / "k.pem"
+    key.write_bytes(private_pem(Ed25519PrivateKey.generate()))
+    os.chmod(key, 0o644 if case == "readable key" else 0o600)
+    argv = [sys.executable, "-m", "docket", "game-day", "--phase", "runaway-loop", "--report",
+            str(tmp_path / "report"), "--attest", str(key)]  # fmt: skip
+    if case == "with --json":
+        argv += ["--json", str(tmp_path / "g.json")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("docket: ")
+    why = "lets group or others read it" if case == "readable key" else "not with --json"
+    assert why in done.stderr, done.stderr
+    assert not (tmp_path / "report").exists()  # no phase ran, nothing was written
+
+
 PHASE = """\
 # A hand-made phase whose assertions fail or cannot be evaluated.
 name: probe

@@ -107,6 +107,9 @@ def _bounded_memory() -> None:
 
 
 RUN = ("run", "--policy", "p.toml", "--ledger-dir", "{dir}/out", "--", "true")
+TEST_PUBKEY = (
+    Path(__file__).resolve().parent.parent / "spec/vectors/attest-key/TEST-ONLY-ed25519.pem.pub"
+).read_bytes()
 CHAOS = ("chaos", "--seed", "1", "--dir", "{dir}/out")
 SCENARIO = (*CHAOS, "--scenario", "s.yaml")
 AGENT = ("agent", "--base-url", "http://127.0.0.1:9/openai/v1")
@@ -304,6 +307,18 @@ CASES = [
     # -- listing runs: ls (tests/test_runs_list.py has the rest)
     Case("ls a missing folder", ("ls", "nowhere"), "no such folder"),
     Case("ls a file", ("ls", "f.txt"), "not a folder", {"f.txt": "x"}),
+    # -- attestations (tests/test_attest.py has the rest)
+    Case("keygen into a missing folder", ("keygen", "--out", "{dir}/out/k.pem"), "no such folder"),
+    Case("keygen over a file", ("keygen", "--out", "k.pem"), "already exists", {"k.pem": "mine"}),
+    Case("attest with a key others can read", ("attest", "{dir}", "--key", "k.pem"),
+         "lets group or others read it", {"k.pem": "not a key"}),
+    Case("attest with a missing key", ("attest", "{dir}", "--key", "none.pem"), "no such file"),
+    Case("verify a binary attestation",
+         ("verify", "{dir}", "--attestation", "a.json", "--pubkey", "k.pub"),
+         "(attestation_not_json)", {"a.json": b"\x00\xff", "k.pub": TEST_PUBKEY}),
+    Case("verify with a public key that is not one",
+         ("verify", "{dir}", "--attestation", "a.json", "--pubkey", "k.pub"),
+         "(pubkey_unreadable)", {"a.json": "{}", "k.pub": "-----BEGIN PUBLIC KEY-----\n"}),
 ]  # fmt: skip
 
 

@@ -179,3 +179,95 @@ def test_committed_vectors_are_what_the_generator_makes(tmp_path):
     assert sorted(made) == sorted(committed)
     for name, data in made.items():
         assert committed[name] == data, f"{name} differs: run spec/vectors/make_vectors.py"
+
+
+# ---------------------------------------------- attestations (spec/docket-attestation-1.md)
+
+ATTESTATIONS = json.loads((VECTORS / "attestations.json").read_text(encoding="utf-8"))["vectors"]
+ATTEST_BY_NAME = {v["name"]: v for v in ATTESTATIONS}
+
+
+def attest_argv(vector: dict) -> list[str]:
+    return [
+        "verify",
+        str(VECTORS / vector["run"]),
+        "--attestation",
+        str(VECTORS / vector["attestation"]),
+        "--pubkey",
+        str(VECTORS / vector["pubkey"]),
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(ATTEST_BY_NAME))
+def test_attestation_vector_through_the_library(name):
+    from docket.attest.check import verify_attested
+
+    vector = ATTEST_BY_NAME[name]
+    args = (VECTORS / vector["run"], VECTORS / vector["attestation"], VECTORS / vector["pubkey"])
+    if vector["verdict"] == "input_error":
+        with pytest.raises(VerifyInputError) as caught:
+            verify_attested(*args)
+        assert caught.value.code == vector["code"]
+        return
+    verdict = verify_attested(*args)
+    assert (verdict.ok, verdict.code) == (vector["verdict"] == "ok", vector["code"]), verdict
+    receipt = verdict.receipt
+    if vector["verdict"] == "ok" and vector["events"] is not None:
+        assert receipt is not None and receipt.ok
+        assert (receipt.events, receipt.head, receipt.bytes) == (
+            vector["events"],
+            vector["head"],
+            vector["bytes"],
+        )
+    if vector["seq"] is not None or vector["field"] is not None:  # the receipt's failure
+        assert receipt is not None
+        assert (receipt.seq, receipt.offset, receipt.field) == (
+            vector["seq"],
+            vector["offset"],
+            vector["field"],
+        )
+
+
+@pytest.mark.parametrize("name", sorted(ATTEST_BY_NAME))
+def test_attestation_vector_through_the_cli(name, capsys, monkeypatch):
+    vector = ATTEST_BY_NAME[name]
+    done = verify_command(attest_argv(vector), name == "attest-ok", capsys, monkeypatch)
+    assert done.returncode == vector["exit"], (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    if vector["verdict"] == "ok":
+        assert done.stdout.startswith("attested ") and done.stdout.count("\n") == 1
+        if vector["events"] is not None:
+            assert f"; ok: {vector['events']} events, head {vector['head']}" in done.stdout
+    elif vector["verdict"] == "fail":
+        assert done.stdout.startswith(f"FAIL {vector['code']}"), done.stdout
+        assert done.stdout.count("\n") == 1
+    else:
+        assert done.stdout == "" and done.stderr.count("\n") == 1
+        assert done.stderr.rstrip().endswith(f"({vector['code']})")
+    as_json = verify_command(attest_argv(vector) + ["--json"], False, capsys, monkeypatch)
+    got = json.loads(as_json.stdout)
+    keys = ("verdict", "exit", "code", "seq", "offset", "field")
+    assert {k: got[k] for k in keys} == {k: vector[k] for k in keys}, got["detail"]
+    assert as_json.returncode == vector["exit"] and as_json.stderr == ""
+
+
+def test_every_attestation_failure_has_its_own_code_and_vector():
+    codes = [v["code"] for v in ATTESTATIONS if v["verdict"] != "ok"]
+    assert set(codes) >= {
+        "signature_invalid",
+        "signature_missing",
+        "payload_type_mismatch",
+        "subject_mismatch",
+        "envelope_malformed",
+        "statement_malformed",
+        "predicate_mismatch",
+        "attestation_not_json",
+    }
+    assert {v["name"] for v in ATTESTATIONS} >= {
+        "attest-ok",
+        "attest-wrong-key",
+        "attest-edited-payload",
+        "attest-swapped-subject",
+        "attest-wrong-payload-type",
+        "attest-signature-missing",
+    }

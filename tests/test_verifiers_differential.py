@@ -46,12 +46,15 @@ from chaos.verifiers import (
     Answer,
     Candidate,
     Verifier,
+    attestation_args,
+    attestation_manifest,
     expected,
     find_go,
     find_js,
     manifest,
     python_command,
     vector_paths,
+    verify_args_in_process,
     verify_in_process,
     write_candidates,
 )
@@ -539,6 +542,20 @@ def test_each_verifier_gives_every_vector_its_verdict(name, others):
     assert wrong == [], "\n".join(wrong)
 
 
+@pytest.mark.parametrize("name", ["js", "go"])
+def test_each_verifier_gives_every_attestation_vector_its_verdict(name, others):
+    """spec/docket-attestation-1.md section 7: each vector's verdict and code, as
+    tests/test_vectors.py holds `docket verify --attestation` to them."""
+    v = runnable(others, name)
+    vectors = attestation_manifest()
+    answers = v.run_args_many([attestation_args(vec) for vec in vectors], WORKERS)
+    wrong = [f"{vec['name']}: want {expected(vec)}, got {a.key()} ({a.said[:120]})"
+             for vec, a in zip(vectors, answers, strict=True)
+             if a.key() != expected(vec)]  # fmt: skip
+    assert len(vectors) >= 6
+    assert wrong == [], "\n".join(wrong)
+
+
 # ---------------------------------------------- the harness, shown to bite
 
 
@@ -600,3 +617,52 @@ def test_a_verifier_present_but_unable_to_run_is_broken_not_absent(tmp_path):
         pytest.skip(go.absent)
     assert go.broken and go.broken.startswith("go build in verify-go/ failed (exit ")
     assert "undefined: nope" in go.broken  # the compiler's own words, to fix it by
+
+
+def envelope_mutations(good: bytes, rng: random.Random, count: int) -> list[bytes]:
+    """Seeded edits of a signed envelope's bytes: a byte flipped, a byte deleted, the
+    text cut short, a byte inserted; each verifier must name the same failure."""
+    out = []
+    for _ in range(count):
+        data = bytearray(good)
+        at = rng.randrange(len(data))
+        kind = rng.choice(("flip", "delete", "truncate", "insert"))
+        if kind == "flip":
+            data[at] ^= 1 << rng.randrange(8)
+        elif kind == "delete":
+            del data[at]
+        elif kind == "truncate":
+            del data[at:]
+        else:
+            data.insert(at, rng.choice(b'"{}[],:\\ 0aZ+/=\x00\xff'))
+        out.append(bytes(data))
+    return out
+
+
+def test_the_three_verifiers_agree_on_mutated_envelopes(others, tmp_path):
+    """docket verify --attestation, verify-js and verify-go on seeded edits of the good
+    envelope (and of one signed as application/json): one exit code and failure code."""
+    good = attestation_manifest()[0]
+    assert good["name"] == "attest-ok"
+    rng = random.Random(SEED)
+    folder = ROOT / "spec" / "vectors"
+    sources = [folder / "attest-ok/attestation.dsse.json",
+               folder / "attest-wrong-payload-type/attestation.dsse.json"]  # fmt: skip
+    jobs = []
+    for n, data in enumerate(
+        m for src in sources for m in envelope_mutations(src.read_bytes(), rng, max(20, CASES // 5))
+    ):
+        path = tmp_path / f"envelope-{n}.json"
+        path.write_bytes(data)
+        args = attestation_args(good)
+        args[2] = str(path)
+        jobs.append(args)
+    python = [verify_args_in_process(args) for args in jobs]
+    assert {a.code for a in python} >= {"signature_invalid", "attestation_not_json"}
+    for name, v in others.items():
+        if not v.runnable:
+            continue
+        theirs = v.run_args_many(jobs, WORKERS)
+        wrong = [f"{args[2]}: docket verify {p.key()}, {name} {t.key()} ({t.said[:100]})"
+                 for args, p, t in zip(jobs, python, theirs, strict=True) if p.key() != t.key()]  # fmt: skip
+        assert wrong == [], "\n".join(wrong)

@@ -139,3 +139,60 @@ def test_bad_command_lines(binary, args):
     done = run(binary, *args)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("docket-verify: ")
+
+
+# ---------------------------------------------------------------- attestations (spec/docket-attestation-1.md)
+
+ATTESTATIONS = json.loads((VECTORS / "attestations.json").read_text(encoding="utf-8"))["vectors"]
+ATTEST_BY_NAME = {v["name"]: v for v in ATTESTATIONS}
+
+
+def attestation_args(vector: dict) -> list[str]:
+    return [str(VECTORS / vector["run"]), "--attestation", str(VECTORS / vector["attestation"]),
+            "--pubkey", str(VECTORS / vector["pubkey"])]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ATTEST_BY_NAME))
+def test_attestation_vector(binary, name):
+    vector = ATTEST_BY_NAME[name]
+    done = run(binary, *attestation_args(vector), "--json")
+    assert done.returncode == vector["exit"], (done.stdout, done.stderr)
+    got = json.loads(done.stdout)
+    keys = ["verdict", "exit", "code", "seq", "offset", "field"]
+    if vector["verdict"] == "ok":
+        keys += ["events", "head", "bytes"]
+    assert {k: got[k] for k in keys} == {k: vector[k] for k in keys}, got["detail"]
+    line = run(binary, *attestation_args(vector))
+    assert line.returncode == vector["exit"]
+    if vector["verdict"] == "fail":
+        assert line.stdout.startswith(f"FAIL {vector['code']}") and line.stderr == ""
+    elif vector["verdict"] == "input_error":
+        _one_line_input_error(line, vector["code"])
+
+
+def test_an_attested_ok_line_is_what_docket_verify_prints(binary):
+    args = attestation_args(ATTEST_BY_NAME["attest-ok"])
+    ours = run(binary, *args)
+    theirs = subprocess.run([sys.executable, "-m", "docket", "verify", *args],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout) == (0, ours.stdout)
+
+
+def test_a_huge_envelope_is_refused_after_one_bounded_read(binary, tmp_path):
+    huge = tmp_path / "attestation.dsse.json"
+    with open(huge, "wb") as f:
+        f.truncate(64 * 1024 * 1024)  # sparse: 64 MiB of zeros, not read
+    args = attestation_args(ATTEST_BY_NAME["attest-ok"])
+    args[2] = str(huge)
+    _one_line_input_error(run(binary, *args), "attestation_too_large")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["x", "--attestation", "a.json"], ["x", "--pubkey", "k"], ["x", "--attestation"],
+     ["x", "--attestation", "a", "--pubkey", "k", "--ledger", "l"]],
+)  # fmt: skip
+def test_bad_attestation_command_lines(binary, args):
+    done = run(binary, *args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("docket-verify: ")

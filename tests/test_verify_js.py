@@ -12,6 +12,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -378,3 +379,63 @@ def test_an_edge_is_judged_as_the_reference_judges_it(tmp_path, name):
     got = (out["verdict"], out["code"], out["seq"], out["offset"], out["field"])
     assert out["code"] == EDGE_CODES[name], out["message"]
     assert got == reference(receipt, ledger), out["message"]
+
+
+# ---------------------------------------------------------------- attestations (spec/docket-attestation-1.md)
+
+ATTESTATIONS = json.loads((VECTORS / "attestations.json").read_text(encoding="utf-8"))["vectors"]
+ATTEST_BY_NAME = {v["name"]: v for v in ATTESTATIONS}
+
+
+def attestation_args(vector: dict) -> list[str | Path]:
+    return [VECTORS / vector["run"], "--attestation", VECTORS / vector["attestation"],
+            "--pubkey", VECTORS / vector["pubkey"]]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def attestation_answers() -> dict[tuple[str, bool], subprocess.CompletedProcess]:
+    """{(vector name, as JSON?): what verify.mjs answered}: one Node process for all."""
+    keys = [(name, as_json) for name in sorted(ATTEST_BY_NAME) for as_json in (True, False)]
+    jobs = [attestation_args(ATTEST_BY_NAME[n]) + (["--json"] if j else []) for n, j in keys]
+    return dict(zip(keys, node_each(jobs), strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(ATTEST_BY_NAME))
+def test_attestation_vector(name, attestation_answers):
+    vector = ATTEST_BY_NAME[name]
+    out = judged(attestation_answers[name, True])
+    keys = ["verdict", "exit", "code", "seq", "offset", "field"]
+    if vector["verdict"] == "ok":
+        keys += ["events", "head", "bytes"]
+    assert {k: out[k] for k in keys} == {k: vector[k] for k in keys}, out["message"]
+    line = attestation_answers[name, False]
+    assert line.returncode == vector["exit"], (line.stdout, line.stderr)
+    if vector["verdict"] == "ok":
+        assert line.stdout.startswith("attested ") and line.stdout.count("\n") == 1
+    elif vector["verdict"] == "fail":
+        assert line.stdout.startswith(f"FAIL {vector['code']}") and line.stderr == ""
+    else:
+        assert line.stdout == "" and line.stderr.count("\n") == 1
+        assert line.stderr.rstrip().endswith(f"({vector['code']})"), line.stderr
+
+
+def test_an_attested_ok_line_is_what_docket_verify_prints():
+    args = [str(a) for a in attestation_args(ATTEST_BY_NAME["attest-ok"])]
+    ours = node(*args)
+    theirs = subprocess.run([sys.executable, "-m", "docket", "verify", *args],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout) == (0, ours.stdout)
+
+
+def test_a_huge_envelope_is_refused_after_one_bounded_read(tmp_path):
+    huge = tmp_path / "attestation.dsse.json"
+    with open(huge, "wb") as f:
+        f.truncate(64 * 1024 * 1024)  # sparse: 64 MiB of zeros, not read
+    args = attestation_args(ATTEST_BY_NAME["attest-ok"])
+    args[2] = huge
+    one_line_input_error(node(*args), "attestation_too_large")
+
+
+def test_attestation_without_pubkey_is_a_usage_error():
+    done = node(VECTORS / "ok-basic", "--attestation", VECTORS / "attest-ok/attestation.dsse.json")
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1

@@ -1,6 +1,8 @@
 // docket-verify checks a docket-receipt-1 receipt against its ledger, as
 // spec/docket-receipt-1.md says, independently of the Python reference
-// implementation: `docket-verify RECEIPT [--ledger LEDGER] [--json]`.
+// implementation: `docket-verify RECEIPT [--ledger LEDGER] [--json]`; with
+// `docket-verify RUN --attestation ENVELOPE --pubkey KEY [--json]` it first checks a
+// signed DSSE envelope over the run's files (spec/docket-attestation-1.md).
 //
 // Exit 0: every claim holds; 1: a check failed; 2: verification could not
 // start (an input error), or the command line was wrong.
@@ -14,7 +16,7 @@ import (
 	"strings"
 )
 
-const usage = "usage: docket-verify RECEIPT [--ledger LEDGER] [--json]"
+const usage = "usage: docket-verify RECEIPT [--ledger LEDGER] [--json] | RUN --attestation ENVELOPE --pubkey KEY [--json]"
 
 func main() {
 	// Each line's values are garbage once folded; collecting less often is
@@ -24,7 +26,7 @@ func main() {
 }
 
 func run(args []string) int {
-	var receipt, ledger string
+	var receipt, ledger, attestation, pubkey string
 	asJSON, haveReceipt, haveLedger := false, false, false
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -51,6 +53,25 @@ func run(args []string) int {
 				return usageError("--ledger needs a path")
 			}
 			haveLedger = true
+		case a == "--attestation" || a == "--pubkey" || strings.HasPrefix(a, "--attestation=") || strings.HasPrefix(a, "--pubkey="):
+			name, value := a, ""
+			if eq := strings.IndexByte(a, '='); eq >= 0 {
+				name, value = a[:eq], a[eq+1:]
+			} else {
+				if i+1 >= len(args) {
+					return usageError(a + " needs a path")
+				}
+				i++
+				value = args[i]
+			}
+			if value == "" {
+				return usageError(name + " needs a path")
+			}
+			if name == "--attestation" {
+				attestation = value
+			} else {
+				pubkey = value
+			}
 		case a == "--":
 			if i+1 < len(args) && !haveReceipt {
 				receipt, haveReceipt = args[i+1], true
@@ -71,7 +92,24 @@ func run(args []string) int {
 	if !haveReceipt {
 		return usageError("no receipt given")
 	}
+	if (attestation == "") != (pubkey == "") {
+		return usageError("--attestation and --pubkey go together")
+	}
+	if attestation != "" {
+		if haveLedger {
+			return usageError("--ledger is not taken with --attestation: the subjects name the ledger")
+		}
+		a, v, ierr := VerifyAttested(receipt, attestation, pubkey)
+		if ierr == nil && v.OK {
+			return emitAttested(a, asJSON)
+		}
+		return emit(v, ierr, asJSON)
+	}
 	verdict, ierr := Verify(receipt, ledger)
+	return emit(verdict, ierr, asJSON)
+}
+
+func emit(verdict *Verdict, ierr *InputError, asJSON bool) int {
 	if asJSON {
 		out, _ := json.Marshal(report(verdict, ierr))
 		fmt.Println(string(out))
@@ -87,6 +125,30 @@ func run(args []string) int {
 		return 0
 	}
 	return 1
+}
+
+// emitAttested: an envelope and its run that passed every check.
+func emitAttested(a *Attested, asJSON bool) int {
+	line := oneLine(attestedLine(a))
+	if !asJSON {
+		fmt.Println(line)
+		return 0
+	}
+	out := map[string]interface{}{
+		"verdict": "ok", "exit": 0, "code": nil, "seq": nil, "offset": nil, "field": nil,
+		"detail": line, "events": nil, "head": nil, "bytes": nil, "unbacked": []string{},
+		"attestation": map[string]interface{}{"kind": a.Kind, "keyid": a.KeyID, "subjects": a.Subjects},
+	}
+	if v := a.Receipt; v != nil {
+		out["events"], out["head"], out["bytes"] = v.Events, v.Head, v.Bytes
+		out["complete"], out["tail_bytes"] = v.Complete, v.TailBytes
+		if v.Unbacked != nil {
+			out["unbacked"] = v.Unbacked
+		}
+	}
+	b, _ := json.Marshal(out)
+	fmt.Println(string(b))
+	return 0
 }
 
 func usageError(msg string) int {

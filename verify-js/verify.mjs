@@ -2,6 +2,7 @@
 // An independent verifier of docket-receipt-1 receipts, for Node 18+, standard library only.
 //
 //   node verify-js/verify.mjs RECEIPT [--ledger LEDGER] [--json]
+//   node verify-js/verify.mjs RUN --attestation ENVELOPE --pubkey KEY [--json]
 //
 // Written from spec/docket-receipt-1.md (the section numbers below are that document's), not
 // from Docket's Python code: a bug shared by Docket's writer and its own verifier must not
@@ -10,7 +11,7 @@
 // With --json, one JSON object on stdout in every case: {ok, verdict, exit, code, seq, offset,
 // field, message, events, head, bytes, unbacked, complete, tail_bytes} (the manifest's names).
 
-import { createHash } from 'node:crypto';
+import { createHash, createPublicKey, verify as cryptoVerify } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -1307,6 +1308,202 @@ function verify(receiptPath, ledgerPath) {
   };
 }
 
+// ---------------------------------------------------------------- attestations (spec/docket-attestation-1.md)
+//
+// A DSSE envelope holding an in-toto Statement v1 over a run's files, signed with Ed25519.
+// The checks, in order (its section 5): the envelope (at most 1 MiB, strict JSON, shaped),
+// a signature present, one that verifies over PAE with the given key, the payloadType,
+// the statement, each subject's sha256 against the file, then for a run the receipt as
+// above and the predicate's ledger figures against what that re-derived.
+
+const MAX_ENVELOPE = 1024 * 1024;
+const PAYLOAD_TYPE = 'application/vnd.in-toto+json';
+const STATEMENT_TYPE = 'https://in-toto.io/Statement/v1';
+const RUN_PREDICATE = 'https://docket.dev/attestation/run/v1';
+const SUBJECT_FILES = new Map([
+  [RUN_PREDICATE, ['ledger.jsonl', 'receipt.json']],
+  ['https://docket.dev/attestation/gameday/v1', ['gameday.json', 'junit.xml']],
+]);
+const B64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+function pae(type, body) {
+  const t = Buffer.from(type, 'utf8');
+  return Buffer.concat([Buffer.from(`DSSEv1 ${t.length} `), t, Buffer.from(` ${body.length} `), body]);
+}
+
+// Base64, standard or URL-safe, padded, that encodes back to itself; else null.
+function b64Canonical(text) {
+  const std = text.replace(/-/g, '+').replace(/_/g, '/');
+  if (std.length % 4 !== 0 || !B64.test(std)) return null;
+  const bytes = Buffer.from(std, 'base64');
+  return bytes.toString('base64') === std ? bytes : null;
+}
+
+function readBounded(file, what, code, max) {
+  let fd;
+  try {
+    fd = fs.openSync(file, 'r');
+  } catch (e) {
+    throw inputError(code, `cannot read the ${what} ${file}: ${e.code || e.message}`);
+  }
+  try {
+    if (!fs.fstatSync(fd).isFile()) throw inputError(code, `the ${what} ${file} is not a regular file`);
+    const buf = Buffer.alloc(max + 1);
+    let n = 0;
+    for (;;) {
+      const got = fs.readSync(fd, buf, n, buf.length - n, null);
+      if (got === 0) break;
+      n += got;
+      if (n === buf.length) break;
+    }
+    return buf.subarray(0, n);
+  } catch (e) {
+    if (e instanceof Outcome) throw e;
+    throw inputError(code, `cannot read the ${what} ${file}: ${e.code || e.message}`);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+// A subject's digest, read in chunks: a ledger may be larger than memory.
+function sha256File(file, name, folder) {
+  let fd;
+  try {
+    fd = fs.openSync(file, 'r');
+    if (!fs.fstatSync(fd).isFile()) throw new Error('not a file');
+  } catch {
+    if (fd !== undefined) fs.closeSync(fd);
+    throw failed('subject_missing', `subject ${name}: no such file in ${folder}`);
+  }
+  try {
+    const h = createHash('sha256');
+    const buf = Buffer.alloc(CHUNK);
+    for (let n; (n = fs.readSync(fd, buf, 0, buf.length, null)) > 0; ) h.update(buf.subarray(0, n));
+    return h.digest('hex');
+  } catch (e) {
+    throw failed('subject_missing', `subject ${name}: cannot read (${e.code || e.message})`);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function keyId(key) {
+  const spki = key.export({ type: 'spki', format: 'der' });
+  return createHash('sha256').update(spki.subarray(spki.length - 32)).digest('hex');
+}
+
+function loadPublicKey(file) {
+  const pem = readBounded(file, 'public key', 'pubkey_unreadable', 16 * 1024);
+  let key;
+  try {
+    key = createPublicKey({ key: pem, format: 'pem' });
+  } catch (e) {
+    throw inputError('pubkey_unreadable', `the public key ${file} is not a PEM public key: ${e.message}`);
+  }
+  if (key.asymmetricKeyType !== 'ed25519') throw inputError('pubkey_unreadable', `the public key ${file} is ${key.asymmetricKeyType}, not Ed25519`);
+  return key;
+}
+
+function statementProblem(st) {
+  if (!isObj(st)) return 'the payload is not a JSON object';
+  if (st.get('_type') !== STATEMENT_TYPE) return `_type is not ${STATEMENT_TYPE}`;
+  const kind = st.get('predicateType');
+  if (!SUBJECT_FILES.has(kind)) return `predicateType is not one of ${[...SUBJECT_FILES.keys()].join(', ')}`;
+  const subject = st.get('subject');
+  if (!Array.isArray(subject)) return 'subject is not an array';
+  const names = [];
+  for (let i = 0; i < subject.length; i++) {
+    const s = subject[i];
+    const digest = isObj(s) ? s.get('digest') : undefined;
+    if (!isObj(digest) || typeof s.get('name') !== 'string') return `subject[${i}] has no name and digest`;
+    if (typeof digest.get('sha256') !== 'string' || !HEX64.test(digest.get('sha256'))) return `subject[${i}].digest.sha256 is not 64 lowercase hex digits`;
+    names.push(s.get('name'));
+  }
+  const want = [...SUBJECT_FILES.get(kind)].sort();
+  if (JSON.stringify([...names].sort()) !== JSON.stringify(want)) return `the subjects are not ${SUBJECT_FILES.get(kind).join(' and ')}, each once`;
+  const p = st.get('predicate');
+  if (!isObj(p)) return 'predicate is not an object';
+  if (kind === RUN_PREDICATE) {
+    const l = p.get('ledger');
+    if (typeof p.get('run_id') !== 'string' || !isObj(l)) return 'predicate has no run_id and ledger';
+    const count = (n) => Number.isInteger(n) && n >= 0; // a JNum past 2^53 - 1 is not a number here
+    if (!count(l.get('events')) || typeof l.get('head') !== 'string' || !count(l.get('bytes'))) return 'predicate.ledger has no events, head and bytes (integers 0 to 2^53 - 1)';
+  }
+  return null;
+}
+
+function verifyAttested(run, attestation, pubkey) {
+  const key = loadPublicKey(pubkey);
+  let folder = run;
+  try {
+    if (!fs.statSync(run).isDirectory()) folder = path.dirname(run);
+  } catch {
+    folder = path.dirname(run);
+  }
+  const bytes = readBounded(attestation, 'attestation', 'attestation_unreadable', MAX_ENVELOPE);
+  if (bytes.length > MAX_ENVELOPE) throw inputError('attestation_too_large', `the attestation ${attestation} is more than ${MAX_ENVELOPE} bytes (not read further)`);
+  let env;
+  try {
+    env = parseStrict(UTF8.decode(bytes));
+  } catch (e) {
+    throw inputError('attestation_not_json', `the attestation ${attestation} is not JSON: ${e.message}`);
+  }
+  const bad = (m) => failed('envelope_malformed', m);
+  if (!isObj(env)) throw bad('the envelope is not a JSON object');
+  const type = env.get('payloadType');
+  if (typeof type !== 'string') throw bad('payloadType is not a string');
+  if (typeof env.get('payload') !== 'string') throw bad('payload is not a string');
+  const body = b64Canonical(env.get('payload'));
+  if (body === null) throw bad('payload is not canonical base64');
+  const sigs = env.has('signatures') && env.get('signatures') !== null ? env.get('signatures') : [];
+  if (!Array.isArray(sigs)) throw bad('signatures is not an array');
+  const raw = sigs.map((s, i) => {
+    if (!isObj(s) || typeof s.get('sig') !== 'string') throw bad(`signatures[${i}] has no sig string`);
+    const b = b64Canonical(s.get('sig'));
+    if (b === null) throw bad(`signatures[${i}].sig is not canonical base64`);
+    return b;
+  });
+  if (raw.length === 0) throw failed('signature_missing', 'the envelope carries no signature');
+  const message = pae(type, body);
+  const id = keyId(key);
+  if (!raw.some((sig) => sig.length === 64 && cryptoVerify(null, message, key, sig))) {
+    throw failed('signature_invalid', `no signature verifies over the envelope with key ${id}`);
+  }
+  if (type !== PAYLOAD_TYPE) throw failed('payload_type_mismatch', `payloadType is ${JSON.stringify(type)}, not ${PAYLOAD_TYPE}`);
+  let st;
+  try {
+    st = parseStrict(UTF8.decode(body));
+  } catch (e) {
+    throw failed('statement_malformed', `the payload is not JSON: ${e.message}`);
+  }
+  const problem = statementProblem(st);
+  if (problem !== null) throw failed('statement_malformed', problem);
+  const subjects = [];
+  for (const s of st.get('subject')) {
+    const name = s.get('name');
+    const file = path.join(folder, name);
+    const have = sha256File(file, name, folder);
+    if (have !== s.get('digest').get('sha256')) throw failed('subject_mismatch', `subject ${name}: sha256 ${have} on disk, ${s.get('digest').get('sha256')} signed`);
+    subjects.push(name);
+  }
+  const kind = st.get('predicateType');
+  const out = { kind, keyid: id, subjects, receipt: null };
+  if (kind !== RUN_PREDICATE) return out;
+  const [ledgerName, receiptName] = SUBJECT_FILES.get(RUN_PREDICATE);
+  out.receipt = verify(path.join(folder, receiptName), path.join(folder, ledgerName));
+  const claimed = st.get('predicate').get('ledger');
+  for (const [name, have] of [['events', out.receipt.events], ['head', out.receipt.head], ['bytes', out.receipt.bytes]]) {
+    if (claimed.get(name) !== have) throw failed('predicate_mismatch', `predicate.ledger.${name} is ${JSON.stringify(claimed.get(name))}, the ledger's is ${JSON.stringify(have)}`);
+  }
+  return out;
+}
+
+function attestedLine(a) {
+  const what = a.receipt === null ? 'game-day report' : 'run';
+  const line = `attested ${what} (key ${a.keyid}; ${a.subjects.join(', ')} match)`;
+  return a.receipt === null ? line : `${line}; ${okLine(a.receipt)}`;
+}
+
 // ---------------------------------------------------------------- the command (section 10)
 
 // A parsed JSON value back to plain JS, for messages.
@@ -1329,10 +1526,10 @@ function okLine(r) {
   return line;
 }
 
-const USAGE = 'usage: node verify.mjs RECEIPT [--ledger LEDGER] [--json]';
+const USAGE = 'usage: node verify.mjs RECEIPT [--ledger LEDGER] [--json] | RUN --attestation ENVELOPE --pubkey KEY [--json]';
 
 function parseArgs(argv) {
-  const args = { receipt: null, ledger: null, json: false };
+  const args = { receipt: null, ledger: null, json: false, attestation: null, pubkey: null };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--json') args.json = true;
@@ -1340,12 +1537,19 @@ function parseArgs(argv) {
       if (i + 1 >= argv.length) throw new Error('--ledger needs a path');
       args.ledger = argv[++i];
     } else if (a.startsWith('--ledger=')) args.ledger = a.slice('--ledger='.length);
+    else if (a === '--attestation' || a === '--pubkey') {
+      if (i + 1 >= argv.length) throw new Error(`${a} needs a path`);
+      args[a.slice(2)] = argv[++i];
+    } else if (a.startsWith('--attestation=')) args.attestation = a.slice('--attestation='.length);
+    else if (a.startsWith('--pubkey=')) args.pubkey = a.slice('--pubkey='.length);
     else if (a === '-h' || a === '--help') args.help = true;
     else if (a.startsWith('-') && a !== '-') throw new Error(`unknown option ${a}`);
     else if (args.receipt === null) args.receipt = a;
     else throw new Error(`unexpected argument ${a}`);
   }
   if (!args.help && args.receipt === null) throw new Error('no receipt given');
+  if ((args.attestation === null) !== (args.pubkey === null)) throw new Error('--attestation and --pubkey go together');
+  if (args.attestation !== null && args.ledger !== null) throw new Error('--ledger is not taken with --attestation: the subjects name the ledger');
   return args;
 }
 
@@ -1358,14 +1562,22 @@ function main(argv) {
     return 2;
   }
   if (args.help) {
-    process.stdout.write(`${USAGE}\nChecks a docket-receipt-1 receipt against its ledger (spec/docket-receipt-1.md).\nExit 0: ok; 1: a failed check; 2: an input error.\n`);
+    process.stdout.write(`${USAGE}\nChecks a docket-receipt-1 receipt against its ledger (spec/docket-receipt-1.md),\nwith --attestation first a signed DSSE envelope over the run's files (spec/docket-attestation-1.md).\nExit 0: ok; 1: a failed check; 2: an input error.\n`);
     return 0;
   }
   let out;
   try {
-    const r = verify(args.receipt, args.ledger);
-    out = { ok: true, verdict: 'ok', exit: 0, code: null, seq: null, offset: null, field: null, message: okLine(r) };
-    out = { ...out, events: r.events, head: r.head, bytes: r.bytes, unbacked: r.unbacked, complete: r.complete, tail_bytes: r.tail_bytes };
+    if (args.attestation !== null) {
+      const a = verifyAttested(args.receipt, args.attestation, args.pubkey);
+      const r = a.receipt;
+      out = { ok: true, verdict: 'ok', exit: 0, code: null, seq: null, offset: null, field: null, message: attestedLine(a) };
+      out = { ...out, events: r ? r.events : null, head: r ? r.head : null, bytes: r ? r.bytes : null, unbacked: r ? r.unbacked : [], complete: r ? r.complete : null, tail_bytes: r ? r.tail_bytes : 0 };
+      out.attestation = { kind: a.kind, keyid: a.keyid, subjects: a.subjects };
+    } else {
+      const r = verify(args.receipt, args.ledger);
+      out = { ok: true, verdict: 'ok', exit: 0, code: null, seq: null, offset: null, field: null, message: okLine(r) };
+      out = { ...out, events: r.events, head: r.head, bytes: r.bytes, unbacked: r.unbacked, complete: r.complete, tail_bytes: r.tail_bytes };
+    }
   } catch (e) {
     if (!(e instanceof Outcome)) {
       // Not a verdict: a fault of this program, named in one line, never a trace.

@@ -22,6 +22,8 @@ the table; tests/test_attack.py runs each in its quick form. Families:
   numbers    number forms in receipts and ledger lines, through all three verifiers
   orphans    an agent's ways to outlive its run (fork chains and bombs, setsid,
              SIGSTOP, SIGCONT, re-parenting, a /proc snooper for the next key)
+  attest     a signed run: readable keys refused, a same-user agent reading the key,
+             files swapped after attesting, re-signed, signatures dropped, a huge envelope
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

@@ -57,6 +57,11 @@ FAMILIES = {
         "chaos.attack.orphans",
         "nothing of the run alive after docket run exits, no key read",
     ),
+    "attest": (
+        "chaos.attack.attest",
+        "a readable key refused; a signed run swapped, re-signed or bloated: each verifier's "
+        "named verdict in one line, in bounded time",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
@@ -88,6 +93,10 @@ NOTES = {
     "orphans": lambda x: (
         f"outlived {x.get('outlived')}, orphans recorded {x.get('orphans_recorded')}, "
         f"isolation {x.get('isolation')}"
+    ),
+    "attest": lambda x: (
+        f"verifiers {x.get('verifiers')}, slowest {x.get('slowest_s')} s; a same-user agent "
+        f"read the 0600 key: {x.get('same_user_read_0600_key')} (documented: keep it out of reach)"
     ),
 }
 

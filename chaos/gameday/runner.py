@@ -544,6 +544,9 @@ def game_day_command(args) -> int:
     if args.seed is not None and not 0 <= args.seed < (1 << 53):
         raise InputError(f"--seed {args.seed}: a seed is a whole number from 0 to 2**53 - 1")
 
+    attest_key = getattr(args, "attest", None)
+    if attest_key is not None:
+        check_attest_key(attest_key, args)  # a key that cannot sign is refused before the phases
     user = user_agent_from_args(args)  # --agent-command, --policy, --agent-findings
     phases = load_phases(args.phase or ())  # every phase file is checked before any runs
     if user is not None:
@@ -590,7 +593,25 @@ def game_day_command(args) -> int:
         where = exc.filename or args.report
         raise InputError(f"cannot write the report to {where}: {exc.strerror}") from None
     progress.summary(result, written, keep)
+    if attest_key is not None:
+        from docket.attest.command import attest_folder  # loads cryptography only when asked
+
+        print(f"attested the report: {attest_folder(args.report, attest_key)}")
     return INTERRUPTED if result.interrupted else result.exit_code
+
+
+def check_attest_key(key: str, args) -> None:
+    """--attest KEY signs the report folder's gameday.json and junit.xml: refused (one
+    line, exit 2) when --json or --junit would write them elsewhere, or when the key
+    cannot sign (missing, not Ed25519, readable by group or others)."""
+    if args.json or args.junit:
+        raise InputError(
+            "--attest signs the report folder's gameday.json and junit.xml: "
+            "not with --json or --junit, which put them elsewhere"
+        )
+    from docket.attest.keys import load_private_key  # loads cryptography only when asked
+
+    load_private_key(key)
 
 
 __all__ = [

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import runpy
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1603,6 +1604,9 @@ def make(out: Path) -> None:
     )
 
     v.write_manifest()
+    # The attestation vectors sign run folders written above (spec/docket-attestation-1.md).
+    attest = runpy.run_path(str(HERE / "make_attestation_vectors.py"))["make_attestations"]
+    attest(out, v.manifest)
 
 
 def snapshot_run(*, changes_first: bool = False) -> list[Entry]:
