@@ -387,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the ledger's own lines, as written")
     p.set_defaults(func=cmd_show)
 
+    from docket.replay.command import add_replay_parser  # the verb's arguments live with it
+
+    add_replay_parser(verbs)
     document(verbs)  # each verb's description and examples: docket/cli_help.py
     return parser
 

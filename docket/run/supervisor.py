@@ -164,6 +164,11 @@ class Supervisor:
         self.on_started: Callable[[], object] | None = None
 
         self._snapshots = SnapshotSession(options, self.policy)
+        # Set by `docket replay` (docket/replay/command.py) before run(): the key its
+        # upstream marks answers with, given to the boundary only, and the recorded
+        # run's {run_id, head}, recorded in session.start as replay_of.
+        self.replay_key: str | None = None
+        self.replay_of: dict | None = None
 
     def _harden(self) -> None:
         """Close this process's environ and memory to the agent, make it the reaper
@@ -288,6 +293,7 @@ class Supervisor:
                 stop=self.request_stop,
                 env=self.env,
                 call_probe=self.hooks.call_probe,
+                replay_key=self.replay_key,
             )
             if boundary.cache is not None and self.shared_cache is not None:
                 await open_shared_cache(
@@ -423,6 +429,8 @@ class Supervisor:
         facts["hardening"] = dict(self.hardening)
         if self.hooks.chaos is not None:
             facts["chaos"] = dict(self.hooks.chaos)
+        if self.replay_of is not None:
+            facts["replay_of"] = dict(self.replay_of)
         return facts
 
     def verdict(self, status: int | None) -> tuple[int, str, str | None]:
