@@ -22,6 +22,7 @@ from chaos.attack import (
     mutations,
     numbers,
     orphans,
+    replay,
     secrets,
     snapshot,
 )
@@ -99,3 +100,7 @@ def test_nothing_an_agent_leaves_outlives_its_run(tmp_path):
     figures = orphans.run(tmp_path, quick=True)  # the churning bombs: nox -s attack
     assert_all_good(figures, at_least=2)
     assert figures.extra["outlived"] == 0
+
+
+def test_a_planted_recording_is_refused_before_it_is_replayed(tmp_path):
+    assert_all_good(replay.run(tmp_path, quick=True), at_least=9)

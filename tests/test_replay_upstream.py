@@ -9,6 +9,7 @@ docket replay did not set up, is dropped unread: the call is an ordinary, charge
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -124,3 +125,58 @@ async def test_a_forged_mark_is_dropped_unread_and_the_call_charged(boundary_rig
                 assert REPLAY_HEADER.decode() not in answer.headers
                 (close,) = rig.events("model.response")
                 assert "replayed_from" not in close and close["cost_nusd"] > 0, key
+
+
+async def test_on_miss_forward_goes_to_the_real_provider_unmarked_and_charged(
+    stub_server, boundary_rig
+):
+    """A request with no recorded answer, under --on-miss forward: the real provider (a
+    stub) answers, the boundary records an ordinary call, with its cost."""
+    async with stub_server("openai", reply_tokens=2) as real:
+        replay = ReplayUpstream(
+            Matcher(recording()),
+            run_id=RUN,
+            key=KEY,
+            kinds={"openai": "openai"},
+            on_miss="forward",
+            real_base_urls={"openai": real.url},
+        )
+        at_replay = serving(replay.serve, lambda url, _: Upstream(f"{url}/openai", "openai"))
+        asked = WHOLE | {"messages": [{"role": "user", "content": "not recorded"}]}
+        with trio.fail_after(DEADLINE):
+            async with at_replay as up, boundary_rig({"openai": up}) as rig:
+                rig.boundary.routes["openai"].replay_key = KEY
+                async with rig.client() as client:
+                    answer = await client.post("/openai/v1/chat/completions", json=asked)
+        upstream_saw = [e["model"] for e in real.log]
+    assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"]
+    assert upstream_saw == ["gpt-4o-mini"]  # it reached the real provider
+    (close,) = rig.events("model.response")
+    assert "replayed_from" not in close and "replay_miss" not in close and close["cost_nusd"] > 0
+    assert replay.forwarded == 1 and len(replay.misses) == 1
+
+
+async def test_pace_recorded_keeps_the_recorded_first_byte_and_duration(boundary_rig):
+    """--pace recorded: the first byte at the recorded ttfb_ms, the events spread over the
+    rest of duration_ms (the recorder keeps no time per event)."""
+    calls = recording()
+    streamed = calls[1]
+    paced = dataclasses.replace(
+        streamed, answer=dataclasses.replace(streamed.answer, ttfb_ms=150, duration_ms=450)
+    )
+    replay = ReplayUpstream(
+        Matcher([paced]), run_id=RUN, key=KEY, kinds={"openai": "openai"}, pace="recorded"
+    )
+    at_replay = serving(replay.serve, lambda url, _: Upstream(f"{url}/openai", "openai"))
+    with trio.fail_after(DEADLINE):
+        async with at_replay as up, boundary_rig({"openai": up}) as rig, rig.client() as client:
+            began = trio.current_time()
+            async with client.stream(
+                "POST", "/openai/v1/chat/completions", content=json.dumps(STREAMED)
+            ) as answer:
+                first = None
+                async for _ in answer.aiter_raw():
+                    first = first if first is not None else trio.current_time() - began
+                took = trio.current_time() - began
+    assert first is not None and first >= 0.15  # no sooner than recorded
+    assert took >= 0.45

@@ -21,6 +21,8 @@ the table; tests/test_attack.py runs each in its quick form. Families:
   numbers    number forms in receipts and ledger lines, through all three verifiers
   orphans    an agent's ways to outlive its run (fork chains and bombs, setsid,
              SIGSTOP, SIGCONT, re-parenting, a /proc snooper for the next key)
+  replay     a recorded run's folder planted (edited, swapped, forged with bodies
+             the recorder never writes, links, FIFOs, past the bound) before `docket replay`
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

@@ -28,11 +28,17 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from docket.boundary.bodies import RECORDED_BODY_BYTES
+
 POLICIES = ("exact", "order", "model+messages")
 # Members model+messages never ignores: without them the call is not the same conversation.
 NEVER_IGNORED = frozenset({"model", "messages"})
 # The closing reasons whose call reached an upstream that answered (a status); the
 # others (connect, pool_timeout, a refusal) got no answer to serve.
+# The recorder keeps at most RECORDED_BODY_BYTES of a body (docket/boundary/bodies.py);
+# redaction can lengthen what it keeps a little (a marker for a shorter secret), never
+# double it. A longer body did not come from the recorder: refused, never served.
+MAX_BODY_BYTES = 2 * RECORDED_BODY_BYTES
 _DIFF_LIMIT = 20  # differing paths shown in a miss
 _SHOWN_CHARS = 200  # a value in a diff is cut to this many characters
 
@@ -133,6 +139,7 @@ def _check_request_body(event: dict) -> None:
         )
     if event.get("request_body_truncated"):
         raise NotReplayable(seq, f"the request body at seq {seq} was recorded cut at 1 MiB")
+    _check_size(event["request_body"], seq, "request")
 
 
 def _answer(event: dict) -> Answer:
@@ -150,6 +157,7 @@ def _answer(event: dict) -> Answer:
     if "response_body" not in event:
         raise NotReplayable(seq, f"the response at seq {seq} has no recorded body")
     body = event["response_body"]
+    _check_size(body, seq, "response")
     stream = "events" in event
     ok = event["type"] == "model.response" or event.get("reason") in (
         "upstream_status",
@@ -165,6 +173,15 @@ def _answer(event: dict) -> Answer:
         ttfb_ms=_int(event.get("ttfb_ms")),
         duration_ms=_int(event.get("duration_ms")),
     )
+
+
+def _check_size(body: object, seq: int | None, what: str) -> None:
+    if not isinstance(body, str):
+        raise NotReplayable(seq, f"the {what} body at seq {seq} is not text")
+    if len(body) > MAX_BODY_BYTES or len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
+        raise NotReplayable(
+            seq, f"the {what} body at seq {seq} is over {MAX_BODY_BYTES} bytes: not the recorder's"
+        )
 
 
 def _int(value: object) -> int | None:

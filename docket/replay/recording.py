@@ -16,6 +16,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,15 +79,23 @@ def load_recording(run: str) -> Recording:
             raise InputError(
                 f"replay: {folder}: the recording does not verify: {verdict.summary()}"
             )
-        events = [(json.loads(line), line_hash(line)) for line in Lines(ledger)]
-    start = next((e for e, _ in events if e.get("type") == "session.start"), None)
-    run_id = start.get("run_id") if start else None
+        # One pass over the verified copy, one event at a time: only the calls are kept.
+        first: list[dict] = []
+
+        def events() -> Iterator[tuple[dict, str]]:
+            for line in Lines(ledger):
+                event = json.loads(line)
+                if not first:
+                    first.append(event)
+                yield event, line_hash(line)
+
+        try:
+            calls = recorded_calls(events())
+        except NotReplayable as exc:
+            raise InputError(f"replay: {folder}: {exc.reason}") from None
+    run_id = first[0].get("run_id") if first and first[0].get("type") == "session.start" else None
     if not isinstance(run_id, str):
         raise InputError(f"replay: {folder}: the ledger has no session.start with a run_id")
-    try:
-        calls = recorded_calls(events)
-    except NotReplayable as exc:
-        raise InputError(f"replay: run {run_id}: {exc.reason}") from None
     assert verdict.head is not None  # an ok verdict read the chain
     return Recording(run_id, verdict.head, folder, calls)
 
