@@ -56,10 +56,15 @@ def add_replay_parser(verbs: argparse._SubParsersAction) -> None:
     p.set_defaults(func=replay_command)
 
 
-def _options_parser() -> argparse.ArgumentParser:
-    from docket.cli import _Parser  # one line and exit 2 for a bad option
+class _OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line and exit 2, as docket.cli's parser makes it."""
 
-    p = _Parser(prog="docket replay")
+    def error(self, message: str):  # noqa: D401 - argparse's signature
+        raise InputError(f"{message} (see {self.prog} --help)")
+
+
+def _options_parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(prog="docket replay")
     p.add_argument("run", help="the recorded run: its folder, its receipt, or its run id")
     _add_options(p)
     return p
