@@ -99,6 +99,15 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         help="stream events as fast as possible, or at the recorded pace",
     )
     p.add_argument(
+        "--max-wall-clock", type=float, default=None, help="stop the run after S seconds"
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        help="seconds between SIGTERM and SIGKILL when the child is stopped (default 5)",
+    )
+    p.add_argument(
         "--check",
         action="store_true",
         help="exit 0 only when every recorded call was replayed and nothing else asked",
@@ -140,7 +149,14 @@ def replay_command(args: argparse.Namespace) -> int:
         pace=args.pace,
         real_base_urls={name: p.base_url for name, p in policy.providers.items()},
     )
-    options = RunOptions(command=command, ledger_dir=args.ledger_dir)
+    options = RunOptions(
+        command=command,
+        ledger_dir=args.ledger_dir,
+        max_wall_clock=run._seconds(args.max_wall_clock, "--max-wall-clock", positive=True),
+    )
+    grace = run._seconds(args.grace, "--grace", positive=False)
+    if grace is not None:
+        options.grace_seconds = grace
     outcome, supervisor = trio.run(functools.partial(_replay, upstream, policy, options, recording))
     for note in outcome.notes:
         print(f"docket: warning: {note}", file=sys.stderr)
@@ -170,10 +186,25 @@ async def _replay(upstream, policy, options, recording):
         upstream.stop = lambda reason: supervisor.request_stop(StopRequest(reason, exit_status=1))
         supervisor._harden()
         run._drop_keys_from_environ(supervisor)
-        supervisor.on_started = functools.partial(run._start_warnings, supervisor)
+        supervisor.on_started = functools.partial(_start_warnings, supervisor, upstream.on_miss)
         outcome = await supervisor.run()
         nursery.cancel_scope.cancel()
     return outcome, supervisor
+
+
+def _start_warnings(supervisor, on_miss: str) -> None:
+    """`docket run`'s start warnings; a missing provider key only where it matters: a
+    replay answers from the record, and only --on-miss forward reaches a provider (the
+    keys missing are in session.start either way)."""
+    from docket.run import supervisor as run
+
+    missing = supervisor.keys_missing
+    if on_miss != "forward":
+        supervisor.keys_missing = []
+    try:
+        run._start_warnings(supervisor)
+    finally:
+        supervisor.keys_missing = missing
 
 
 def _verdict(args, matcher, upstream, status: int) -> int:
