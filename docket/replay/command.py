@@ -140,6 +140,13 @@ def replay_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise InputError(f"replay: {exc}") from None
     policy = load_policy(args.policy)
+    unrouted = sorted({c.provider for c in recording.calls} - set(policy.providers))
+    if unrouted:  # the agent's calls to them cannot reach the replay: say so at once
+        print(
+            f"docket: warning: recorded provider(s) {', '.join(unrouted)} are not in the policy "
+            "(give the recording's --policy): their calls cannot be replayed",
+            file=sys.stderr,
+        )
     upstream = ReplayUpstream(
         matcher,
         run_id=recording.run_id,
