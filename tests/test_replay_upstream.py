@@ -180,3 +180,24 @@ async def test_pace_recorded_keeps_the_recorded_first_byte_and_duration(boundary
                 took = trio.current_time() - began
     assert first is not None and first >= 0.15  # no sooner than recorded
     assert took >= 0.45
+
+
+async def test_a_models_list_is_answered_an_error_without_ending_the_replay(boundary_rig):
+    """provider.call events keep no body: a models list cannot be served, and is not a
+    divergence either (under --on-miss fail the run goes on)."""
+    stopped: list[str] = []
+    replay = ReplayUpstream(
+        Matcher(recording()), run_id=RUN, key=KEY, kinds={"openai": "openai"}, stop=stopped.append
+    )
+    at_replay = serving(replay.serve, lambda url, _: Upstream(f"{url}/openai", "openai"))
+    with trio.fail_after(DEADLINE):
+        async with at_replay as up, boundary_rig({"openai": up}) as rig, rig.client() as client:
+            listed = await client.get("/openai/v1/models")
+            whole = await client.post("/openai/v1/chat/completions", content=json.dumps(WHOLE))
+    assert listed.status_code == 400 and listed.json()["error"]["type"] == "docket_replay_miss"
+    assert whole.text == WHOLE_ANSWER
+    assert (
+        stopped == []
+        and replay.misses == []
+        and replay.not_model_calls == ["GET /openai/v1/models"]
+    )

@@ -224,6 +224,9 @@ def _verdict(args, matcher, upstream, status: int) -> int:
     )
     if upstream.forwarded:
         summary += f" ({upstream.forwarded} forwarded to the real provider)"
+    if upstream.not_model_calls:
+        shown = ", ".join(upstream.not_model_calls[:3])
+        summary += f"; {len(upstream.not_model_calls)} not model calls, not recorded ({shown})"
     for problem in upstream.forward_errors:
         print(f"docket: replay: forwarding failed: {problem}", file=sys.stderr)
     print(summary, file=sys.stderr)

@@ -15,6 +15,10 @@ connection; a recorded cut stream is served cut.
 Each answer carries the replay's mark (docket.boundary.replayed), read by the
 boundary, which never relays it.
 
+A request that is not a model call (a models list, GET) was recorded without its
+answer's body, so it is answered with the same error as a miss, counted apart, and
+never ends the run.
+
 On a miss: `fail` answers a provider-shaped error and asks the run to stop (the
 command exits 1 with the diff); `error` answers that error and goes on; `forward`
 sends the request to the provider's real base URL, and the answer, unmarked, is
@@ -58,6 +62,7 @@ class ReplayUpstream:
     misses: list[Miss] = field(default_factory=list)
     forwarded: int = 0
     forward_errors: list[str] = field(default_factory=list)
+    not_model_calls: list[str] = field(default_factory=list)  # e.g. GET /openai/v1/models
     url: str | None = None
     _pools: dict[str, UpstreamPool] = field(default_factory=dict)
 
@@ -75,6 +80,14 @@ class ReplayUpstream:
     async def handle(self, request: Request, respond: Responder) -> None:
         name, _, rest = request.path.lstrip("/").partition("/")
         body = await request.read_body(MAX_REQUEST_BYTES)
+        if request.method != "POST":
+            # Not a model call (a models list: provider.call events keep no body), so
+            # nothing to serve it from; neither a match nor a divergence, but counted.
+            self.not_model_calls.append(f"{request.method} /{name}/{rest}")
+            await self._error(
+                name, "docket replay serves model calls only; this was not recorded", respond
+            )
+            return
         found = self.matcher.match(name, rest, body)
         if isinstance(found, Hit):
             await self._answer(found.call, respond)
@@ -127,8 +140,11 @@ class ReplayUpstream:
         return max(rest, 0) / 1000 / (events - 1)
 
     async def _miss_answer(self, name: str, miss: Miss, respond: Responder) -> None:
-        provider = providers.by_kind(self.kinds.get(name, "openai"))
         message = f"docket replay: no recorded answer for this request: {miss.describe()}"
+        await self._error(name, message, respond)
+
+    async def _error(self, name: str, message: str, respond: Responder) -> None:
+        provider = providers.by_kind(self.kinds.get(name, "openai"))
         answer = providers.refusal(provider, "docket_replay_miss", message[:_MISS_MESSAGE_CHARS])
         headers = [(k, v) for k, v in answer.headers if k != b"content-length"]
         await respond.simple(answer.status, [*headers, miss_header(self.key)], answer.body)
