@@ -6,7 +6,7 @@ joined with a deadline; one probe goes through `python -m docket replay` itself.
 Planted: a line of the ledger edited; the whole ledger swapped for another run's that
 verifies on its own; the receipt swapped for one that names a ledger outside the
 folder; a forgery that verifies (re-chained, its receipt rebuilt: the chain has no
-key) but holds a body the recorder never writes (over its 1 MiB cap, several MiB),
+key) but holds a body the recorder never writes (past its 1 MiB cap grown by redaction: 12 MiB),
 or a body marked not recorded; receipt.json a symlink to a file elsewhere, and a FIFO
 (a reader that opened it would block forever); a ledger past the recording bound (a
 sparse file, read no further than its size).
@@ -34,6 +34,7 @@ from docket.ledger.chain import GENESIS, encode_body, encode_line, line_hash
 from docket.receipts.receipt import build_receipt, encode_receipt
 from docket.receipts.tally import Tally
 from docket.replay import recording
+from docket.replay.match import MAX_BODY_BYTES
 from docket.replay.recording import load_recording
 
 DEADLINE = 30.0
@@ -145,7 +146,8 @@ def _ledger_outside(root: Path) -> Path:
 
 
 def _huge_body(root: Path) -> Path:
-    huge = json.dumps({"x": "a" * (3 << 20)})  # 3 MiB: over anything the recorder writes
+    # Past anything the recorder writes (its cap, grown by redaction at most to MAX_BODY_BYTES).
+    huge = json.dumps({"x": "a" * (MAX_BODY_BYTES + 1)})
     return forge(root / "huge", a_call(huge))
 
 
@@ -183,7 +185,7 @@ PROBES: list[tuple[str, Callable[[Path], Path], str]] = [
     ("a line of the ledger edited", _edited_line, "chain_break"),
     ("the ledger swapped for another run's", _swapped, "head_mismatch"),
     ("the receipt naming a ledger outside the folder", _ledger_outside, "no ledger it names"),
-    ("a verifying forgery with a 3 MiB body", _huge_body, "not the recorder's"),
+    ("a verifying forgery with a body past the recorder's bound", _huge_body, "not the recorder's"),
     ("a verifying forgery with a body not recorded", _not_recorded, "was not recorded (not_json)"),
     ("receipt.json a symlink out of the folder", _receipt_link, "cannot read"),
     ("receipt.json a FIFO", _receipt_fifo, "not a regular file"),

@@ -29,16 +29,16 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from docket.boundary.bodies import RECORDED_BODY_BYTES
+from docket.guards.redact import MARKER
 
 POLICIES = ("exact", "order", "model+messages")
 # Members model+messages never ignores: without them the call is not the same conversation.
 NEVER_IGNORED = frozenset({"model", "messages"})
-# The closing reasons whose call reached an upstream that answered (a status); the
-# others (connect, pool_timeout, a refusal) got no answer to serve.
-# The recorder keeps at most RECORDED_BODY_BYTES of a body (docket/boundary/bodies.py);
-# redaction can lengthen what it keeps a little (a marker for a shorter secret), never
-# double it. A longer body did not come from the recorder: refused, never served.
-MAX_BODY_BYTES = 2 * RECORDED_BODY_BYTES
+# The recorder keeps at most RECORDED_BODY_BYTES of a body (docket/boundary/bodies.py),
+# then redacts it: each value it hides (one byte at least) becomes the marker's JSON, so
+# the text kept grows at most that many times. A longer body did not come from the
+# recorder: refused, never served.
+MAX_BODY_BYTES = RECORDED_BODY_BYTES * len(json.dumps(MARKER))
 _DIFF_LIMIT = 20  # differing paths shown in a miss
 _SHOWN_CHARS = 200  # a value in a diff is cut to this many characters
 
