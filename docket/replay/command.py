@@ -21,9 +21,8 @@ import secrets
 import sys
 from types import MappingProxyType
 
-import trio
-
 from docket.errors import InputError
+from docket.replay.options import ON_MISS, PACES, POLICIES
 
 CHECK_FAILED = 1
 EXAMPLES = """examples:
@@ -75,7 +74,7 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ledger-dir", default=None, help="where the replay's ledger and receipt go")
     p.add_argument(
         "--match",
-        choices=["exact", "order", "model+messages"],
+        choices=POLICIES,
         default="exact",
         help="how a request finds its recorded answer (default exact: the same bytes)",
     )
@@ -87,14 +86,14 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--on-miss",
-        choices=["fail", "error", "forward"],
+        choices=ON_MISS,
         default="fail",
         help="a request with no recorded answer: end the replay (exit 1), answer a "
         "provider-shaped error, or forward it to the real provider",
     )
     p.add_argument(
         "--pace",
-        choices=["fast", "recorded"],
+        choices=PACES,
         default="fast",
         help="stream events as fast as possible, or at the recorded pace",
     )
@@ -164,6 +163,8 @@ def replay_command(args: argparse.Namespace) -> int:
     grace = run._seconds(args.grace, "--grace", positive=False)
     if grace is not None:
         options.grace_seconds = grace
+    import trio
+
     outcome, supervisor = trio.run(functools.partial(_replay, upstream, policy, options, recording))
     for note in outcome.notes:
         print(f"docket: warning: {note}", file=sys.stderr)
@@ -172,6 +173,8 @@ def replay_command(args: argparse.Namespace) -> int:
 
 
 async def _replay(upstream, policy, options, recording):
+    import trio
+
     from docket.boundary.stop import StopRequest
     from docket.run import supervisor as run
 

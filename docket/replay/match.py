@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from docket.boundary.bodies import RECORDED_BODY_BYTES
 from docket.guards.redact import MARKER
+from docket.replay.options import POLICIES
 
-POLICIES = ("exact", "order", "model+messages")
 # Members model+messages never ignores: without them the call is not the same conversation.
 NEVER_IGNORED = frozenset({"model", "messages"})
 # The recorder keeps at most RECORDED_BODY_BYTES of a body (docket/boundary/bodies.py),
@@ -39,6 +40,8 @@ NEVER_IGNORED = frozenset({"model", "messages"})
 # the text kept grows at most that many times. A longer body did not come from the
 # recorder: refused, never served.
 MAX_BODY_BYTES = RECORDED_BODY_BYTES * len(json.dumps(MARKER))
+# A Retry-After as served: seconds or an HTTP date; anything else is not sent.
+_HEADER_VALUE = re.compile(r"[0-9A-Za-z ,:.+-]{1,64}")
 _DIFF_LIMIT = 20  # differing paths shown in a miss
 _SHOWN_CHARS = 200  # a value in a diff is cut to this many characters
 
@@ -164,12 +167,14 @@ def _answer(event: dict) -> Answer:
         "upstream_error_event",
     )
     retry = event.get("retry_after")
+    if not (isinstance(retry, str) and _HEADER_VALUE.fullmatch(retry)):
+        retry = None  # what the recorder writes is the upstream's header, cut to 64
     return Answer(
         status=status,
         body=body if isinstance(body, str) else "",
         stream=stream,
         complete=ok,
-        retry_after=retry if isinstance(retry, str) else None,
+        retry_after=retry,
         ttfb_ms=_int(event.get("ttfb_ms")),
         duration_ms=_int(event.get("duration_ms")),
     )
@@ -178,7 +183,13 @@ def _answer(event: dict) -> Answer:
 def _check_size(body: object, seq: int | None, what: str) -> None:
     if not isinstance(body, str):
         raise NotReplayable(seq, f"the {what} body at seq {seq} is not text")
-    if len(body) > MAX_BODY_BYTES or len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
+    if len(body) > MAX_BODY_BYTES:
+        raise NotReplayable(seq, f"the {what} body at seq {seq} is too long: not the recorder's")
+    try:
+        size = len(body.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: the recorder keeps UTF-8 text only
+        raise NotReplayable(seq, f"the {what} body at seq {seq} is not UTF-8 text") from None
+    if size > MAX_BODY_BYTES:
         raise NotReplayable(
             seq, f"the {what} body at seq {seq} is over {MAX_BODY_BYTES} bytes: not the recorder's"
         )

@@ -42,8 +42,6 @@ from docket.http.server import Listening, serve
 from docket.http.server_exchange import Request, Responder
 from docket.replay.match import Answer, Hit, Matcher, Miss, RecordedCall
 
-ON_MISS = ("fail", "error", "forward")
-PACES = ("fast", "recorded")
 MAX_REQUEST_BYTES = 64 << 20
 _MISS_MESSAGE_CHARS = 2000
 
