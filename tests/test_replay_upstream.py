@@ -127,9 +127,7 @@ async def test_a_forged_mark_is_dropped_unread_and_the_call_charged(boundary_rig
                 assert "replayed_from" not in close and close["cost_nusd"] > 0, key
 
 
-async def test_on_miss_forward_goes_to_the_real_provider_unmarked_and_charged(
-    stub_server, boundary_rig
-):
+async def test_on_miss_forward_goes_to_the_real_provider_and_is_charged(stub_server, boundary_rig):
     """A request with no recorded answer, under --on-miss forward: the real provider (a
     stub) answers, the boundary records an ordinary call, with its cost."""
     async with stub_server("openai", reply_tokens=2) as real:
@@ -153,6 +151,7 @@ async def test_on_miss_forward_goes_to_the_real_provider_unmarked_and_charged(
     assert upstream_saw == ["gpt-4o-mini"]  # it reached the real provider
     (close,) = rig.events("model.response")
     assert "replayed_from" not in close and "replay_miss" not in close and close["cost_nusd"] > 0
+    assert close["replay_forwarded"] is True  # on the record as the real provider's answer
     assert replay.forwarded == 1 and len(replay.misses) == 1
 
 

@@ -152,7 +152,8 @@ class ModelCall:
         self.cache: ResponseCache | None = None
         self.lookup: Lookup | None = None
         self.closed_seq: int | None = None  # the closing event's seq, once durable
-        # A `docket replay` answer (replayed.py): its origin, or "miss"; then it costs zero.
+        # A `docket replay` answer (replayed.py): its origin or "miss" (then it costs
+        # zero), or "forwarded" (a miss sent on to the real provider: charged as any call).
         self.replayed: dict[str, object] | str | None = None
 
     # ------------------------------------------------------------------ the exchange
@@ -355,6 +356,11 @@ class ModelCall:
         except ClientGone:
             return  # already recorded; the agent left after the last event was written
 
+    @property
+    def replayed_free(self) -> bool:
+        """Served by the replay upstream from the record (or its miss error): nothing bought."""
+        return isinstance(self.replayed, dict) or self.replayed == "miss"
+
     def _note_replay(self, headers: list[tuple[bytes, bytes]]) -> None:
         """On a route to `docket replay`'s upstream, what its mark says (replayed.py)."""
         self.replayed = replay_mark(headers, self.route.replay_key)
@@ -362,6 +368,8 @@ class ModelCall:
             self.record.extra["replayed_from"] = self.replayed
         elif self.replayed == "miss":
             self.record.extra["replay_miss"] = True
+        elif self.replayed == "forwarded":
+            self.record.extra["replay_forwarded"] = True
 
     def _relay_batch(self, chunks: list[bytes], tracker: StreamTracker) -> _Relayed:
         """Feed chunks that arrived together to the tracker: what to send now, and what
@@ -463,7 +471,7 @@ class ModelCall:
             except ValueError:
                 priced_usage = None
         fields: dict[str, Any] = {}
-        if self.replayed is not None:
+        if self.replayed_free:
             # A replayed answer was bought in the recorded run, not in this one.
             outcome = self._charge(self.b.caps.settle, _nothing_used())
         elif priced_usage is None:
@@ -521,7 +529,7 @@ class ModelCall:
         r = self.record
         fields: dict[str, Any] = {"detail": self.b.scrub(detail)[:300]} if detail else {}
         body = self._body_fields() if bodies else {}
-        if self.replayed is not None and charge != "nothing":
+        if self.replayed_free and charge != "nothing":
             charge = "zero"  # a replayed answer costs nothing (replayed.py)
         if not self.b.caps.outstanding(self.reservation):
             # An earlier close charged the call, then failed before its event: not twice.

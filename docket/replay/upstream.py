@@ -21,8 +21,9 @@ never ends the run.
 
 On a miss: `fail` answers a provider-shaped error and asks the run to stop (the
 command exits 1 with the diff); `error` answers that error and goes on; `forward`
-sends the request to the provider's real base URL, and the answer, unmarked, is
-recorded by the boundary as any forwarded call is (with its cost).
+sends the request to the provider's real base URL, and its answer, marked
+`forwarded`, is recorded by the boundary as any forwarded call is (with its cost) and
+`replay_forwarded: true`.
 """
 
 from __future__ import annotations
@@ -159,7 +160,8 @@ class ReplayUpstream:
         self.forwarded += 1
         try:
             async with pool.request("POST", target, headers, body) as resp:
-                await respond.start(resp.status, relay_headers(resp.headers))
+                head = [*relay_headers(resp.headers), miss_header(self.key, "forwarded")]
+                await respond.start(resp.status, head)
                 async for chunk in resp.body():
                     await respond.send(chunk)
                 await respond.end()
