@@ -497,6 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_export)
 
+    from docket.replay.command import add_replay_parser  # the verb's arguments live with it
+
+    add_replay_parser(verbs)
     document(verbs)  # each verb's description and examples: docket/cli_help.py
     return parser
 

@@ -23,6 +23,7 @@ from chaos.attack import (
     mutations,
     numbers,
     orphans,
+    replay,
     secrets,
     snapshot,
 )
@@ -110,3 +111,7 @@ def test_a_signed_run_attacked_by_its_carrier_gets_each_named_verdict(tmp_path):
     assert len(figures.extra["verifiers"]) + len(figures.extra["skipped_verifiers"]) == 3
     # the documented limit, measured: a same-user agent reads a 0600 key it is told of
     assert figures.extra["same_user_read_0600_key"] is True
+
+
+def test_a_planted_recording_is_refused_before_it_is_replayed(tmp_path):
+    assert_all_good(replay.run(tmp_path, quick=True), at_least=9)

@@ -304,6 +304,13 @@ CASES = [
          {"l.jsonl": b"\x00\xff\n"}),
     Case("export a torn line", ("export", "otel", "l.jsonl"), "malformed_line",
          {"l.jsonl": b'{"v":1\n'}),
+    # -- replay (tests/test_replay_recording.py and chaos/attack/replay.py have the rest)
+    Case("replay a missing run", ("replay", "nowhere", "--", "true"), "no such folder"),
+    Case("replay a folder with no receipt", ("replay", "{dir}", "--", "true"), "receipt.json",
+         {"ledger.jsonl": b""}),
+    Case("replay with no command", ("replay", "{dir}"), "give the command to run after --"),
+    Case("replay --on-miss bogus", ("replay", "--on-miss", "bogus", "{dir}", "--", "true"),
+         "invalid choice"),
     # -- listing runs: ls (tests/test_runs_list.py has the rest)
     Case("ls a missing folder", ("ls", "nowhere"), "no such folder"),
     Case("ls a file", ("ls", "f.txt"), "not a folder", {"f.txt": "x"}),

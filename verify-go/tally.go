@@ -60,6 +60,7 @@ type sessionStart struct {
 	limits                     *Value
 	seed                       *Value // integer or null
 	plan                       *Value // object or null
+	replayOf                   *Value // object or null (replay.go)
 	mono                       uint64
 }
 
@@ -398,6 +399,7 @@ func (t *Tally) onStart(e *Value) {
 		}
 		s.plan = plan
 	}
+	s.replayOf = replayOfOrNull(e.Get("replay_of"), where+".replay_of")
 	s.ts = e.Get("ts")
 	s.mono, _ = e.Get("mono_ms").Count()
 	t.start = s

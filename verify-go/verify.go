@@ -299,6 +299,9 @@ func Verify(receiptPath, ledgerPath string) (*Verdict, *InputError) {
 	if p, what, found := firstDifference(claimedCache, scan.Tally.Cache(), "ops.cache", &ignored); found {
 		return withFigures(failed("cache_mismatch", p, p+": "+what)), nil
 	}
+	if p, what, found := replayProblem(receipt, scan.Tally, &unbackedPaths); found {
+		return withFigures(failed("replay_mismatch", p, p+": "+what)), nil
+	}
 	v = withFigures(&Verdict{OK: true, Claims: claims, Unbacked: unbackedPaths,
 		Complete: evidence.Get("ledger_complete").B, TailBytes: tailBytes})
 	return v, nil

@@ -558,8 +558,9 @@ const RECEIPT_SHAPE = {
       changes: (v) => v === null || shapeDeparture(v, { obj: Object.fromEntries(SNAPSHOT_COUNTS.map((n) => [n, T.uint])) }, '') === null,
       restored: (v) => v === null || shapeDeparture(v, { obj: { applied: T.uint, failed: T.uint, verified: T.bool } }, '') === null,
     } } },
+    replay_of: { obj: { run_id: T.str, head: T.hex64 } },
   },
-  optional: ['snapshot'], // section 7.7: a --snapshot run's only
+  optional: ['snapshot', 'replay_of'], // section 7.7: a --snapshot run's only; 7.9: a replay's
 };
 
 // The path of the first departure from the shape, in the order of section 7.3, or null.
@@ -657,6 +658,12 @@ class Tally {
         if (chaos !== null) {
           if (!isObj(chaos)) return 'session.start: chaos is not an object or null';
           if (!T.sintOrNull(opt(chaos, 'seed'))) return 'session.start: chaos.seed is not an integer or null';
+        }
+        const replayOf = opt(ev, 'replay_of'); // section 7.9
+        if (replayOf !== null) {
+          if (!isObj(replayOf) || replayOf.size !== 2 || !replayOf.has('run_id') || !replayOf.has('head')) return 'session.start: replay_of is not an object of exactly run_id and head, or null';
+          if (typeof replayOf.get('run_id') !== 'string') return 'session.start: replay_of.run_id is not a string';
+          if (!T.hex64(replayOf.get('head'))) return 'session.start: replay_of.head is not 64 lowercase hex digits';
         }
         this.start = ev;
         return undefined;
@@ -1297,13 +1304,22 @@ function verify(receiptPath, ledgerPath) {
   const noCache = obj([['hits', 0], ['misses', 0], ['stored', 0], ['refused_by_reason', new Map()], ['saved_nusd', 0]]);
   const cacheDiff = firstDiff(ops.has('cache') ? ops.get('cache') : noCache, tally.cacheClaim(), 'ops.cache');
   if (cacheDiff !== null) throw failed('cache_mismatch', `${cacheDiff} is not what the ledger says`, { field: cacheDiff });
+  // Section 7.9: absent means not a replay; without a session.start, unbacked when stated.
+  const unbacked = unbackedOf(claims);
+  if (tally.start === null) {
+    if (receipt.has('replay_of')) unbacked.push('replay_of');
+  } else {
+    const replayed = opt(tally.start, 'replay_of');
+    const rd = firstDiff(receipt.has('replay_of') ? receipt.get('replay_of') : null, replayed, 'replay_of');
+    if (rd !== null) throw failed('replay_mismatch', `${rd} is not what the ledger says`, { field: rd });
+  }
   return {
     events: chain.count,
     head: chain.head,
     bytes: chain.offset,
     tail_bytes: unverifiedTail ? Math.max(0, size - chain.offset) : 0,
     complete: evidence.get('ledger_complete'),
-    unbacked: unbackedOf(claims),
+    unbacked,
     totals: claims.get('totals'),
   };
 }

@@ -24,6 +24,8 @@ the table; tests/test_attack.py runs each in its quick form. Families:
              SIGSTOP, SIGCONT, re-parenting, a /proc snooper for the next key)
   attest     a signed run: readable keys refused, a same-user agent reading the key,
              files swapped after attesting, re-signed, signatures dropped, a huge envelope
+  replay     a recorded run's folder planted (edited, swapped, forged with bodies
+             the recorder never writes, links, FIFOs, past the bound) before `docket replay`
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

@@ -62,6 +62,10 @@ FAMILIES = {
         "a readable key refused; a signed run swapped, re-signed or bloated: each verifier's "
         "named verdict in one line, in bounded time",
     ),
+    "replay": (
+        "chaos.attack.replay",
+        "a planted recording refused in one line before any answer is served, in bounded time",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
@@ -90,6 +94,7 @@ NOTES = {
         f"verifiers {x.get('verifiers')}, verdicts {x.get('verdicts')}, slowest "
         f"{x.get('slowest_s')}, skipped {x.get('skipped_verifiers')}"
     ),
+    "replay": lambda x: f"slowest probe {x.get('slowest_probe_s')} s",
     "orphans": lambda x: (
         f"outlived {x.get('outlived')}, orphans recorded {x.get('orphans_recorded')}, "
         f"isolation {x.get('isolation')}"

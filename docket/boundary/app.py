@@ -62,6 +62,7 @@ class Boundary:
         prices: PriceTable | None = None,
         env: Mapping[str, str] | None = None,
         call_probe: Callable[[str], object] | None = None,
+        replay_key: str | None = None,
     ) -> None:
         self.policy = policy
         self.token = token
@@ -92,6 +93,8 @@ class Boundary:
             )
             for name, p in policy.providers.items()
         }
+        for route in self.routes.values():
+            route.replay_key = replay_key  # docket replay: every route goes to its upstream
         # A harness's probe at each await point of a model call (hooks.CALL_POINTS).
         self.call_probe = call_probe  # RunHooks.call_probe, or None
         # Never written into the ledger, whatever text or encoding they turn up in:

@@ -42,6 +42,7 @@ from docket.boundary.closing import closing_bound as closing_bound
 from docket.boundary.guarded import Passage, record_changes
 from docket.boundary.ports import CallHost, Upstream
 from docket.boundary.providers.base import StreamTracker
+from docket.boundary.replayed import REPLAY_HEADER, replay_mark
 from docket.cache.decide import Keep
 from docket.guards.caps import Reservation, Settlement
 from docket.guards.scrub import Scrubber, joined_texts_scrubbed
@@ -64,6 +65,8 @@ _HOP_HEADERS = frozenset(
         b"te",
         b"trailer",
         b"upgrade",
+        # Not a hop header, but never the agent's either: a replay's mark (replayed.py).
+        REPLAY_HEADER,
     }
 )
 HeaderList = list[tuple[bytes, bytes]]  # a request's headers as parsed (names lower-cased)
@@ -149,6 +152,9 @@ class ModelCall:
         self.cache: ResponseCache | None = None
         self.lookup: Lookup | None = None
         self.closed_seq: int | None = None  # the closing event's seq, once durable
+        # A `docket replay` answer (replayed.py): its origin or "miss" (then it costs
+        # zero), or "forwarded" (a miss sent on to the real provider: charged as any call).
+        self.replayed: dict[str, object] | str | None = None
 
     # ------------------------------------------------------------------ the exchange
 
@@ -243,6 +249,7 @@ class ModelCall:
             ) as resp:
                 self.record.status = resp.status
                 self.record.ttfb = self.b.clock.mono()
+                self._note_replay(resp.headers)
                 streamed = (
                     resp.status == 200
                     and self.facts.stream
@@ -349,6 +356,21 @@ class ModelCall:
         except ClientGone:
             return  # already recorded; the agent left after the last event was written
 
+    @property
+    def replayed_free(self) -> bool:
+        """Served by the replay upstream from the record (or its miss error): nothing bought."""
+        return isinstance(self.replayed, dict) or self.replayed == "miss"
+
+    def _note_replay(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """On a route to `docket replay`'s upstream, what its mark says (replayed.py)."""
+        self.replayed = replay_mark(headers, self.route.replay_key)
+        if isinstance(self.replayed, dict):
+            self.record.extra["replayed_from"] = self.replayed
+        elif self.replayed == "miss":
+            self.record.extra["replay_miss"] = True
+        elif self.replayed == "forwarded":
+            self.record.extra["replay_forwarded"] = True
+
     def _relay_batch(self, chunks: list[bytes], tracker: StreamTracker) -> _Relayed:
         """Feed chunks that arrived together to the tracker: what to send now, and what
         to hold (from the provider's end-of-stream marker on, the answer's end waits
@@ -448,13 +470,16 @@ class ModelCall:
                 priced_usage = usage.priced()
             except ValueError:
                 priced_usage = None
-        if priced_usage is None:
+        fields: dict[str, Any] = {}
+        if self.replayed_free:
+            # A replayed answer was bought in the recorded run, not in this one.
+            outcome = self._charge(self.b.caps.settle, _nothing_used())
+        elif priced_usage is None:
             # A success without usable usage: charge the worst case, say so.
             outcome = self._charge(self.b.caps.fail)
-            fields: dict[str, Any] = {"usage_missing": True}
+            fields["usage_missing"] = True
         else:
             outcome = self._charge(self.b.caps.settle, priced_usage)
-            fields = {}
         decision = None
         if self.cache is not None and self.lookup is not None:
             decision, cache_fields = self.cache.decide(
@@ -504,6 +529,8 @@ class ModelCall:
         r = self.record
         fields: dict[str, Any] = {"detail": self.b.scrub(detail)[:300]} if detail else {}
         body = self._body_fields() if bodies else {}
+        if self.replayed_free and charge != "nothing":
+            charge = "zero"  # a replayed answer costs nothing (replayed.py)
         if not self.b.caps.outstanding(self.reservation):
             # An earlier close charged the call, then failed before its event: not twice.
             outcome, charged = self._outcome, self._charged

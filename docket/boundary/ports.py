@@ -42,6 +42,8 @@ class Upstream(Protocol):
     def host_header(self) -> str: ...
     @property
     def pool(self) -> UpstreamPool: ...
+    @property
+    def replay_key(self) -> str | None: ...  # docket replay's key for this route (replayed.py)
 
 
 class CallHost(Protocol):

@@ -36,6 +36,9 @@ class Route:
     # The upstream's base URL as configured, without userinfo or secret-looking query
     # values: model.request names it, so a receipt can say which endpoint answered.
     base_url: str = ""
+    # Set by `docket replay` on its routes to the replay upstream it started: the key
+    # that upstream's answers carry (boundary/replayed.py). None: answers are never replays.
+    replay_key: str | None = None
 
     def target(self, rest: str, query: str) -> str:
         return f"{self.path_prefix}/{rest}" + (f"?{query}" if query else "")

@@ -202,6 +202,8 @@ SNAPSHOT_SHAPE = {
     "restored": _object_of_or_null({"applied": _count, "failed": _count, "verified": _bool}),
 }
 RECEIPT_SHAPE["snapshot"] = _Optional(_ListOf(SNAPSHOT_SHAPE))
+# `docket replay`'s run (spec section 7.9); absent: not a replay.
+RECEIPT_SHAPE["replay_of"] = _Optional({"run_id": _str, "head": _hex64})
 
 # ops.cache when a receipt omits it (spec section 7.8): the cache was never consulted.
 NO_CACHE = {"hits": 0, "misses": 0, "stored": 0, "refused_by_reason": {}, "saved_nusd": 0}
@@ -316,6 +318,9 @@ def build_receipt(
     cache = tally.cache()
     if cache != NO_CACHE:  # a run without [cache] keeps the old shape
         receipt["ops"]["cache"] = cache
+    replay_of = tally.replay_of(start)
+    if isinstance(replay_of, dict):  # said only for a `docket replay` run (section 7.9)
+        receipt["replay_of"] = replay_of
     found = shape_problem(receipt, RECEIPT_SHAPE)
     if found:
         raise ValueError(f"receipt field {found[0]} {found[1]}")

@@ -250,6 +250,7 @@ def _session_start(event: dict) -> dict:
         plan = {k: v for k, v in chaos.items() if k != "seed"}
     return {
         "run_id": _text(event.get("run_id"), f"{where}.run_id"),
+        "replay_of": _replay_of(event.get("replay_of"), f"{where}.replay_of"),
         "docket_version": _text(event.get("docket_version"), f"{where}.docket_version"),
         "policy_digest": _text(event.get("policy_digest"), f"{where}.policy_digest"),
         "table_date": _text_or_null(pricing.get("table_date"), f"{where}.pricing.table_date"),
@@ -260,6 +261,19 @@ def _session_start(event: dict) -> dict:
         "ts": _text(event.get("ts"), f"{where}.ts"),
         "mono_ms": _count(event.get("mono_ms"), f"{where}.mono_ms"),
     }
+
+
+def _replay_of(value: object, where: str) -> dict | None:
+    """session.start's replay_of (spec section 7.9): absent or null, or {run_id, head}."""
+    if value is None:
+        return None
+    replayed = _object(value, where)
+    if set(replayed) != {"run_id", "head"}:
+        raise TallyError(f"{where} must have exactly run_id and head")
+    head = replayed["head"]
+    if type(head) is not str or len(head) != 64 or not set(head) <= set("0123456789abcdef"):
+        raise TallyError(f"{where}.head must be 64 lowercase hex digits")
+    return {"run_id": _text(replayed["run_id"], f"{where}.run_id"), "head": head}
 
 
 def _session_end(event: dict) -> dict:
@@ -415,6 +429,13 @@ class Tally:
         if call_id is not None:
             self.open.setdefault(call_id, event["seq"])
         _check_forwarded(event)
+
+    def replay_of(self, start: dict | None = None) -> object:
+        """The receipt's replay_of (spec section 7.9): session.start's (or `start`'s, the
+        line that could not be written), null when it has none, UNBACKED without either."""
+        if self.start is not None:
+            return self.start["replay_of"]
+        return UNBACKED if start is None else _session_start(start)["replay_of"]
 
     def client_retries(self) -> dict:
         """The receipt's ops.client_retries (spec section 7.6): model.request events that
@@ -665,6 +686,7 @@ class Tally:
 
 _START_CLAIMS = (
     "run_id",
+    "replay_of",
     "docket_version",
     "policy_digest",
     "table_date",

@@ -104,6 +104,7 @@ CLIENT_RETRIES_MISMATCH = "client_retries_mismatch"
 NO_CLIENT_RETRIES = {"marked": 0, "retries": 0, "by_attempt": {}}
 SNAPSHOT_MISMATCH = "snapshot_mismatch"
 CACHE_MISMATCH = "cache_mismatch"
+REPLAY_MISMATCH = "replay_mismatch"
 
 # Input error codes (exit 2): verification could not start.
 RECEIPT_UNREADABLE = "receipt_unreadable"
@@ -583,6 +584,15 @@ def verify(
     found = first_difference(stated, scan.tally.cache(), "ops.cache", unbacked)
     if found:
         return _failed(CACHE_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
+    # A replay's origin (spec 7.9): absent states "not a replay"; without a session.start
+    # it is unbacked when stated, and nothing when not (no such ledger can say).
+    derived_replay = scan.tally.replay_of()
+    if derived_replay is not UNBACKED or "replay_of" in receipt:
+        found = first_difference(receipt.get("replay_of"), derived_replay, "replay_of", unbacked)
+        if found:
+            return _failed(
+                REPLAY_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
+            )
     return Verdict(
         ok=True,
         claims=claims,

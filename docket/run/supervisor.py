@@ -171,6 +171,11 @@ class Supervisor:
         self.on_listening: Callable[[str], object] | None = None
 
         self._snapshots = SnapshotSession(options, self.policy)
+        # Set by `docket replay` (docket/replay/command.py) before run(): the key its
+        # upstream marks answers with, given to the boundary only, and the recorded
+        # run's {run_id, head}, recorded in session.start as replay_of.
+        self.replay_key: str | None = None
+        self.replay_of: dict | None = None
 
     def _harden(self) -> None:
         """Close this process's environ and memory to the agent, make it the reaper
@@ -296,6 +301,7 @@ class Supervisor:
                 env=self.env,
                 prices=self.prices,
                 call_probe=self.hooks.call_probe,
+                replay_key=self.replay_key,
             )
             if boundary.cache is not None and self.shared_cache is not None:
                 await open_shared_cache(
@@ -431,6 +437,8 @@ class Supervisor:
         facts["hardening"] = dict(self.hardening)
         if self.hooks.chaos is not None:
             facts["chaos"] = dict(self.hooks.chaos)
+        if self.replay_of is not None:
+            facts["replay_of"] = dict(self.replay_of)
         return facts
 
     def verdict(self, status: int | None) -> tuple[int, str, str | None]:

@@ -1602,11 +1602,89 @@ def make(out: Path) -> None:
         seq=1,
         offset=bad_run.offsets[1],
     )
+    replay_vectors(v, basic_receipt)
 
     v.write_manifest()
     # The attestation vectors sign run folders written above (spec/docket-attestation-1.md).
     attest = runpy.run_path(str(HERE / "make_attestation_vectors.py"))["make_attestations"]
     attest(out, v.manifest)
+
+
+REPLAYED_RUN = "20261118T100000Z-9f8e7d6c"
+REPLAYED_HEAD = "3b" * 32
+
+
+def replay_run(head: object = REPLAYED_HEAD) -> list[Entry]:
+    """basic_run, as `docket replay` of another run records it: session.start's replay_of."""
+    entries = basic_run()
+    first = entries[0]
+    entries[0] = Entry(
+        first.type,
+        first.mono_ms,
+        first.fields | {"replay_of": {"run_id": REPLAYED_RUN, "head": head}},
+    )
+    return entries
+
+
+def replay_vectors(v: Vectors, basic_receipt: dict) -> None:
+    """The receipt's replay_of (section 7.9), added with `docket replay`."""
+    led = chain(replay_run())
+    receipt = receipt_for(led, COMPLETE)
+    v.ok(
+        "ok-replay",
+        "a run served by `docket replay` of another run: session.start's replay_of "
+        "{run_id, head}, stated by the receipt",
+        led,
+        receipt,
+    )
+    unstated = copy.deepcopy(receipt)
+    del unstated["replay_of"]
+    v.fail(
+        "replay-omitted",
+        "as ok-replay, with replay_of removed: the receipt hides that the run was a replay",
+        None,
+        unstated,
+        "replay_mismatch",
+        ledger_arg="ok-replay/ledger.jsonl",
+        field="replay_of",
+    )
+    v.fail(
+        "replay-head-changed",
+        "as ok-replay, with replay_of.head naming another recording",
+        None,
+        edited(receipt, "replay_of.head", "4c" * 32),
+        "replay_mismatch",
+        ledger_arg="ok-replay/ledger.jsonl",
+        field="replay_of.head",
+    )
+    v.fail(
+        "replay-claimed-without-replay",
+        "ok-basic's receipt claiming a replay its ledger's session.start does not record",
+        None,
+        edited(basic_receipt, "replay_of", {"run_id": REPLAYED_RUN, "head": REPLAYED_HEAD}),
+        "replay_mismatch",
+        ledger_arg="ok-basic/ledger.jsonl",
+        field="replay_of",
+    )
+    v.fail(
+        "replay-malformed",
+        "replay_of.head is not hex64 in the receipt",
+        None,
+        edited(receipt, "replay_of.head", "not a digest"),
+        "receipt_malformed",
+        ledger_arg="ok-replay/ledger.jsonl",
+        field="replay_of.head",
+    )
+    bad = chain(replay_run(head=REPLAYED_HEAD.upper()))
+    v.fail(
+        "replay-head-not-hex",
+        "replay_of.head in upper case in session.start at seq 0 (re-chained, receipt re-pointed)",
+        bad.data,
+        edited(edited(receipt, "ledger.head", bad.head), "ledger.bytes", len(bad.data)),
+        "malformed_event",
+        seq=0,
+        offset=0,
+    )
 
 
 def snapshot_run(*, changes_first: bool = False) -> list[Entry]:

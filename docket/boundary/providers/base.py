@@ -530,6 +530,9 @@ DOCKET_ERRORS: dict[str, RefusalKind] = {
     # recorded (model.error or policy.denied, reason internal_error); a retry of the
     # same request would most likely fail the same way.
     "docket_internal_error": RefusalKind(500, False),
+    # `docket replay --on-miss error|fail`: no recorded answer for this request
+    # (docket/replay/upstream.py); the same request would miss again.
+    "docket_replay_miss": RefusalKind(400, False),
 }
 
 

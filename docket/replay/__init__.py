@@ -1,0 +1,7 @@
+"""`docket replay RUN -- CMD`: an agent's recorded conversation served back, offline.
+
+match.py     the recorded calls of a verified ledger, and the matcher (pure)
+recording.py reading a run's folder: verify its receipt, refuse what cannot be replayed
+upstream.py  the replay upstream: a local server answering from the recording
+command.py   the verb: the upstream, then a supervised run pointed at it
+"""
