@@ -145,7 +145,8 @@ def test_preconditions_are_the_before_state_and_runs_follow_one_another():
 
 def test_each_journal_experiment_is_valid_to_chaoslib(monkeypatch):
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    checks = [check("a", PASS), check("b", FAIL)]
+    one_of = Check("c", "state", "one_of", ["open", "closed"], "open", PASS, "")
+    checks = [check("a", PASS), check("b", FAIL), CheckResult(one_of, line=4)]
     chaoslib_experiment.ensure_experiment_is_valid(
         phase_journal(phase(checks), START)["experiment"]
     )
@@ -207,7 +208,7 @@ def test_chaoslib_reads_each_tolerance_as_docket_judges(case):
     if verdict == UNKNOWN or not _same_kind(expected, observed):
         return
     met = within_tolerance(tolerance(op, expected), observed)
-    assert met == (verdict == PASS) == tolerance_met(observed, op, expected), tolerance(
+    assert met == (verdict == PASS) == tolerance_met(op, expected, observed), tolerance(
         op, expected
     )
 

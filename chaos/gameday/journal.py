@@ -278,10 +278,12 @@ _RANGES = {
 }
 
 
-def tolerance_met(value: object, op: str, expected: object) -> bool:
+def tolerance_met(op: str, expected: object, value: object = None) -> bool:
     """Whether `value OP EXPECTED` holds by Docket's operator (JSON's comparisons): what a
     probe tolerance asks when chaoslib calls it with the probe's value. A value the
-    operator cannot judge (null, a wrong type) is not within tolerance."""
+    operator cannot judge (null, a wrong type) is not within tolerance. `value` has a
+    default because chaoslib binds a tolerance's written arguments to its signature when
+    it validates an experiment, before a value exists."""
     return evaluate(Assertion("tolerance", "@", op, expected), value).verdict == PASS
 
 
