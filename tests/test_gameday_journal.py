@@ -112,6 +112,7 @@ def test_an_unjudged_check_is_a_failed_probe_and_a_run_without_evidence_aborts()
     assert j["run"][0]["status"] == "failed"
     assert "within its budget" in j["run"][0]["exception"][0]
     assert j["end"] == "2026-12-02T09:00:30+00:00"  # the run's duration outlasts the phase's
+    assert j["duration"] == 30.0
 
 
 def test_preconditions_are_the_before_state_and_runs_follow_one_another():
@@ -245,9 +246,10 @@ def test_the_game_day_journals_load_as_chaos_report_reads_them(gameday_run, monk
         assert journal["status"] in STATUSES
         verdicts = [c["verdict"] for c in data["checks"]]
         assert journal["deviated"] == (FAIL in verdicts)
-        assert journal["status"] == {"pass": "completed", "fail": "completed"}.get(
-            data["verdict"], journal["status"]
+        expected_status = (
+            "aborted" if data["error"] else "failed" if UNKNOWN in verdicts else "completed"
         )
+        assert journal["status"] == expected_status
         probes = journal["steady_states"]["after"]["probes"]
         assert [p["tolerance_met"] for p in probes] == [v == PASS for v in verdicts]
         for probe, c in zip(probes, data["checks"], strict=True):

@@ -66,8 +66,8 @@ def phase_journal(phase: PhaseResult, started: datetime, *, docket_version: str 
     for run, action in zip(phase.runs, _actions_by_run(phase), strict=True):
         runs.append(run_activity(run, action, at, phase.repro))
         at += timedelta(seconds=run.duration_s)
-    end = started + timedelta(seconds=phase.duration_s)
-    end = max(end, at)
+    # the phase's clock includes its runs; a run cut off by the budget may end after it
+    end = max(started + timedelta(seconds=phase.duration_s), at)
     probes = [probe_run(phase, c, end) for c in phase.checks]
     before = [p for c, p in zip(phase.checks, probes, strict=True) if _is_precondition(phase, c)]
     return {
@@ -79,7 +79,7 @@ def phase_journal(phase: PhaseResult, started: datetime, *, docket_version: str 
         "experiment": experiment,
         "start": iso(started),
         "end": iso(end),
-        "duration": phase.duration_s,
+        "duration": (end - started).total_seconds(),
         "status": status_of(phase),
         "deviated": any(c.verdict == FAIL for c in phase.checks),
         "steady_states": {
