@@ -1,6 +1,7 @@
 """A game-day phase as a Chaos Toolkit journal (the `journal.json` `chaos run` writes).
 
-Pure: `phase_journal(phase, started)` maps one PhaseResult to the dict chaoslib
+Pure but for the machine's platform and node names, read as chaoslib reads them:
+`phase_journal(phase, started)` maps one PhaseResult to the dict chaoslib
 builds while it runs an experiment (chaoslib.run.initialize_run_journal and
 Runner._run), so a team that keeps Chaos Toolkit journals sees a game day's phases
 beside its own experiments (`chaos report` reads them).
