@@ -411,6 +411,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", default=None, metavar="FILE", help="the results as JSON here instead")
     p.add_argument(
+        "--journal",
+        default=None,
+        metavar="DIR",
+        help="a Chaos Toolkit journal per phase in DIR/PHASE.journal.json (docs/gamedays.md)",
+    )
+    p.add_argument(
         "--keep",
         default=None,
         metavar="DIR",

@@ -235,6 +235,7 @@ class GameDayRun:
     returncode: int
     output: str
     pubkey: Path  # the report is signed (--attest) with this key pair's private half
+    journal: Path  # a Chaos Toolkit journal per phase (--journal): PHASE.journal.json
 
 
 def _gameday_folder(base: Path) -> Path:
@@ -265,7 +266,8 @@ def _run_gameday_once(base: Path) -> None:
                 f.write(private_pem(signer))
             Path(f"{key}.pub").write_bytes(public_pem(signer.public_key()))
         argv = [sys.executable, "-m", "docket", "game-day", "--report", str(root / "report"),
-                "--keep", str(root / "keep"), "--attest", str(key)]  # fmt: skip
+                "--keep", str(root / "keep"), "--attest", str(key),
+                "--journal", str(root / "journal")]  # fmt: skip
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
             told = {"returncode": done.returncode, "output": done.stdout + done.stderr}
@@ -384,7 +386,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 @pytest.fixture(scope="session")
 def gameday_run(tmp_path_factory) -> GameDayRun:
-    """`docket game-day --keep` over the nine shipped phases, once for the whole suite
+    """`docket game-day --keep --journal` over the nine shipped phases, once for the whole suite
     (~30 s; started early, beside other tests: pytest_collection_modifyitems): the tests
     that read real game-day ledgers (explain, the verifiers' differential) share it rather
     than each running its own."""
@@ -394,5 +396,5 @@ def gameday_run(tmp_path_factory) -> GameDayRun:
     told = json.loads((root / "said.json").read_text())
     return GameDayRun(
         root / "report", root / "keep", told["returncode"], told["output"],
-        root / "attest-key.pem.pub",
+        root / "attest-key.pem.pub", root / "journal",
     )  # fmt: skip

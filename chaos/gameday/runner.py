@@ -19,6 +19,7 @@ was bad), 130 interrupted (the report of the phases that ran is still written).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import shutil
@@ -39,9 +40,10 @@ from chaos.gameday import aftermath
 from chaos.gameday.assertions import UNKNOWN, Check, evaluate, with_preconditions
 from chaos.gameday.derive import derive
 from chaos.gameday.fmea import fmea_rows
+from chaos.gameday.journal import JOURNAL_SUFFIX, journals
 from chaos.gameday.phase import Phase, RunSpec, load_phases
 from chaos.gameday.progress import Progress
-from chaos.gameday.report import write_reports
+from chaos.gameday.report import write_file, write_reports
 from chaos.gameday.results import CheckResult, GameDayResult, PhaseResult, PhaseRun
 from chaos.gameday.review import facts_for_review
 from chaos.gameday.timeline import timeline_of
@@ -564,6 +566,9 @@ def game_day_command(args) -> int:
         (Path(p).parent, flag) for p, flag in ((args.json, "--json"), (args.junit, "--junit")) if p
     ]:
         writable_folder(folder, what)
+    journal_dir = getattr(args, "journal", None)
+    if journal_dir is not None:
+        writable_folder(Path(journal_dir), "--journal")
     # each phase's evidence stays beside the report (or in --keep DIR), linked from it
     keep = Path(getattr(args, "keep", None) or Path(args.report) / EVIDENCE_DIR)
     check_keep(keep, phases)
@@ -589,6 +594,10 @@ def game_day_command(args) -> int:
             junit_path=args.junit,
             rows=rows,
         )
+        if journal_dir is not None:  # a Chaos Toolkit journal per phase (chaos.gameday.journal)
+            for name, journal in journals(result).items():
+                text = json.dumps(journal, indent=2, ensure_ascii=False) + "\n"
+                write_file(Path(journal_dir) / f"{name}{JOURNAL_SUFFIX}", text)
     except OSError as exc:  # checked before the run; the disk or a race can still refuse
         where = exc.filename or args.report
         raise InputError(f"cannot write the report to {where}: {exc.strerror}") from None
