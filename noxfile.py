@@ -248,12 +248,15 @@ print(f"faults performed on the real Toxiproxy: {actions}")
 @nox.session
 def otel(session: nox.Session) -> None:
     """`docket export otel` against a real Arize Phoenix (arize-phoenix from PyPI, started
-    offline on 127.0.0.1 by chaos/phoenix.py and stopped by its pid): a chaos run of the
-    reference agent exported twice, its spans read back from Phoenix's API (docs/export.md)."""
+    offline on 127.0.0.1 by chaos/phoenix.py and stopped by its pid): the runs of a game
+    day (all nine phases, their kept folders) exported twice each, their spans read back
+    from Phoenix's API and held to the ledgers (docs/export.md)."""
     session.install(".[otel]", "arize-phoenix")
-    run_dir = os.path.join(session.create_tmp(), f"otel-{time.time_ns()}")
-    session.run("docket", "chaos", "--agent", "loop", "--seed", "1", "--dir", run_dir)
-    session.run("python", "-m", "chaos.phoenix", run_dir)
+    work = os.path.join(session.create_tmp(), f"otel-{time.time_ns()}")
+    keep, report = os.path.join(work, "keep"), os.path.join(work, "report")
+    # a day whose verdicts are not all PASS still has runs to export: 1 is not this session's failure
+    session.run("docket", "game-day", "--keep", keep, "--report", report, success_codes=[0, 1])
+    session.run("python", "-m", "chaos.phoenix", keep)
 
 
 @nox.session(name="report-check")
