@@ -262,7 +262,8 @@ def otel(session: nox.Session) -> None:
 @nox.session(name="report-check")
 def report_check(session: nox.Session) -> None:
     """Open the game-day report in a real headless browser (Debian's chromium, installed
-    here when missing) and check that it renders and that every internal link resolves."""
+    here when missing) and check that it renders, that every internal link resolves and
+    that no table cell reaches past a 1366 px window (a long value wraps)."""
     session.install(".")
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
@@ -275,7 +276,12 @@ def report_check(session: nox.Session) -> None:
     if not os.path.exists(report) or "--fresh" in session.posargs:
         # a report is a report whatever its verdicts: exit 1 or 2 is not this session's failure
         session.run("docket", "game-day", "--report", "gameday-report", success_codes=[0, 1, 2])
-    session.run("python", "-m", "chaos.gameday.browser_check", report, "--browser", browser)
+    # the layout check's picture: the first phase that did not pass, at 1366x900
+    shot = os.path.join(session.create_tmp(), "failing-phase-1366.png")
+    session.run(
+        "python", "-m", "chaos.gameday.browser_check", report, "--browser", browser,
+        "--wide-screenshot", shot,
+    )  # fmt: skip
 
 
 @nox.session

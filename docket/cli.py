@@ -99,7 +99,30 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     from docket.snapshot.command import restore_command  # per verb
 
+    if args.diff:
+        from docket.snapshot.diff import restore_diff_command  # per verb
+
+        if args.apply:
+            raise InputError("restore: --diff shows what --apply would change: give one")
+        return restore_diff_command(args.run_dir, only=args.only, force=args.force)
     return restore_command(args.run_dir, apply=args.apply, only=args.only, force=args.force)
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from docket.snapshot.prune import prune_command  # per verb
+    from docket.values import ValueProblem, duration_text, parse_size  # per verb
+
+    try:
+        older = None if args.older_than is None else duration_text(args.older_than).seconds
+    except ValueProblem as exc:
+        raise InputError(f"prune: --older-than {args.older_than!r}: {exc.reason}") from None
+    try:
+        size = None if args.max_size is None else parse_size(args.max_size)
+    except ValueProblem as exc:
+        raise InputError(f"prune: --max-size {args.max_size!r}: {exc.reason}") from None
+    return prune_command(
+        args.store, older_than=older, max_size=size, runs=args.runs or [], apply=args.apply
+    )
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -299,7 +322,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--force", action="store_true", help="also overwrite what changed after the run ended"
     )
+    p.add_argument(
+        "--diff",
+        action="store_true",
+        help="show what a restore would change: a unified diff per text file, sizes and "
+        "sha256 for a binary one or one over 1 MiB (writes nothing)",
+    )
     p.set_defaults(func=cmd_restore)
+
+    p = verbs.add_parser(
+        "prune", help="free snapshot-store objects no kept run references (dry run by default)"
+    )
+    p.add_argument("store", nargs="?", help="default docket-runs/.docket-snapshot-store")
+    p.add_argument("--older-than", metavar="DURATION", help="only objects stored before (24h)")
+    p.add_argument("--max-size", metavar="SIZE", help="oldest first until it fits (10GiB)")
+    p.add_argument("--runs", action="append", metavar="DIR", help="more run folders; repeat")
+    p.add_argument("--apply", action="store_true", help="remove (default: list what would go)")
+    p.set_defaults(func=cmd_prune)
 
     p = verbs.add_parser("init", help="write a commented docket.toml covering every policy key")
     p.add_argument("path", nargs="?", default="docket.toml")

@@ -86,7 +86,14 @@ DESCRIPTIONS = {
     "restore": "Put a --snapshot run's tree back as it was before the run. Prints the plan "
     "(what would be written, deleted, recreated) and changes nothing unless --apply; a path "
     "changed again after the run is a conflict, skipped unless --force. Never writes outside "
-    "the snapshot's root; writes restore.json beside the evidence, never the ledger.",
+    "the snapshot's root; writes restore.json beside the evidence, never the ledger. "
+    "--diff shows each change instead: a unified diff per text file (the snapshot's bytes "
+    "against the file now), sizes and sha256 for a binary file or one over 1 MiB.",
+    "prune": "Free the snapshot store's objects that no kept run references (a run is kept "
+    "while its folder is: beside the store, named in the store's runs.jsonl, or under "
+    "--runs DIR). --older-than and --max-size choose among them, oldest first. Lists what "
+    "would go and the bytes freed; removes only with --apply, under the store's lock, never "
+    "following a link out of the store.",
     "show": "Print a ledger one line per event (seq, time, type, model, tokens, cost, status), "
     "filtered by type, provider, seq range or errors; --follow watches a live run. Streams: "
     "memory stays flat on any size.",
@@ -195,6 +202,13 @@ examples:
   docket restore docket-runs/RUN                 # the plan only
   docket restore docket-runs/RUN --apply
   docket restore docket-runs/RUN --apply --only src/app.py --force
+  docket restore docket-runs/RUN --diff          # what --apply would change, as diffs
+""",
+    "prune": """\
+examples:
+  docket prune                                   # docket-runs/.docket-snapshot-store
+  docket prune --older-than 168h --max-size 10GiB
+  docket prune /data/store --runs /data/runs --apply
 """,
     "ls": """\
 examples:

@@ -42,7 +42,8 @@ FAMILIES = {
     "snapshot": (
         "chaos.attack.snapshot",
         "ended in bounded time, nothing written outside, verified only when the tree "
-        "equals the snapshot, differences named",
+        "equals the snapshot, differences named; prune removes no referenced object and "
+        "nothing through a link",
     ),
     "excluded": (
         "chaos.attack.excluded",

@@ -21,14 +21,14 @@ pointed), and its outcome is the one wanted (refused with one line, or done).
 A store (or its objects/ or tmp/) planted as a link out before the next run: the
 snapshot is refused and nothing is written there. The full form adds a real
 `docket run` whose agent turns the store's objects into FIFOs: it must end with its
-receipt within the deadline.
+receipt within the deadline. `docket prune --apply` against a planted store:
+snapshot_prune.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import io
 import json
 import os
@@ -38,77 +38,13 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.attack import Figures
-
-DEADLINE = 60.0  # seconds a probe may take: each takes under 5 here, a hang forever
-
-
-def fingerprint(root: Path) -> dict[bytes, tuple]:
-    """Every entry under `root` by its path's bytes: kind, mode, bytes' hash or target.
-    A loop over fds (paths longer than PATH_MAX, trees deeper than the recursion limit)."""
-    out: dict[bytes, tuple] = {}
-    stack = [(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW), b"")]
-    while stack:
-        fd, prefix = stack.pop()
-        try:
-            for name in sorted(os.listdir(fd)):
-                raw = os.fsencode(name)
-                path = prefix + raw
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    out[path] = ("dir", stat.S_IMODE(st.st_mode))
-                    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                    stack.append((sub, path + b"/"))
-                elif stat.S_ISLNK(st.st_mode):
-                    out[path] = ("link", os.fsencode(os.readlink(name, dir_fd=fd)))
-                elif stat.S_ISREG(st.st_mode):
-                    f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
-                    h = hashlib.sha256()
-                    while block := os.read(f, 1 << 20):
-                        h.update(block)
-                    os.close(f)
-                    out[path] = ("file", stat.S_IMODE(st.st_mode), h.hexdigest())
-                else:
-                    out[path] = ("other", stat.S_IFMT(st.st_mode))
-        finally:
-            os.close(fd)
-    return out
-
-
-def bounded(fn: Callable, *args, **kwargs) -> tuple[str, object]:
-    """("ok", result), ("raised", exception) or ("hung", None) within DEADLINE."""
-    out: dict = {}
-
-    def body() -> None:
-        try:
-            out["ok"] = fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - the probe's outcome, judged by the caller
-            out["raised"] = exc
-
-    thread = threading.Thread(target=body, daemon=True)
-    thread.start()
-    thread.join(DEADLINE)
-    if thread.is_alive():
-        return "hung", None
-    return ("ok", out["ok"]) if "ok" in out else ("raised", out["raised"])
-
-
-# ------------------------------------------------------------------ building blocks
-
-
-def make_tree(root: Path) -> Path:
-    (root / "src" / "pkg").mkdir(parents=True)
-    (root / "README").write_text("read me\n")
-    (root / "src" / "pkg" / "mod.py").write_text("x = 1\n")
-    (root / "src" / "run.sh").write_text("#!/bin/sh\n")
-    os.chmod(root / "src" / "run.sh", 0o755)
-    os.symlink("src/pkg/mod.py", root / "link")
-    return root
+from chaos.attack.snapshot_kit import DEADLINE, bounded, fingerprint, make_tree
+from chaos.attack.snapshot_prune import PRUNES, try_prune
 
 
 def chain(base: Path, levels: int, name: str = "d") -> list[str]:
@@ -606,6 +542,17 @@ def run(folder: Path, quick: bool) -> Figures:
             _clean(base)
         held["store planted"] += good
         figures.add(good, f"snapshot store planted as a link ({where or 'the store'}) -> {said}")
+    held["prune"] = 0
+    for n, pr in enumerate(p for p in PRUNES if p.quick or not quick):
+        base = folder / f"prune{n:02d}"
+        try:
+            good, said = try_prune(base, pr)
+        except Exception as exc:  # noqa: BLE001 - a probe that crashes Docket is not held
+            good, said = False, f"raised {type(exc).__name__}: {str(exc)[:200]}"
+        finally:
+            _clean(base)
+        held["prune"] += good
+        figures.add(good, f"snapshot prune --apply: {pr.name} -> {said}")
     if not quick:
         base = folder / "docket-run"
         try:

@@ -246,9 +246,12 @@ class Check:
     observed: object
     verdict: str
     reason: str  # one line: why it failed or is unknown ("" when it passed)
+    # The precondition (`requires:`) that failed and so failed this check ("" if none):
+    # its own query may have held, so its observed value is not what the verdict says.
+    unmet: str = ""
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "name": self.name,
             "query": self.query,
             "op": self.op,
@@ -257,6 +260,9 @@ class Check:
             "verdict": self.verdict,
             "reason": self.reason,
         }
+        if self.unmet:
+            out["unmet"] = self.unmet
+        return out
 
 
 def evaluate(assertion: Assertion, evidence: object) -> Check:
@@ -332,6 +338,7 @@ def with_preconditions(checks: list[Check], requires: list[tuple[str, ...]]) -> 
             check = _replace_verdict(
                 check, FAIL, f"precondition not met: «{failed[0]}» failed, so this was not shown"
             )
+            check = replace(check, unmet=failed[0])
         elif unread and check.verdict != FAIL:
             check = _replace_verdict(
                 check, UNKNOWN, f"precondition «{unread[0]}» could not be judged"

@@ -360,6 +360,8 @@ def render_junit(result: GameDayResult) -> str:
                 f"query: {check.query}\nexpected: {expectation(check.op, check.expected)}\n"
                 f"observed: {brief(check.observed, 2000)}"
             )
+            if check.unmet:  # its own value may have held: the verdict is the precondition's
+                detail = f"precondition not met: «{check.unmet}» failed\n{detail} (not judged)"
             if check.verdict == FAIL:
                 counts["failures"] += 1
                 ET.SubElement(

@@ -42,7 +42,7 @@ class CheckResult:
     def from_json(cls, data: Mapping) -> CheckResult:
         fields = {k: data[k] for k in ("name", "query", "op", "expected", "observed", "verdict")}
         return cls(
-            Check(**fields, reason=data.get("reason", "")),
+            Check(**fields, reason=data.get("reason", ""), unmet=str(data.get("unmet", ""))),
             int(data.get("line", 0)),
             str(data.get("run", "run")),
             tuple(data.get("requires", ())),

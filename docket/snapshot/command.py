@@ -144,9 +144,10 @@ def _differences_now(root: str, before, exclude: list[str]) -> tuple[list[str], 
     return list(diff(before, now).paths()), dict(now.entries)
 
 
-def restore_command(run_dir: str, *, apply: bool, only: list[str] | None, force: bool) -> int:
-    from docket.snapshot.restore import apply_plan
-
+def plan_roots(
+    run_dir: str, only: list[str] | None, force: bool
+) -> tuple[Path, list[str] | None, list[RootRestore]]:
+    """The run's folder, --only as paths, and each snapshot root's plan (reads only)."""
     folder = Path(run_dir)
     ledger = folder / "ledger.jsonl"
     if not os.path.lexists(ledger):
@@ -169,6 +170,13 @@ def restore_command(run_dir: str, *, apply: bool, only: list[str] | None, force:
             raise InputError(f"restore: snapshot {index}: {exc}") from None
         except Refused as exc:
             raise InputError(f"restore: snapshot {index}: root {exc.path}: {exc.why}") from None
+    return folder, only, roots
+
+
+def restore_command(run_dir: str, *, apply: bool, only: list[str] | None, force: bool) -> int:
+    from docket.snapshot.restore import apply_plan
+
+    folder, only, roots = plan_roots(run_dir, only, force)
     for r in roots:
         if apply:
             # --force also removes a directory the run made with whatever is in it now

@@ -32,7 +32,7 @@ from docket.snapshot.manifest import (
 from docket.snapshot.plan import Plan, make_plan
 from docket.snapshot.restore import Applied, _entry_at, apply_plan
 from docket.snapshot.scan import DEFAULT_EXCLUDE, Excluder, identities, scan
-from docket.snapshot.store import Deadline, Store, TimedOut
+from docket.snapshot.store import Deadline, Store, StoreLock, TimedOut, record_run
 
 SNAPSHOT_DIR = "snapshots"
 STORE_NAME = ".docket-snapshot-store"
@@ -80,6 +80,21 @@ def take(
     # planted in docket-runs/) is refused by Store, never followed to wherever it leads.
     store = Store(Path(os.path.abspath(store_dir)))
     excluder = Excluder(tuple(exclude), identities([folder, store_dir, *also_skip]))
+    # Shared: `docket prune` (exclusive) waits until the objects copied here are named
+    # in the record below, or this waits for it.
+    with StoreLock(store.root, exclusive=False, wait=None, create=True):
+        snap, fields = _take_locked(index, root, folder, store, excluder, exclude)
+    return snap, fields
+
+
+def _take_locked(
+    index: int,
+    root: str,
+    folder: Path,
+    store: Store,
+    excluder: Excluder,
+    exclude: tuple[str, ...],
+) -> tuple[RootSnapshot, dict]:
     with Tree(root) as tree:
         result = scan(tree, excluder, store)
         real = tree.root
@@ -98,6 +113,7 @@ def take(
     path = snap.record_path(folder)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.write_bytes(data)
+    record_run(store.root, folder.resolve())
     fields = {
         "index": index,
         "root": real,

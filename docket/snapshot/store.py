@@ -53,6 +53,101 @@ class Deadline:
 NO_DEADLINE = Deadline()
 
 
+LOCK_NAME = "lock"
+RUNS_NAME = "runs.jsonl"  # one {"folder": ABSOLUTE PATH} a line: each run that used it
+
+
+class StoreBusy(StoreError):
+    """Another process holds the store's lock (a snapshot under way, or a prune)."""
+
+
+class StoreLock:
+    """flock(2) on the store's `lock` file, opened under the store's fd without following
+    a link. A snapshot holds it shared from its first copy until its record and its
+    line in runs.jsonl are written (snapshots of several runs go on together); `docket
+    prune` holds it exclusive, so it never sees objects a snapshot has copied but not
+    yet named in a record, and a snapshot never names an object prune is removing.
+    `create=False`: no lock file is made (a dry run writes nothing); without one, no
+    snapshot of this version is under way, and the lock is not taken."""
+
+    def __init__(
+        self, root: str | os.PathLike, *, exclusive: bool, wait: float | None, create: bool
+    ) -> None:
+        self.root, self.exclusive, self.wait, self.create = Path(root), exclusive, wait, create
+        self.fd: int | None = None
+
+    def __enter__(self) -> StoreLock:
+        try:
+            top = os.open(self.root, _DIR)
+        except OSError as exc:
+            raise StoreError(f"store {self.root}: cannot open ({exc.strerror})") from None
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+        try:
+            self.fd = os.open(
+                LOCK_NAME, flags | (os.O_CREAT if self.create else 0), 0o600, dir_fd=top
+            )
+        except FileNotFoundError:
+            return self
+        except OSError as exc:
+            why = "a symlink: not followed" if exc.errno == errno.ELOOP else exc.strerror
+            raise StoreError(f"store {self.root}/{LOCK_NAME}: cannot open ({why})") from None
+        finally:
+            os.close(top)
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            self.close()
+            raise StoreError(f"store {self.root}/{LOCK_NAME}: not a regular file")
+        mode = fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH
+        deadline = None if self.wait is None else time.monotonic() + self.wait
+        while True:
+            try:
+                fcntl.flock(self.fd, mode | (0 if deadline is None else fcntl.LOCK_NB))
+                return self
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.close()
+                    raise StoreBusy(
+                        f"store {self.root}: in use (a run is taking a snapshot, or another "
+                        f"prune runs) for more than {self.wait:g} s"
+                    ) from None
+                time.sleep(0.05)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only fd releases the flock
+            self.fd = None
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def record_run(root: str | os.PathLike, folder: Path) -> None:
+    """Name `folder` in the store's runs.jsonl (one write with O_APPEND: lines of runs
+    snapshotting together do not interleave), so `docket prune` finds the run wherever
+    its folder is, not only beside the store."""
+    import json
+
+    line = (json.dumps({"folder": str(folder)}, ensure_ascii=False) + "\n").encode("utf-8")
+    top = os.open(root, _DIR)
+    try:
+        fd = os.open(
+            RUNS_NAME,
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+            0o600,
+            dir_fd=top,
+        )
+    except OSError as exc:
+        why = "a symlink: not followed" if exc.errno == errno.ELOOP else exc.strerror
+        raise StoreError(f"store {root}/{RUNS_NAME}: cannot open ({why})") from None
+    finally:
+        os.close(top)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StoreError(f"store {root}/{RUNS_NAME}: not a regular file")
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
 class Store:
     """`create=False` (docket restore) makes nothing: a store that is not there is an
     error at the first object read, and a dry run writes nowhere."""
