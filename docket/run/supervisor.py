@@ -564,11 +564,15 @@ def run_command(args) -> int:
             start_line(supervisor.run_id, supervisor.folder, url), file=sys.stderr, flush=True
         )
     outcome = trio.run(supervisor.run)
-    for note in outcome.notes:
-        print(f"docket: warning: {note}", file=sys.stderr)
+    # The warnings come after the figures and just before the last line, where they are
+    # read (a change to what the snapshot excludes, a failed scan). The figures are left
+    # out when the receipt went to stderr: its JSON line is then the one the last line
+    # points to ("the JSON line above"), with only these warnings between.
     if not quiet and outcome.receipt is not None and outcome.receipt_error is None:
         for line in end_block(outcome.receipt, supervisor.folder):
             print(line, file=sys.stderr)
+    for note in outcome.notes:
+        print(f"docket: warning: {note}", file=sys.stderr)
     print(last_line(supervisor.run_id, outcome), file=sys.stderr)
     if export.otlp_endpoint:  # after the receipt, off the request path; never the exit code
         from docket.export.otel_command import export_at_run_end
