@@ -71,6 +71,18 @@ def export_twice(run_dir: Path, url: str) -> None:
         )  # fmt: skip
 
 
+def all_spans(url: str) -> list[dict]:
+    """Every span of the default project, a page (Phoenix's largest, 1,000) at a time."""
+    spans: list[dict] = []
+    cursor = ""
+    while True:
+        page = json.loads(get(f"{url}/v1/projects/default/spans?limit=1000{cursor}"))
+        spans += page["data"]
+        if not page.get("next_cursor"):
+            return spans
+        cursor = f"&cursor={page['next_cursor']}"
+
+
 def check(runs: list[Path], url: str) -> str:
     usage: dict[str, dict] = {}
     calls = 0
@@ -84,7 +96,7 @@ def check(runs: list[Path], url: str) -> str:
     want = calls + len(runs)  # a span per call, and one per run
     deadline = time.monotonic() + 30
     while True:  # Phoenix writes what it takes in the background
-        spans = json.loads(get(f"{url}/v1/projects/default/spans?limit=10000"))["data"]
+        spans = all_spans(url)
         if len(spans) >= want or time.monotonic() > deadline:
             break
         time.sleep(0.2)
