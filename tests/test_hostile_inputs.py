@@ -311,6 +311,10 @@ CASES = [
     Case("replay with no command", ("replay", "{dir}"), "give the command to run after --"),
     Case("replay --on-miss bogus", ("replay", "--on-miss", "bogus", "{dir}", "--", "true"),
          "invalid choice"),
+    # -- prune (tests/test_snapshot_prune.py has the rest; nothing is removed for these)
+    Case("prune a missing store", ("prune", "nowhere"), "no store here"),
+    Case("prune --older-than nonsense", ("prune", "{dir}", "--older-than", "soon"), "--older-than"),
+    Case("prune --max-size nonsense", ("prune", "{dir}", "--max-size", "big"), "--max-size"),
     # -- listing runs: ls (tests/test_runs_list.py has the rest)
     Case("ls a missing folder", ("ls", "nowhere"), "no such folder"),
     Case("ls a file", ("ls", "f.txt"), "not a folder", {"f.txt": "x"}),

@@ -97,6 +97,13 @@ ALLOWED = {
         {"httpx.AsyncClient"},
         "the Rig dataclass's annotation of that client (a type, no connection)",
     ),
+    # docket export otel sends a finished run's record to the collector the user named,
+    # after the run (never on a model call's path, never from the boundary); its exporter
+    # (opentelemetry's HTTP session) connects inside a library this walk cannot see into.
+    ("docket/export/otel_send.py", "_reach_problem"): (
+        {"socket.create_connection", "<object>.create_connection"},
+        "export's diagnosis of an unreachable collector: one plain connect, to name why",
+    ),
     ("docket/selftest/checks_calls.py", "egress"): (
         {"httpx.AsyncClient"},
         "selftest's egress check: an agent asking the boundary's forward proxy for a "
