@@ -39,6 +39,7 @@ import pytest
 import trio
 from helpers import read_events, serving
 from hypothesis import settings
+from postgres_server import fleet_dsn, postgres_cluster  # noqa: F401  (fixtures)
 
 from chaos.stub.server import Stub, StubConfig
 from docket.boundary.app import Boundary
