@@ -153,6 +153,25 @@ class SnapshotPolicy:
     exclude: tuple[str, ...] = (".git",)
 
 
+@dataclass(frozen=True)
+class FleetPolicy:
+    """A budget shared by many runs in PostgreSQL (docs/fleet.md); off unless `budget`."""
+
+    budget: str | None = None  # the budget's name in the database
+    dsn: str | None = None  # a libpq connection string without a password
+    dsn_env: str | None = None  # or the environment variable holding one (may hold a password)
+    slice_usd: Decimal | None = None  # per exchange; none: a twentieth of the cap
+    slice_tokens: int | None = None
+    slice_calls: int | None = None
+    lease_seconds: float = 30.0
+    low_water: float = 0.5  # ask for more once less than this share of a slice is free
+    timeout: float = 2.0  # the longest one exchange with the database may take
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget is not None
+
+
 def default_providers() -> Mapping[str, ProviderPolicy]:
     return MappingProxyType(
         {
@@ -174,6 +193,7 @@ class Policy:
     secrets: SecretsPolicy = field(default_factory=SecretsPolicy)
     snapshot: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     cache: CachePolicy = field(default_factory=CachePolicy)  # docket/cache/config.py
+    fleet: FleetPolicy = field(default_factory=FleetPolicy)  # docs/fleet.md
     # Where it came from; not part of the digest (the same rules from two files are the same policy).
     source: str = field(default="defaults", compare=False)
 
@@ -212,6 +232,10 @@ class Policy:
         }
         if self.cache.enabled:  # only then: a policy without it keeps its digest
             out["cache"] = self.cache.to_dict()
+        if self.fleet.enabled:  # likewise; the DSN's text is where the budget is, not a rule
+            out["fleet"] = {
+                k: v for k, v in section(self.fleet).items() if k not in ("dsn", "dsn_env")
+            }
         return out
 
     def digest(self) -> str:
@@ -279,6 +303,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
             "snapshot",
             "explain",
             "cache",
+            "fleet",
         ),
     )
     ledger = _ledger(c, c.section(data, "ledger"))
@@ -290,6 +315,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     secrets = _secrets(c, c.section(data, "secrets"))
     snapshot = _snapshot(c, c.section(data, "snapshot"))
     cache = cache_policy(c.fields(c.section(data, "cache"), "cache", CACHE_KEYS))
+    fleet = _fleet(c, c.section(data, "fleet"))
     # Checked here so that `docket run` refuses a mistyped [explain] as explain would;
     # not kept: the thresholds tune what `docket explain` names, never what a run does.
     read_thresholds(c.fields(c.section(data, "explain"), "explain", EXPLAIN_KEYS))
@@ -303,6 +329,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
         secrets=secrets,
         snapshot=snapshot,
         cache=cache,
+        fleet=fleet,
         source=source,
     )
 
@@ -475,6 +502,48 @@ def _snapshot(c: _Checker, t: dict) -> SnapshotPolicy:
                 f"must be a non-empty pattern without '..', got {show(p)}",
             )
     return SnapshotPolicy(exclude=tuple(patterns))
+
+
+_BUDGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+# A password in a libpq string: key=value form (password=...), or a URI's user:pass@.
+_DSN_PASSWORD = re.compile(r"(^|\s)password\s*=|^postgres(ql)?://[^/@?]*:[^/@?]*@", re.IGNORECASE)
+
+
+def _fleet(c: _Checker, t: dict) -> FleetPolicy:
+    f = c.fields(t, "fleet", _keys(FleetPolicy))
+    d = FleetPolicy()
+    if not t:
+        return d
+    budget = f.string("budget", "", _BUDGET_NAME)
+    if not budget:
+        c.fail("fleet.budget", 'must name the budget (letters, digits, _ . -), e.g. "team-a"')
+    dsn, dsn_env = f.string("dsn", None), f.string("dsn_env", None, _ENV_NAME)
+    if (dsn is None) == (dsn_env is None):
+        c.fail("fleet", "must have one of dsn or dsn_env (the variable that holds the DSN)")
+    if dsn is not None and _DSN_PASSWORD.search(dsn):
+        c.fail(
+            "fleet.dsn",
+            "must not hold a password: put the DSN in dsn_env's variable, or use .pgpass",
+        )
+    fleet = FleetPolicy(
+        budget=budget,
+        dsn=dsn,
+        dsn_env=dsn_env,
+        slice_usd=f.usd("slice_usd"),
+        slice_tokens=f.integer("slice_tokens", None, minimum=1),
+        slice_calls=f.integer("slice_calls", None, minimum=1),
+        lease_seconds=f.duration("lease_seconds", d.lease_seconds),
+        low_water=f.fraction("low_water", d.low_water),
+        timeout=f.duration("timeout", d.timeout),
+    )
+    if fleet.lease_seconds < 2:
+        c.fail("fleet.lease_seconds", f"must be at least 2 s, got {fleet.lease_seconds:g}")
+    if fleet.timeout >= fleet.lease_seconds / 2:
+        c.fail(
+            "fleet.timeout",
+            "must be under half of lease_seconds (a renewal must fit before expiry)",
+        )
+    return fleet
 
 
 def _valid_egress(entry: str) -> bool:

@@ -161,6 +161,7 @@ def boundary_rig(tmp_path):
         clock: Clock | None = None,
         token: str = TOKEN,
         observers=(),
+        fleet=None,
     ) -> AsyncIterator[Rig]:
         resolved = rig_policy(providers, policy)
         path = tmp_path / f"ledger-{next(counter)}.jsonl"
@@ -176,6 +177,7 @@ def boundary_rig(tmp_path):
                 clock=clock,
                 stop=stops.append,
                 env={KEY_ENV: REAL_KEY} if env is None else env,
+                fleet=fleet,
             )
             async with serving(
                 boundary.serve,

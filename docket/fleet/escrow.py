@@ -92,6 +92,9 @@ class Escrow:
         self.sending: Ask | None = None  # the exchange in flight
         self._sent_at = 0.0
         self._last_grant_short = False  # the budget gave less than asked: it is nearly spent
+        # The first exchange asked before the caps were known, so a slice derived from
+        # them (cap / 20) was not asked for: ask again at once.
+        self._resize = False
 
     # ------------------------------------------------------------ calls
 
@@ -174,12 +177,14 @@ class Escrow:
     def exchanged(self, ask: Ask, grant: Grant) -> None:
         """The budget took the report and added `grant.granted` to the lease."""
         self.sending = None
+        learned = self.caps is None
         self.caps = grant.caps
+        self._resize = learned and self.slice_size() != self.mask(self.config.slice)
         self.drawn -= ask.report
         self.unreported -= ask.report
         if grant.lapsed or grant.lease_id != ask.lease_id:
-            # The old lease's remainder went back to the budget: what is still drawn
-            # (calls in flight, should any outlive it) is held against the new one.
+            # The old lease lapsed and this report settled it at the budget: what is
+            # still drawn (calls in flight, should any outlive it) is held against the new one.
             self.held = grant.granted
         else:
             self.held = self.held - ask.report + grant.granted

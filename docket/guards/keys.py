@@ -57,7 +57,8 @@ WELL_KNOWN_KEY_ENV = (
 def agent_drops(policy) -> frozenset[str]:
     """Every variable name the agent's environment must not carry."""
     configured = {p.key_env for p in policy.providers.values()}
-    return frozenset(WELL_KNOWN_KEY_ENV) | configured | frozenset(policy.secrets.drop_env)
+    fleet = {policy.fleet.dsn_env} if policy.fleet.dsn_env else set()  # the budget's database
+    return frozenset(WELL_KNOWN_KEY_ENV) | configured | frozenset(policy.secrets.drop_env) | fleet
 
 
 @dataclass(frozen=True)
