@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from docket.errors import InputError
+from docket.errors import DocketError, InputError
 from docket.fleet.amounts import ZERO, Amounts, Caps
 from docket.fleet.escrow import Grant
 
@@ -112,8 +112,10 @@ SELECT id, run_id, host, amount_nusd, amount_tokens, amount_calls FROM folded
 """
 
 
-class FleetStoreError(Exception):
-    """The budget's database could not be used (unreachable, late, refused)."""
+class FleetStoreError(DocketError):
+    """The budget's database could not be used (unreachable, late, refused): exit 1."""
+
+    exit_code = 1
 
 
 class NoSuchBudget(InputError):
