@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,15 +66,10 @@ def _run(argv: list[str], timeout: float) -> None:
         raise RuntimeError(f"{argv[0]} failed ({done.returncode}): {done.stderr.strip()[-800:]}")
 
 
-@pytest.fixture(scope="session")
-def postgres_cluster() -> Iterator[Cluster]:
-    bindir = postgres_bin()
-    if bindir is None:
-        pytest.skip("PostgreSQL is not installed (apt-get install -y postgresql): no initdb")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        pytest.skip("psycopg is not installed (pip install 'docket[fleet]')")
+@contextmanager
+def running_cluster(bindir: Path) -> Iterator[Cluster]:
+    """A cluster of its own: initdb into a fresh folder, started on a free port of
+    127.0.0.1 (its socket in that folder), stopped and removed on the way out."""
     # Not under the pytest basetemp: nobody must be able to reach the folder.
     folder = Path(tempfile.mkdtemp(prefix="docket-pg-"))
     data = folder / "data"
@@ -90,40 +86,47 @@ def postgres_cluster() -> Iterator[Cluster]:
         )
         options = f"-h 127.0.0.1 -p {port} -k {folder} -c max_connections=200"
         _run(
-            [
-                str(bindir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-l",
-                str(log),
-                "-o",
-                options,
-                "-w",
-                "-t",
-                str(START_TIMEOUT_S),
-                "start",
-            ],
+            [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options, "-w",
+             "-t", str(START_TIMEOUT_S), "start"],
             START_TIMEOUT_S + 10,
-        )
+        )  # fmt: skip
         started = True
         yield Cluster("127.0.0.1", port, folder)
     finally:
         if started:
             _run(
-                [
-                    str(bindir / "pg_ctl"),
-                    "-D",
-                    str(data),
-                    "-m",
-                    "fast",
-                    "-w",
-                    "-t",
-                    str(STOP_TIMEOUT_S),
-                    "stop",
-                ],
+                [str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w",
+                 "-t", str(STOP_TIMEOUT_S), "stop"],
                 STOP_TIMEOUT_S + 10,
-            )
+            )  # fmt: skip
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    bindir = postgres_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install -y postgresql): no initdb")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed (pip install 'docket[fleet]')")
+    with running_cluster(bindir) as cluster:
+        yield cluster
+
+
+def fresh_database(cluster: Cluster) -> str:
+    """A new database in the cluster with the fleet schema in it; its DSN."""
+    import psycopg
+
+    from docket.fleet.store import FleetStore
+
+    name = f"fleet_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(cluster.dsn(), autocommit=True, connect_timeout=10) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = cluster.dsn(name)
+    FleetStore(dsn).init()
+    return dsn
 
 
 @pytest.fixture
@@ -131,13 +134,8 @@ def fleet_dsn(postgres_cluster: Cluster) -> Iterator[str]:
     """A fresh database with the fleet schema in it; dropped after the test."""
     import psycopg
 
-    name = f"fleet_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_cluster.dsn(), autocommit=True, connect_timeout=10) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = postgres_cluster.dsn(name)
-    from docket.fleet.store import FleetStore
-
-    FleetStore(dsn).init()
+    dsn = fresh_database(postgres_cluster)
+    name = dsn.rsplit("dbname=", 1)[1]
     try:
         yield dsn
     finally:
