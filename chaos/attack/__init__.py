@@ -19,6 +19,9 @@ the table; tests/test_attack.py runs each in its quick form. Families:
   numbers    number forms in receipts and ledger lines, through all three verifiers
   orphans    an agent's ways to outlive its run (fork chains and bombs, setsid,
              SIGSTOP, SIGCONT, re-parenting, a /proc snooper for the next key)
+  fleet      a fleet budget's DSN looked for by the agent, the cap hammered through
+             the boundary, the budget table rewritten by an agent holding the DSN
+             (not held: reported under extra["open"]; docs/fleet.md)
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.
