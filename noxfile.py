@@ -126,7 +126,8 @@ def fleet(session: nox.Session) -> None:
     session.run(
         "pytest", "-q", "-s", "tests/test_fleet_runs.py", "tests/test_fleet_store.py",
         "tests/test_fleet_escrow.py", "tests/test_fleet_boundary.py",
-        "tests/test_fleet_command.py", "tests/test_fleet_policy.py", *session.posargs,
+        "tests/test_fleet_command.py", "tests/test_fleet_policy.py", "tests/test_fleet_faults.py",
+        *session.posargs,
     )  # fmt: skip
 
 
