@@ -57,33 +57,36 @@ class FleetLease:
         self._wake = trio.Event()  # the background task has something to ask
         self._answered = trio.Event()  # set after each exchange, then replaced
         self._drawn: dict[int, Amounts] = {}  # caps reservation id -> what it drew
+        self._short = False  # a call could not be covered: ask even if the budget is near its end
         self.last_failure: str | None = None
 
     # ------------------------------------------------------------ calls
 
     async def cover(self, reservation_id: int, need: Amounts) -> Short | None:
-        """Draw `need` for the call, going to the budget once if the slice cannot
-        cover it; the Short that stands when even then it cannot."""
+        """Draw `need` for the call; when the slice cannot cover it, have the background
+        task go to the budget and wait for its answer (bounded), then draw again. The
+        Short that stands when even then it cannot. The exchange itself is never the
+        call's to run: a call cancelled while it waits leaves no exchange half done."""
+        short = self._draw(reservation_id, need)
+        for _ in range(2):  # the first exchange may only teach the caps (a derived slice)
+            if short is None:
+                break
+            if self.escrow.sending is None:
+                if self.last_failure is not None:
+                    break  # the database is failing: refuse now, the task retries on its own
+                self._short = True
+                self._wake.set()
+            with trio.move_on_after(self.policy.timeout + 1.0):
+                await self._answered.wait()
+            short = self._draw(reservation_id, need)
+        return short
+
+    def _draw(self, reservation_id: int, need: Amounts) -> Short | None:
         now = trio.current_time()
         short = self.escrow.draw(need, now)
         if short is None:
             self._drawn[reservation_id] = self.escrow.mask(need)
             self._kick(now)
-            return None
-        for _ in range(2):  # the first exchange may only teach the caps (a derived slice)
-            if self.escrow.sending is not None:
-                await self._answered.wait()  # an exchange under way may bring enough
-            else:
-                ask = self.escrow.ask(trio.current_time(), short=True)
-                if ask is None:
-                    break
-                await self._exchange(ask)
-            short = self.escrow.draw(need, trio.current_time())
-            if short is None or self.last_failure is not None:
-                break
-        if short is None:
-            self._drawn[reservation_id] = self.escrow.mask(need)
-            self._kick(trio.current_time())
         return short
 
     def settle(self, reservation_id: int, used: Amounts) -> None:
@@ -105,7 +108,8 @@ class FleetLease:
             now = trio.current_time()
             if self.escrow.lapse_if_due(now):
                 await self._event("fleet.lease", change="lost", reason="expired before renewal")
-            ask = self.escrow.ask(now)
+            ask = self.escrow.ask(now, short=self._short)
+            self._short = False
             if ask is not None:
                 await self._exchange(ask)
                 if self.escrow.sending is None and self.last_failure is not None:
@@ -143,6 +147,8 @@ class FleetLease:
             self.escrow.exchanged(ask, done.grant)
             await self._recorded(ask, done)
         finally:
+            if self.escrow.sending is ask:  # cancelled (the boundary is stopping)
+                self.escrow.failed(trio.current_time())
             answered, self._answered = self._answered, trio.Event()
             answered.set()
 
