@@ -11,21 +11,27 @@ import sys
 
 import pytest
 
+from docket.cli import main as cli_main
 from docket.fleet.amounts import Amounts
 from docket.fleet.store import FleetStore
 
 
-def fleet(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "docket", "fleet", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-    )
+@pytest.fixture
+def fleet(capsys, monkeypatch):
+    """`docket fleet ARGS` through the CLI's main, in this process (one subprocess
+    below checks the real command): its exit status, stdout and stderr."""
+
+    def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        code = cli_main(["fleet", *args])
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+    return run
 
 
-def test_init_set_and_status(fleet_dsn):
+def test_init_set_and_status(fleet_dsn, fleet):
     assert fleet("--dsn", fleet_dsn, "init").returncode == 0
     done = fleet(
         "--dsn-env",
@@ -77,12 +83,12 @@ def test_init_set_and_status(fleet_dsn):
         ([], "name an action"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(fleet_dsn, args, message):
+def test_bad_input_is_one_line_and_exit_2(fleet_dsn, fleet, args, message):
     done = fleet("--dsn", fleet_dsn, *args)
     assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1
 
 
-def test_a_password_in_dsn_and_a_missing_variable_are_refused():
+def test_a_password_in_dsn_and_a_missing_variable_are_refused(fleet):
     done = fleet("--dsn", "host=x password=hunter2", "init")
     assert done.returncode == 2 and "must not hold a password" in done.stderr
     assert "hunter2" not in done.stderr
@@ -94,5 +100,20 @@ def test_an_unreachable_database_is_one_line_and_exit_1():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    done = fleet("--dsn", f"host=127.0.0.1 port={port} user=x dbname=x", "init")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "docket",
+            "fleet",
+            "--dsn",
+            f"host=127.0.0.1 port={port} user=x dbname=x",
+            "init",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DOCKET_DEBUG": ""},
+    )
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "docket:" in done.stderr
+    assert "Traceback" not in done.stderr
