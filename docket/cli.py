@@ -428,7 +428,12 @@ def _fleet_arguments(p: argparse.ArgumentParser) -> None:
     )
     where.add_argument("--policy", metavar="FILE", help="read dsn or dsn_env from its [fleet]")
     actions = p.add_subparsers(dest="action", metavar="ACTION")
-    actions.add_parser("init", help="create the fleet tables (idempotent)")
+    init = actions.add_parser("init", help="create the fleet tables and functions (idempotent)")
+    init.add_argument(
+        "--runs-role",
+        metavar="ROLE",
+        help="the role runs connect as: EXECUTE on the lease functions, nothing on the tables",
+    )
     budget = actions.add_parser("budget", help="set a budget's caps")
     budget_actions = budget.add_subparsers(dest="budget_action", metavar="set")
     s = budget_actions.add_parser("set", help="create a budget or change its caps")

@@ -98,8 +98,9 @@ def test_nothing_an_agent_leaves_outlives_its_run(tmp_path):
 
 def test_a_fleet_budgets_dsn_is_kept_from_the_agent_and_the_cap_holds(tmp_path, fleet_dsn):
     figures = fleet.run(tmp_path, quick=True, dsn=fleet_dsn)
-    assert_all_good(figures, at_least=3)
+    assert_all_good(figures, at_least=5)
     assert figures.extra["calls_spent_nusd"] <= figures.extra["calls_cap_nusd"]
     assert figures.extra["calls_refused"].get("docket_fleet_unavailable", 0) > 0
-    # Not held, and said so: an agent of the same user holding the DSN owns the budget.
+    # Not held, and said so: an agent of the same user holding a DSN whose role has
+    # rights on the tables owns the budget (held under a runs' role: the `role` probes).
     assert figures.extra["open"] and "raised the cap" in figures.extra["open"][0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import uuid
 
 import psycopg
 import pytest
@@ -120,3 +121,31 @@ def test_unknown_budget_and_unreachable_database(fleet_dsn):
         port = s.getsockname()[1]
     with pytest.raises(FleetStoreError):
         FleetStore(f"host=127.0.0.1 port={port} user=docket dbname=x", timeout_s=1).status("b")
+
+
+def test_a_runs_role_can_lease_and_report_but_not_touch_the_tables(fleet_dsn):
+    role = f"runs_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(fleet_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        admin = FleetStore(fleet_dsn)
+        admin.init(runs_role=role)
+        admin.set_budget("b", Caps(nusd=N))
+        runs = FleetStore(fleet_dsn.replace("user=docket", f"user={role}"))
+        got = exchange(runs, None, Amounts(), Amounts(nusd=N // 2))
+        assert got.grant.granted.nusd == N // 2
+        runs.give_back("b", got.grant.lease_id, Amounts(nusd=N // 4))
+        assert admin.status("b")["spent"]["nusd"] == N // 4
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), psycopg.connect(runs.dsn) as c:
+            c.execute("UPDATE fleet_budgets SET cap_nusd = cap_nusd * 1000")
+        with pytest.raises(FleetStoreError, match="permission denied"):
+            runs.status("b")  # an admin's reading: the tables
+        with pytest.raises(FleetStoreError, match="permission denied"):
+            runs.set_budget("b", Caps(nusd=1000 * N))
+        with pytest.raises(FleetStoreError, match="amounts must be >= 0"):
+            exchange(runs, None, Amounts(nusd=-N), Amounts())  # no unreporting spend
+        assert admin.status("b")["cap"]["nusd"] == N
+    finally:
+        with psycopg.connect(fleet_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP OWNED BY "{role}"')
+            conn.execute(f'DROP ROLE "{role}"')

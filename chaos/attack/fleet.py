@@ -12,14 +12,16 @@ skipped, with the reason, when neither is here), with an agent that goes looking
            provider's shape with Retry-After
   table    the agent reads the DSN from the policy file (its user can) and writes
            the budget table directly: cap raised a thousandfold, spent set to 0
+  role     the same, when runs connect as a runs' role (`docket fleet init
+           --runs-role`): EXECUTE on the lease functions, nothing on the tables
 
-Held: env and calls. Not held, by design of what the DSN is: an agent of the same
-user that can read the DSN (from the policy file, ~/.pgpass, or any file its user
-can read) holds the database role, and that role can rewrite the budget; the
-`table` probe proves it and is reported under extra["open"], not as a failure.
-The mitigation (docs/fleet.md): give runs a role that can only EXECUTE lease
-functions (SECURITY DEFINER) and keep table rights with an admin role, and keep
-the DSN where the agent's user cannot read it.
+Held: env, calls and role. Not held, by design of what the DSN is: when runs
+connect as a role with rights on the tables, an agent of the same user that can
+read the DSN (the policy file, ~/.pgpass, any file its user can read) holds that
+role and rewrites the budget; the `table` probe proves it and is reported under
+extra["open"], not as a failure. The mitigation is the `role` probe's set-up
+(docs/fleet.md). Even then the role may lease the whole cap and never report:
+bounded by the cap, not by the run's honesty.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def run(folder: Path, quick: bool, dsn: str | None = None) -> Figures:
         _env_probe(folder, url, dsn, store, figures)
         _calls_probe(folder, url, dsn, store, figures, Caps)
         _table_probe(folder, url, dsn, store, figures, Caps)
+        _role_probe(folder, url, dsn, store, figures, Caps)
     figures.seconds = time.monotonic() - started
     return figures
 
@@ -162,3 +165,39 @@ def _table_probe(folder: Path, url: str, dsn: str, store, figures: Figures, Caps
         else []
     )
     figures.extra["table_agent_exit"] = done.returncode
+
+
+def _role_probe(folder: Path, url: str, dsn: str, store, figures: Figures, Caps) -> None:
+    import uuid
+
+    import psycopg
+
+    role = f"attack_runs_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        store.init(runs_role=role)
+        store.set_budget("role", Caps(nusd=CAP_NUSD))
+        (folder / "table_agent.py").write_text(TABLE_AGENT)
+        extra = f'[fleet]\nbudget = "role"\ndsn = "{dsn} user={role}"\n'
+        agent = [*DOCKET, "agent", "--mode", "hammer", "--calls", "6", "--concurrency", "2"]
+        served = _docket_run(folder, "role-calls", policy_text(url, extra), agent)
+        done = _docket_run(
+            folder, "role", policy_text(url, extra),
+            [sys.executable, str(folder / "table_agent.py"), str(folder / "role.toml")],
+        )  # fmt: skip
+        status = store.status("role")
+        figures.add(
+            served.returncode == 0 and status["spent"]["nusd"] > 0,
+            f"role: a run under the runs' role could not lease (exit {served.returncode}: "
+            f"{served.stderr[-200:]})",
+        )
+        figures.add(
+            done.returncode != 0 and "permission denied" in done.stderr
+            and status["cap"]["nusd"] == CAP_NUSD,
+            f"role: the agent holding the runs' role rewrote the budget (cap {status['cap']})",
+        )  # fmt: skip
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP OWNED BY "{role}"')
+            conn.execute(f'DROP ROLE "{role}"')

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -22,6 +23,7 @@ from docket.pricing import format_nusd
 from docket.values import ValueProblem, nano_usd, parse_usd
 
 DEFAULT_DSN_ENV = "DOCKET_FLEET_DSN"
+_ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}\Z")
 
 
 def fleet_command(args: argparse.Namespace) -> int:
@@ -29,8 +31,12 @@ def fleet_command(args: argparse.Namespace) -> int:
         raise InputError("fleet: name an action: init, budget set NAME --max-usd X, status NAME")
     store = FleetStore(_dsn(args))
     if args.action == "init":
-        version = store.init()
-        print(f"fleet schema version {version} is in place")
+        role = args.runs_role
+        if role is not None and not _ROLE.match(role):
+            raise InputError(f"fleet init --runs-role: {role!r} is not a role name")
+        version = store.init(role)
+        granted = f"; role {role} may only lease, report and give back" if role else ""
+        print(f"fleet schema version {version} is in place{granted}")
         return 0
     if args.action == "budget":
         if args.budget_action != "set":

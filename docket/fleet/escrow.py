@@ -95,6 +95,9 @@ class Escrow:
         # The first exchange asked before the caps were known, so a slice derived from
         # them (cap / 20) was not asked for: ask again at once.
         self._resize = False
+        # The largest worst case refused since the last exchange: a call larger than a
+        # slice is asked for whole, or it could never be covered.
+        self.short_need = ZERO
 
     # ------------------------------------------------------------ calls
 
@@ -117,10 +120,12 @@ class Escrow:
         """Hold `need` (a call's worst case) out of the slice, or say why it cannot."""
         need = self.mask(need)
         if self.valid_until is None or self.caps is None:
+            self.short_need = _most(self.short_need, need)
             return Short(NO_LEASE, need, ZERO)
         if now + self.config.horizon_seconds > self.valid_until:
             return Short(EXPIRING, need, self.free)
         if not self.free.covers(need):
+            self.short_need = _most(self.short_need, need)
             return Short(SLICE_SHORT, need, self.free)
         self.drawn += need
         return None
@@ -151,7 +156,7 @@ class Escrow:
         ask even when the last grant said the budget is nearly spent."""
         if self.sending is not None:
             return None
-        size = self.slice_size()
+        size = _most(self.slice_size(), self.mask(self.short_need))
         want = Amounts(
             max(0, size.nusd - max(0, self.free.nusd)),
             max(0, size.tokens - max(0, self.free.tokens)),
@@ -177,6 +182,7 @@ class Escrow:
     def exchanged(self, ask: Ask, grant: Grant) -> None:
         """The budget took the report and added `grant.granted` to the lease."""
         self.sending = None
+        self.short_need = ZERO
         learned = self.caps is None
         self.caps = grant.caps
         self._resize = learned and self.slice_size() != self.mask(self.config.slice)
@@ -222,6 +228,10 @@ class Escrow:
                 (size.calls, free.calls),
             )
         )
+
+
+def _most(a: Amounts, b: Amounts) -> Amounts:
+    return Amounts(max(a.nusd, b.nusd), max(a.tokens, b.tokens), max(a.calls, b.calls))
 
 
 def _default_slice(cap: int | None) -> int:
