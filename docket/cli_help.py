@@ -128,7 +128,7 @@ examples:
     "fleet": """\
 examples:
   export DOCKET_FLEET_DSN="host=db.internal dbname=docket user=docket"   # password: ~/.pgpass
-  docket fleet init
+  docket fleet init --runs-role docket_runs   # runs connect as docket_runs: lease functions only
   docket fleet budget set team-a --max-usd 50 --max-calls 10000
   docket fleet status team-a --json
   docket fleet --policy docket.toml status team-a     # the DSN from its [fleet] table

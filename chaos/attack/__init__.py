@@ -21,7 +21,7 @@ the table; tests/test_attack.py runs each in its quick form. Families:
              SIGSTOP, SIGCONT, re-parenting, a /proc snooper for the next key)
   fleet      a fleet budget's DSN looked for by the agent, the cap hammered through
              the boundary, the budget table rewritten by an agent holding the DSN
-             (not held: reported under extra["open"]; docs/fleet.md)
+             (held under a runs' role; not held with table rights: extra["open"])
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.
