@@ -105,3 +105,18 @@ async def test_two_budgets_in_one_database_do_not_touch(fleet_dsn, stub_server, 
     assert store.status("a")["spent"]["nusd"] == spent > 0
     b = store.status("b")
     assert b["spent"]["nusd"] == b["leased"]["nusd"] == 0 and b["leases"] == []
+
+
+async def test_a_budget_missing_from_the_database_refuses_with_its_name(
+    fleet_dsn, stub_server, boundary_rig
+):
+    policy = fleet_policy(fleet_dsn)  # budget "b", never set
+    with trio.fail_after(DEADLINE):
+        async with (
+            stub_server("openai") as up,
+            boundary_rig({"openai": up}, policy, fleet=lease_for(policy)) as rig,
+            rig.client() as http,
+        ):
+            r = await http.post(CHAT, json=BODY)
+    assert r.status_code == 503 and "no fleet budget 'b'" in r.json()["error"]["message"]
+    assert "no fleet budget 'b'" in rig.events("fleet.store")[0]["reason"]

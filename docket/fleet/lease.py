@@ -24,7 +24,8 @@ import trio
 from docket.errors import InputError
 from docket.fleet.amounts import Amounts
 from docket.fleet.escrow import Ask, Escrow, EscrowConfig, Grant, Short
-from docket.fleet.store import Exchanged, FleetStore, FleetStoreError
+from docket.fleet.store import Exchanged, FleetStore, FleetStoreError, NoSuchBudget
+from docket.ledger.limits import EvidenceLost, LedgerFull
 from docket.pricing import format_nusd
 from docket.values import nano_usd
 
@@ -123,7 +124,7 @@ class FleetLease:
         until = self.escrow.valid_until
         if until is None:
             return trio.current_time() + RETRY_AFTER_S
-        return min(until, until - self.policy.lease_seconds / 2)
+        return until - self.policy.lease_seconds / 2  # renewal time
 
     async def _exchange(self, ask: Ask) -> None:
         self.escrow.sent(ask, trio.current_time())
@@ -138,7 +139,7 @@ class FleetLease:
                 host=self.host,
                 lease_seconds=self.policy.lease_seconds,
             )
-        except FleetStoreError as exc:
+        except (FleetStoreError, NoSuchBudget) as exc:  # the budget itself missing too
             self.last_failure = str(exc)
             self.escrow.failed(trio.current_time())
             await self._event("fleet.store", reason=str(exc), asked=ask.reason)
@@ -204,7 +205,7 @@ class FleetLease:
             return
         try:
             await self._in_thread(self.store.give_back, self.budget, ask.lease_id, ask.report)
-        except FleetStoreError as exc:
+        except (FleetStoreError, NoSuchBudget) as exc:
             await self._event("fleet.store", reason=str(exc), asked="return")
             await self._event(
                 "fleet.lease",
@@ -226,7 +227,12 @@ class FleetLease:
         if self.record is None:
             log.warning("%s %s (no recorder)", type, fields)
             return
-        await self.record(type, budget=self.budget, **fields)
+        try:
+            await self.record(type, budget=self.budget, **fields)
+        except (LedgerFull, EvidenceLost) as exc:
+            # The recorder has asked the run to stop; the lease goes on being kept
+            # (and given back) without its events.
+            log.warning("%s not recorded: %s", type, exc)
 
     def refusal_reason(self, short: Short) -> str:
         free = format_nusd(max(0, short.free.nusd))
@@ -254,6 +260,12 @@ def fleet_lease(policy: Any, env: Mapping[str, str], run_id: str) -> FleetLease 
                 f"fleet.dsn_env: the variable {fleet.dsn_env} is not set (it holds the "
                 "budget's database connection string)"
             )
+    try:
+        import psycopg  # noqa: F401  (the fleet extra)
+    except ImportError:
+        raise InputError(
+            "[fleet] needs psycopg, which is not installed: pip install 'docket[fleet]'"
+        ) from None
     store = FleetStore(dsn, timeout_s=fleet.timeout)
     return FleetLease(
         fleet,
