@@ -193,7 +193,7 @@ class Escrow:
             # still drawn (calls in flight, should any outlive it) is held against the new one.
             self.held = grant.granted
         else:
-            self.held = self.held - ask.report + grant.granted
+            self.held = _at_least_zero(self.held - ask.report) + grant.granted
         self.lease_id = grant.lease_id
         self.valid_until = self._sent_at + self.config.lease_seconds
         self._last_grant_short = not grant.granted.covers(self.mask(ask.want))
@@ -228,6 +228,12 @@ class Escrow:
                 (size.calls, free.calls),
             )
         )
+
+
+def _at_least_zero(a: Amounts) -> Amounts:
+    """What the budget keeps of a lease after a report: use over the lease (a call past
+    its reservation) is spent, but takes the lease no lower than zero."""
+    return Amounts(max(0, a.nusd), max(0, a.tokens), max(0, a.calls))
 
 
 def _most(a: Amounts, b: Amounts) -> Amounts:

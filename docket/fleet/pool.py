@@ -56,15 +56,23 @@ class Pool:
                 folded.append(lease.id)
         return folded
 
-    def exchange(self, lease_id: str | None, report: Amounts, want: Amounts, now: float) -> Grant:
+    def exchange(
+        self,
+        lease_id: str | None,
+        report: Amounts,
+        want: Amounts,
+        now: float,
+        lease_seconds: float | None = None,
+    ) -> Grant:
         """Take `report` as spent from the lease, then add what room allows of `want`
         and extend it; a lapsed or unknown lease is settled and a new one opened."""
         self.reclaim(now)
         lease = self.leases.get(lease_id) if lease_id is not None else None
         lapsed = False
         if lease is not None and lease.state == ACTIVE:
-            self.leased -= report
-            lease.amount -= report
+            taken = least(report, lease.amount)  # never below zero (use over a reservation)
+            self.leased -= taken
+            lease.amount -= taken
             self.spent += report
         else:
             lapsed = lease_id is not None
@@ -74,11 +82,13 @@ class Pool:
                 self.spent += report
             lease = PoolLease(f"L{next(self._ids)}", ZERO, now)
             self.leases[lease.id] = lease
-        grant = least(want, self.caps.room(self.spent + self.leased + self.lapsed))
-        grant = self._capped(grant)
+        held = self.spent + self.leased + self.lapsed
+        grant = self._capped(least(want, self.caps.room(held)))
+        if not self._within(held + grant):
+            grant = ZERO  # a dimension already past its cap (a report over a reservation)
         lease.amount += grant
         self.leased += grant
-        lease.expires_at = now + self.lease_seconds
+        lease.expires_at = now + (self.lease_seconds if lease_seconds is None else lease_seconds)
         return Grant(lease.id, grant, self.caps, lapsed=lapsed)
 
     def give_back(self, lease_id: str, report: Amounts, now: float) -> None:
@@ -97,6 +107,10 @@ class Pool:
             self.lapsed -= lease.amount
             lease.state = RETURNED
         self.spent += report
+
+    def _within(self, a: Amounts) -> bool:
+        room = self.caps.room(a)
+        return room.nusd >= 0 and room.tokens >= 0 and room.calls >= 0
 
     def _capped(self, a: Amounts) -> Amounts:
         c = self.caps

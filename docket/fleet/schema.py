@@ -26,9 +26,9 @@ CREATE TABLE IF NOT EXISTS fleet_budgets (
     spent_nusd bigint NOT NULL DEFAULT 0,
     spent_tokens bigint NOT NULL DEFAULT 0,
     spent_calls bigint NOT NULL DEFAULT 0,
-    leased_nusd bigint NOT NULL DEFAULT 0,
-    leased_tokens bigint NOT NULL DEFAULT 0,
-    leased_calls bigint NOT NULL DEFAULT 0,
+    leased_nusd bigint NOT NULL DEFAULT 0 CHECK (leased_nusd >= 0),
+    leased_tokens bigint NOT NULL DEFAULT 0 CHECK (leased_tokens >= 0),
+    leased_calls bigint NOT NULL DEFAULT 0 CHECK (leased_calls >= 0),
     lapsed_nusd bigint NOT NULL DEFAULT 0 CHECK (lapsed_nusd >= 0),
     lapsed_tokens bigint NOT NULL DEFAULT 0 CHECK (lapsed_tokens >= 0),
     lapsed_calls bigint NOT NULL DEFAULT 0 CHECK (lapsed_calls >= 0)
@@ -39,9 +39,9 @@ CREATE TABLE IF NOT EXISTS fleet_leases (
     run_id text NOT NULL,
     host text NOT NULL,
     state text NOT NULL CHECK (state IN ('active', 'lapsed', 'returned')),
-    amount_nusd bigint NOT NULL DEFAULT 0,
-    amount_tokens bigint NOT NULL DEFAULT 0,
-    amount_calls bigint NOT NULL DEFAULT 0,
+    amount_nusd bigint NOT NULL DEFAULT 0 CHECK (amount_nusd >= 0),
+    amount_tokens bigint NOT NULL DEFAULT 0 CHECK (amount_tokens >= 0),
+    amount_calls bigint NOT NULL DEFAULT 0 CHECK (amount_calls >= 0),
     used_nusd bigint NOT NULL DEFAULT 0,
     used_tokens bigint NOT NULL DEFAULT 0,
     used_calls bigint NOT NULL DEFAULT 0,
@@ -127,7 +127,7 @@ RETURNS TABLE (lease bigint, gn bigint, gk bigint, gc bigint,
                cap_n bigint, cap_k bigint, cap_c bigint, lapsed boolean, folded jsonb)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
-DECLARE live bigint;
+DECLARE live bigint; tn bigint; tk bigint; tc bigint;
 BEGIN
     IF least(rn, rk, rc, wn, wk, wc) < 0 OR p_lease_s <= 0 THEN
         RAISE EXCEPTION 'fleet_exchange: amounts must be >= 0, lease seconds > 0'
@@ -136,17 +136,22 @@ BEGIN
     PERFORM fleet_lock(p_budget);
     folded := fleet_reclaim(p_budget);
     IF p_lease IS NOT NULL THEN
-        UPDATE fleet_leases SET
-            amount_nusd = amount_nusd - rn, used_nusd = used_nusd + rn,
-            amount_tokens = amount_tokens - rk, used_tokens = used_tokens + rk,
-            amount_calls = amount_calls - rc, used_calls = used_calls + rc
-        WHERE id = p_lease AND budget = p_budget AND state = 'active'
-        RETURNING id INTO live;
+        -- What was used comes off the lease, never below zero: a call that used more
+        -- than its reservation is spent in full but cannot take more than was leased.
+        SELECT id, least(rn, amount_nusd), least(rk, amount_tokens), least(rc, amount_calls)
+        INTO live, tn, tk, tc
+        FROM fleet_leases WHERE id = p_lease AND budget = p_budget AND state = 'active'
+        FOR UPDATE;
         IF live IS NOT NULL THEN
+            UPDATE fleet_leases SET
+                amount_nusd = amount_nusd - tn, used_nusd = used_nusd + rn,
+                amount_tokens = amount_tokens - tk, used_tokens = used_tokens + rk,
+                amount_calls = amount_calls - tc, used_calls = used_calls + rc
+            WHERE id = live;
             UPDATE fleet_budgets SET
-                spent_nusd = spent_nusd + rn, leased_nusd = leased_nusd - rn,
-                spent_tokens = spent_tokens + rk, leased_tokens = leased_tokens - rk,
-                spent_calls = spent_calls + rc, leased_calls = leased_calls - rc
+                spent_nusd = spent_nusd + rn, leased_nusd = leased_nusd - tn,
+                spent_tokens = spent_tokens + rk, leased_tokens = leased_tokens - tk,
+                spent_calls = spent_calls + rc, leased_calls = leased_calls - tc
             WHERE name = p_budget;
         ELSE
             PERFORM fleet_settle_closed(p_budget, p_lease, rn, rk, rc);
