@@ -54,7 +54,8 @@ FAMILIES = {
     ),
     "fleet": (
         "chaos.attack.fleet",
-        "the fleet DSN kept from the agent and off disk, the cap held through the boundary",
+        "the fleet DSN kept from the agent and off disk, the cap held through the boundary, "
+        "a runs' role unable to touch the tables",
     ),
 }
 # Family-specific figures worth a column of their own.

@@ -62,6 +62,7 @@ print("rewrote the budget")
 def run(folder: Path, quick: bool, dsn: str | None = None) -> Figures:
     figures = Figures("fleet")
     started = time.monotonic()
+    folder.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         dsn = dsn or os.environ.get("DOCKET_ATTACK_FLEET_DSN") or _own_cluster(stack, figures)
         if dsn is None:
