@@ -127,6 +127,7 @@ def fleet(session: nox.Session) -> None:
         "pytest", "-q", "-s", "tests/test_fleet_runs.py", "tests/test_fleet_store.py",
         "tests/test_fleet_escrow.py", "tests/test_fleet_boundary.py",
         "tests/test_fleet_command.py", "tests/test_fleet_policy.py", "tests/test_fleet_faults.py",
+        "tests/test_fleet_settle.py", "tests/test_fleet_store_model.py",
         *session.posargs,
     )  # fmt: skip
 

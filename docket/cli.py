@@ -441,6 +441,11 @@ def _fleet_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--max-usd", required=True, help="the budget's spend cap in USD")
     s.add_argument("--max-tokens", type=int, default=None)
     s.add_argument("--max-calls", type=int, default=None)
+    se = actions.add_parser(
+        "settle", help="settle a dead run's lapsed leases from its ledger: the rest is room again"
+    )
+    se.add_argument("name")
+    se.add_argument("--ledger", required=True, help="the dead run's ledger (or its folder)")
     st = actions.add_parser("status", help="cap, spent, leased, lapsed, and each lease")
     st.add_argument("name")
     st.add_argument("--json", action="store_true", help="machine-readable output")

@@ -131,6 +131,7 @@ examples:
   docket fleet init --runs-role docket_runs   # runs connect as docket_runs: lease functions only
   docket fleet budget set team-a --max-usd 50 --max-calls 10000
   docket fleet status team-a --json
+  docket fleet settle team-a --ledger docket-runs/RUN_ID   # a dead run's lapsed leases
   docket fleet --policy docket.toml status team-a     # the DSN from its [fleet] table
 """,
     "init": """\

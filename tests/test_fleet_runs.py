@@ -13,6 +13,7 @@ import pytest
 import trio
 from fleet_runs import RunResult, run_argv, run_env, write_policy
 
+from docket.cli import main as cli_main
 from docket.fleet.amounts import Caps
 from docket.fleet.store import FleetStore
 from docket.receipts.verify import verify
@@ -85,7 +86,7 @@ async def test_four_boundaries_many_callers_never_pass_one_cap(tmp_path, stub_se
 
 
 @pytest.mark.slow
-async def test_a_killed_boundary_loses_its_lease_to_expiry_and_the_others_go_on(
+async def test_a_killed_boundarys_lease_lapses_and_its_ledger_gives_its_slice_back(
     tmp_path, stub_server, fleet_dsn
 ):
     store = FleetStore(fleet_dsn)
@@ -111,26 +112,46 @@ async def test_a_killed_boundary_loses_its_lease_to_expiry_and_the_others_go_on(
             (held,) = store.status("k")["leases"]
             while store.status("k")["lapsed"]["nusd"] == 0:  # expiry, server time
                 await trio.sleep(0.2)
+            # The lease lapsed whole: what the victim had not reported may have been
+            # spent, so no one else may spend it.
+            lapsed = store.status("k")
+            assert lapsed["lapsed"]["nusd"] == held["held"]["nusd"] > 0
+            # Its ledger says what it spent (each call open at its death at its worst
+            # case): settled from it, the rest of its slice returns to the others.
+            assert (
+                cli_main(
+                    [
+                        "fleet",
+                        "--dsn",
+                        fleet_dsn,
+                        "settle",
+                        "k",
+                        "--ledger",
+                        str(tmp_path / "victim"),
+                    ]
+                )
+                == 0
+            )
+            settled = store.status("k")
+            victim = RunResult(tmp_path / "victim", -signal.SIGKILL, "")
+            victim_closed = sum(e["cost_nusd"] for e in victim.events("model.response"))
+            victim_charged = settled["spent"]["nusd"]
+            assert settled["lapsed"]["nusd"] == 0 and settled["leased"]["nusd"] == 0
+            assert victim_closed <= victim_charged <= held["used"]["nusd"] + held["held"]["nusd"]
             others = await fleet_of_runs(
                 tmp_path, stub, fleet_dsn, budget="k", runs=3, calls=200, concurrency=3,
                 slice_usd=0.0004,
             )  # fmt: skip
-    status = store.status("k")
-    # The victim's lease lapsed whole: what it had not reported is counted as spent,
-    # since it may have spent any of it before it died; no one else may spend it.
-    assert status["lapsed"]["nusd"] == held["held"]["nusd"] > 0
-    victim = RunResult(tmp_path / "victim", -signal.SIGKILL, "")
-    victim_spent = sum(e["cost_nusd"] for e in victim.events("model.response"))
-    victim_reported = held["used"]["nusd"]
-    assert victim_spent <= victim_reported + held["held"]["nusd"]
-    others_spent = judged(others, store, "k", cap, reported_by_others=victim_reported)
-    assert victim_spent + others_spent <= cap
-    left_to_them = cap - victim_reported - held["held"]["nusd"]
+    others_spent = judged(others, store, "k", cap, reported_by_others=victim_charged)
+    assert victim_closed + others_spent <= victim_charged + others_spent <= cap
+    left_to_them = cap - victim_charged
     assert others_spent >= 0.9 * left_to_them
     print(
-        f"killed boundary: it spent {victim_spent} nusd ({victim_reported} reported), its lease "
-        f"of {held['held']['nusd']} lapsed; the others spent {others_spent} of the "
-        f"{left_to_them} left to them; cap {cap}"
+        f"killed boundary: its ledger shows {victim_closed} nusd in closed calls, "
+        f"{victim_charged} charged with its calls in flight at their worst case "
+        f"({held['used']['nusd']} reported before it died); its lease of "
+        f"{held['held']['nusd']} lapsed, then was settled from its ledger; the others spent "
+        f"{others_spent} of the {left_to_them} left to them; cap {cap}"
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from docket.errors import InputError
 from docket.fleet.amounts import Caps
+from docket.fleet.settle import LedgerSpend
 from docket.fleet.store import DIMS, FleetStore
 from docket.policy import _BUDGET_NAME, _DSN_PASSWORD, load_policy
 from docket.pricing import format_nusd
@@ -50,12 +51,39 @@ def fleet_command(args: argparse.Namespace) -> int:
         store.set_budget(name, caps)
         print(f"fleet budget {name}: max_usd {format_nusd(caps.nusd or 0)}")
         return 0
+    if args.action == "settle":
+        return _settle(store, _name(args.name), args.ledger)
     status = store.status(_name(args.name))
     if args.json:
         json.dump(status, sys.stdout, sort_keys=True)
         sys.stdout.write("\n")
     else:
         print(_text(status))
+    return 0
+
+
+def _settle(store: FleetStore, budget: str, ledger: str) -> int:
+    from docket.pricing import default_price_table
+    from docket.reading.source import ledger_path, read_events
+
+    path = ledger_path(ledger)
+    fold = LedgerSpend(default_price_table())
+    try:
+        for event in read_events(path):
+            fold.feed(event)
+    except InputError as exc:
+        # A run killed mid-write leaves a torn last line: a model.request that never
+        # finished was never forwarded (it is written before the call goes out).
+        if ": torn tail:" not in str(exc):
+            raise
+    if fold.run_id is None:
+        raise InputError(f"fleet settle: {path} has no session.start: not a run's ledger")
+    done = store.settle_lapsed(budget, fold.run_id, fold.total())
+    print(
+        f"fleet budget {budget}: run {fold.run_id} spent {format_nusd(done['spent'].nusd)} "
+        f"by its ledger ({format_nusd(done['more'].nusd)} more than it reported); its lapsed "
+        f"leases gave {format_nusd(done['lapsed'].nusd - done['more'].nusd)} back"
+    )
     return 0
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from docket.errors import DocketError, InputError
-from docket.fleet.amounts import Amounts, Caps
+from docket.fleet.amounts import ZERO, Amounts, Caps
 from docket.fleet.escrow import Grant
 from docket.fleet.schema import FUNCTIONS, RUN_FUNCTIONS, SCHEMA_VERSION, TABLES
 
@@ -201,6 +201,66 @@ class FleetStore:
             row = cur.fetchone()
         assert row is not None
         return _folded(row[0])
+
+    def settle_lapsed(self, budget: str, run_id: str, spent: Amounts) -> dict[str, Any]:
+        """A dead run's lapsed leases, settled from what its ledger says it spent: the
+        use beyond what it reported is spent, the rest of the leases is room again.
+        An admin's operation (the runs' role cannot call it)."""
+        with self._transaction() as cur:
+            cur.execute("SELECT fleet_lock(%s), fleet_reclaim(%s)", (budget, budget))
+            cur.execute(
+                """SELECT state, count(*), coalesce(sum(amount_nusd), 0),
+                          coalesce(sum(amount_tokens), 0), coalesce(sum(amount_calls), 0),
+                          coalesce(sum(used_nusd), 0), coalesce(sum(used_tokens), 0),
+                          coalesce(sum(used_calls), 0)
+                   FROM fleet_leases WHERE budget = %s AND run_id = %s GROUP BY state""",
+                (budget, run_id),
+            )
+            by_state = {r[0]: r[1:] for r in cur.fetchall()}
+            if "active" in by_state:
+                raise InputError(
+                    f"fleet settle: run {run_id} still holds an active lease on {budget}"
+                )
+            if "lapsed" not in by_state:
+                raise InputError(f"fleet settle: run {run_id} has no lapsed lease on {budget}")
+            reported = ZERO
+            for row in by_state.values():
+                reported += Amounts(*(int(v) for v in row[4:7]))
+            more = spent - reported
+            if min(more.nusd, more.tokens, more.calls) < 0:
+                raise InputError(
+                    f"fleet settle: the ledger accounts for less than run {run_id} reported "
+                    f"({spent} < {reported}): is it that run's ledger?"
+                )
+            lapsed = Amounts(*(int(v) for v in by_state["lapsed"][1:4]))
+            cur.execute(
+                """UPDATE fleet_leases SET state = 'returned'
+                   WHERE budget = %s AND run_id = %s AND state = 'lapsed'""",
+                (budget, run_id),
+            )
+            cur.execute(
+                """UPDATE fleet_budgets SET
+                     spent_nusd = spent_nusd + %s, spent_tokens = spent_tokens + %s,
+                     spent_calls = spent_calls + %s, lapsed_nusd = lapsed_nusd - %s,
+                     lapsed_tokens = lapsed_tokens - %s, lapsed_calls = lapsed_calls - %s
+                   WHERE name = %s""",
+                (
+                    more.nusd,
+                    more.tokens,
+                    more.calls,
+                    lapsed.nusd,
+                    lapsed.tokens,
+                    lapsed.calls,
+                    budget,
+                ),
+            )
+        return {
+            "run_id": run_id,
+            "spent": spent,
+            "reported": reported,
+            "lapsed": lapsed,
+            "more": more,
+        }
 
     # ------------------------------------------------------------ inside
 
