@@ -6,6 +6,7 @@ day and a chaos scenario against the real Toxiproxy server), `verifiers` (the Py
 JavaScript and Go verifiers over the vectors and 1,000 mutations), `peers` (Docket's
 boundary beside LiteLLM's proxy, from PyPI), `soak` (the boundary's memory over run length),
 `otel` (a chaos run exported to a real Arize Phoenix, from PyPI, and read back).
+`fleet` (the fleet budget's long tests, against a PostgreSQL they start).
 
 Each session makes its own virtualenv and installs what it needs, so a fresh
 machine with only Python and pip runs any of them after `pip install nox`.
@@ -113,6 +114,22 @@ def slow(session: nox.Session) -> None:
     session.run(
         "pytest", "-q", "-n", "2", "-m", "hypothesis and not slow",
         "--hypothesis-profile", "thorough", *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
+def fleet(session: nox.Session) -> None:
+    """The fleet budget's long tests (tests/test_fleet_runs.py, slow: four `docket run`
+    boundaries with eight callers each against one cap, one SIGKILLed mid-run, two
+    budgets in one database) and every fleet test beside them, against a PostgreSQL
+    the tests start themselves (tests/postgres_server.py; skipped without initdb)."""
+    session.install("-e", ".[test]")
+    session.run(
+        "pytest", "-q", "-s", "tests/test_fleet_runs.py", "tests/test_fleet_store.py",
+        "tests/test_fleet_escrow.py", "tests/test_fleet_boundary.py",
+        "tests/test_fleet_command.py", "tests/test_fleet_policy.py", "tests/test_fleet_faults.py",
+        "tests/test_fleet_settle.py", "tests/test_fleet_store_model.py",
+        *session.posargs,
     )  # fmt: skip
 
 

@@ -96,6 +96,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+def cmd_fleet(args: argparse.Namespace) -> int:
+    from docket.fleet.command import fleet_command  # per verb
+
+    return fleet_command(args)
+
+
 def cmd_restore(args: argparse.Namespace) -> int:
     from docket.snapshot.command import restore_command  # per verb
 
@@ -340,6 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--apply", action="store_true", help="remove (default: list what would go)")
     p.set_defaults(func=cmd_prune)
 
+    p = verbs.add_parser(
+        "fleet", help="a budget shared by many runs in PostgreSQL: init, budget set, status"
+    )
+    _fleet_arguments(p)
+    p.set_defaults(func=cmd_fleet)
+
     p = verbs.add_parser("init", help="write a commented docket.toml covering every policy key")
     p.add_argument("path", nargs="?", default="docket.toml")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
@@ -570,6 +582,38 @@ def _host_flags(p: argparse.ArgumentParser) -> None:
         metavar="HOST",
         help="the boundary listens here (default 127.0.0.1, or the policy's boundary.host)",
     )
+
+
+def _fleet_arguments(p: argparse.ArgumentParser) -> None:
+    """docket fleet's (docket/fleet/command.py runs it)."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--dsn", help="a libpq connection string (no password: use ~/.pgpass)")
+    where.add_argument(
+        "--dsn-env", metavar="VAR", help="the variable holding the DSN (default DOCKET_FLEET_DSN)"
+    )
+    where.add_argument("--policy", metavar="FILE", help="read dsn or dsn_env from its [fleet]")
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    init = actions.add_parser("init", help="create the fleet tables and functions (idempotent)")
+    init.add_argument(
+        "--runs-role",
+        metavar="ROLE",
+        help="the role runs connect as: EXECUTE on the lease functions, nothing on the tables",
+    )
+    budget = actions.add_parser("budget", help="set a budget's caps")
+    budget_actions = budget.add_subparsers(dest="budget_action", metavar="set")
+    s = budget_actions.add_parser("set", help="create a budget or change its caps")
+    s.add_argument("name")
+    s.add_argument("--max-usd", required=True, help="the budget's spend cap in USD")
+    s.add_argument("--max-tokens", type=int, default=None)
+    s.add_argument("--max-calls", type=int, default=None)
+    se = actions.add_parser(
+        "settle", help="settle a dead run's lapsed leases from its ledger: the rest is room again"
+    )
+    se.add_argument("name")
+    se.add_argument("--ledger", required=True, help="the dead run's ledger (or its folder)")
+    st = actions.add_parser("status", help="cap, spent, leased, lapsed, and each lease")
+    st.add_argument("name")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,6 +62,9 @@ DESCRIPTIONS = {
     "environment pointed at the boundary (below), enforce the policy, and end with a receipt "
     "beside the ledger. Exit: the agent's status, 42 when a cap stopped it, 43 when evidence "
     "was lost.",
+    "fleet": "A budget shared by many runs on many machines, in PostgreSQL (docs/fleet.md): "
+    "create its tables, set a budget's caps, show what is spent, leased and lapsed, lease by "
+    "lease. Exit 1 when the database cannot be reached.",
     "init": "Write a commented docket.toml listing every policy key with its default.",
     "prices": "Print the price table the caps and receipts use: its date, its provenance, and "
     "USD per million tokens per model. With --policy, a policy's [prices] merged over it, "
@@ -142,6 +145,15 @@ examples:
   docket run --policy docket.toml --ledger-dir runs/today -- ./agent.sh --task fix-tests
   docket run --max-wall-clock 600 --budget-mode quota -- claude -p "fix the tests"
   docket run --snapshot --rollback-on-breach -- python my_agent.py   # tree back on a breach
+""",
+    "fleet": """\
+examples:
+  export DOCKET_FLEET_DSN="host=db.internal dbname=docket user=docket"   # password: ~/.pgpass
+  docket fleet init --runs-role docket_runs   # runs connect as docket_runs: lease functions only
+  docket fleet budget set team-a --max-usd 50 --max-calls 10000
+  docket fleet status team-a --json
+  docket fleet settle team-a --ledger docket-runs/RUN_ID   # a dead run's lapsed leases
+  docket fleet --policy docket.toml status team-a     # the DSN from its [fleet] table
 """,
     "init": """\
 examples:

@@ -179,6 +179,25 @@ class ExportPolicy:
     otlp_metrics: bool = True  # false for a backend that takes traces only (Langfuse)
 
 
+@dataclass(frozen=True)
+class FleetPolicy:
+    """A budget shared by many runs in PostgreSQL (docs/fleet.md); off unless `budget`."""
+
+    budget: str | None = None  # the budget's name in the database
+    dsn: str | None = None  # a libpq connection string without a password
+    dsn_env: str | None = None  # or the environment variable holding one (may hold a password)
+    slice_usd: Decimal | None = None  # per exchange; none: a twentieth of the cap
+    slice_tokens: int | None = None
+    slice_calls: int | None = None
+    lease_seconds: float = 30.0
+    low_water: float = 0.5  # ask for more once less than this share of a slice is free
+    timeout: float = 2.0  # the longest one exchange with the database may take
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget is not None
+
+
 def default_providers() -> Mapping[str, ProviderPolicy]:
     return MappingProxyType(
         {
@@ -205,6 +224,7 @@ class Policy:
     # Not in to_dict, so not in the digest: where the record is sent after the run is
     # not a rule the run was held to (as [explain] is not).
     export: ExportPolicy = field(default_factory=ExportPolicy)
+    fleet: FleetPolicy = field(default_factory=FleetPolicy)  # docs/fleet.md
     # Where it came from; not part of the digest (the same rules from two files are the same policy).
     source: str = field(default="defaults", compare=False)
 
@@ -249,6 +269,10 @@ class Policy:
             out["cache"] = self.cache.to_dict()
         if self.prices:  # likewise
             out["prices"] = {name: p.to_dict() for name, p in self.prices.items()}
+        if self.fleet.enabled:  # likewise; the DSN's text is where the budget is, not a rule
+            out["fleet"] = {
+                k: v for k, v in section(self.fleet).items() if k not in ("dsn", "dsn_env")
+            }
         return out
 
     def digest(self) -> str:
@@ -318,6 +342,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
             "cache",
             "prices",
             "export",
+            "fleet",
         ),
     )
     ledger = _ledger(c, c.section(data, "ledger"))
@@ -331,6 +356,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
     cache = cache_policy(c.fields(c.section(data, "cache"), "cache", CACHE_KEYS))
     prices = _prices(c, c.section(data, "prices"))
     export = _export(c, c.section(data, "export"))
+    fleet = _fleet(c, c.section(data, "fleet"))
     # Checked here so that `docket run` refuses a mistyped [explain] as explain would;
     # not kept: the thresholds tune what `docket explain` names, never what a run does.
     read_thresholds(c.fields(c.section(data, "explain"), "explain", EXPLAIN_KEYS))
@@ -346,6 +372,7 @@ def policy_from_dict(data: dict, source: str = "<dict>") -> Policy:
         cache=cache,
         prices=prices,
         export=export,
+        fleet=fleet,
         source=source,
     )
 
@@ -571,6 +598,48 @@ def _export(c: _Checker, t: dict) -> ExportPolicy:
         otlp_timeout=f.duration("otlp_timeout", ExportPolicy().otlp_timeout),
         otlp_metrics=f.boolean("otlp_metrics", ExportPolicy().otlp_metrics),
     )
+
+
+_BUDGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+# A password in a libpq string: key=value form (password=...), or a URI's user:pass@.
+_DSN_PASSWORD = re.compile(r"(^|\s)password\s*=|^postgres(ql)?://[^/@?]*:[^/@?]*@", re.IGNORECASE)
+
+
+def _fleet(c: _Checker, t: dict) -> FleetPolicy:
+    f = c.fields(t, "fleet", _keys(FleetPolicy))
+    d = FleetPolicy()
+    if not t:
+        return d
+    budget = f.string("budget", "", _BUDGET_NAME)
+    if not budget:
+        c.fail("fleet.budget", 'must name the budget (letters, digits, _ . -), e.g. "team-a"')
+    dsn, dsn_env = f.string("dsn", None), f.string("dsn_env", None, _ENV_NAME)
+    if (dsn is None) == (dsn_env is None):
+        c.fail("fleet", "must have one of dsn or dsn_env (the variable that holds the DSN)")
+    if dsn is not None and _DSN_PASSWORD.search(dsn):
+        c.fail(
+            "fleet.dsn",
+            "must not hold a password: put the DSN in dsn_env's variable, or use .pgpass",
+        )
+    fleet = FleetPolicy(
+        budget=budget,
+        dsn=dsn,
+        dsn_env=dsn_env,
+        slice_usd=f.usd("slice_usd"),
+        slice_tokens=f.integer("slice_tokens", None, minimum=1),
+        slice_calls=f.integer("slice_calls", None, minimum=1),
+        lease_seconds=f.duration("lease_seconds", d.lease_seconds),
+        low_water=f.fraction("low_water", d.low_water),
+        timeout=f.duration("timeout", d.timeout),
+    )
+    if fleet.lease_seconds < 2:
+        c.fail("fleet.lease_seconds", f"must be at least 2 s, got {fleet.lease_seconds:g}")
+    if fleet.timeout >= fleet.lease_seconds / 2:
+        c.fail(
+            "fleet.timeout",
+            "must be under half of lease_seconds (a renewal must fit before expiry)",
+        )
+    return fleet
 
 
 def _valid_egress(entry: str) -> bool:

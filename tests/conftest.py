@@ -39,6 +39,7 @@ import pytest
 import trio
 from helpers import read_events, serving
 from hypothesis import settings
+from postgres_server import fleet_dsn, postgres_cluster  # noqa: F401  (fixtures)
 
 from chaos.stub.server import Stub, StubConfig
 from docket.boundary.app import Boundary
@@ -160,6 +161,7 @@ def boundary_rig(tmp_path):
         clock: Clock | None = None,
         token: str = TOKEN,
         observers=(),
+        fleet=None,
     ) -> AsyncIterator[Rig]:
         resolved = rig_policy(providers, policy)
         path = tmp_path / f"ledger-{next(counter)}.jsonl"
@@ -175,6 +177,7 @@ def boundary_rig(tmp_path):
                 clock=clock,
                 stop=stops.append,
                 env={KEY_ENV: REAL_KEY} if env is None else env,
+                fleet=fleet,
             )
             async with serving(
                 boundary.serve,

@@ -22,7 +22,9 @@ from docket.boundary.rules.base import Refusal
 from docket.boundary.rules.body import BodyProblem
 from docket.boundary.rules.budget import BadBudget
 from docket.boundary.rules.bulkhead import Waited
+from docket.boundary.rules.fleet import Uncovered
 from docket.boundary.rules.request import Unparsed
+from docket.fleet.lease import RETRY_AFTER_S
 from docket.guards import breaker as brk
 from docket.guards import caps as cp
 from docket.guards.bulkhead import DEADLINE, QUEUE_FULL, Shed
@@ -40,6 +42,7 @@ ORDER = (
     "endpoint",
     "budget",
     "caps",
+    "fleet",
     "deadline",
     "limiter",
     "breaker",
@@ -86,6 +89,7 @@ FACTS = {
     "endpoint": (CHAT, OTHER),
     "budget": (None, BadBudget("x-docket-deadline-ms: not a number")),
     "caps": (ADMITTED_CAPS, caps_refusal(deferred=False)),
+    "fleet": (None, Uncovered("no_lease", "fleet budget 'b': no slice of it is held")),
     "deadline": (ATTEMPT, SPENT),
     "limiter": (Admit(tokens_left=1.0, window_count=None), REFUSE),
     "breaker": (brk.Verdict(ticket=TICKET, refusal=None), OPEN),
@@ -103,6 +107,7 @@ SIGNATURE = {
     "endpoint": lambda r: r.rule == "endpoint",
     "budget": lambda r: r.rule == "bad_request" and r.extra == {"param": "x-docket-deadline-ms"},
     "caps": lambda r: (r.rule, r.error_type) == ("caps.max_usd", "docket_policy_denied"),
+    "fleet": lambda r: r.error_type == "docket_fleet_unavailable",
     "deadline": lambda r: r.rule == "deadline" and r.fields.get("deadline_ms") == 50,
     "limiter": lambda r: r.error_type == "docket_rate_limited",
     "breaker": lambda r: r.error_type == "docket_breaker_open",
@@ -221,6 +226,15 @@ def test_caps_deferred_is_a_429_with_retry_after_and_says_it_would_fit():
     assert isinstance(final, Refusal) and final.error_type == "docket_policy_denied"
     assert DOCKET_ERRORS[final.error_type].status == 403 and final.retry_after_s is None
     assert final.fields["would_fit_after_settle"] is False
+
+
+def test_a_fleet_refusal_is_a_503_with_retry_after_and_names_its_code():
+    step = admit(facts_for({"fleet": "refuse"}))
+    assert isinstance(step, Refusal) and step.rule == "fleet.no_lease"
+    assert DOCKET_ERRORS[step.error_type].status == 503 and DOCKET_ERRORS[step.error_type].retryable
+    assert step.retry_after_s == RETRY_AFTER_S > 0
+    assert step.event == "policy.denied" and step.fields["code"] == "no_lease"
+    assert "no slice of it is held" in step.fields["reason"]
 
 
 def test_a_caps_refusal_not_about_room_has_no_would_fit_field():

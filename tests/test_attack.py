@@ -18,6 +18,7 @@ from chaos.attack import (
     diskfull,
     excluded,
     exhaustion,
+    fleet,
     http,
     inputs,
     mutations,
@@ -115,3 +116,13 @@ def test_a_signed_run_attacked_by_its_carrier_gets_each_named_verdict(tmp_path):
 
 def test_a_planted_recording_is_refused_before_it_is_replayed(tmp_path):
     assert_all_good(replay.run(tmp_path, quick=True), at_least=9)
+
+
+def test_a_fleet_budgets_dsn_is_kept_from_the_agent_and_the_cap_holds(tmp_path, fleet_dsn):
+    figures = fleet.run(tmp_path, quick=True, dsn=fleet_dsn)
+    assert_all_good(figures, at_least=5)
+    assert figures.extra["calls_spent_nusd"] <= figures.extra["calls_cap_nusd"]
+    assert figures.extra["calls_refused"].get("docket_fleet_unavailable", 0) > 0
+    # Not held, and said so: an agent of the same user holding a DSN whose role has
+    # rights on the tables owns the budget (held under a runs' role: the `role` probes).
+    assert figures.extra["open"] and "raised the cap" in figures.extra["open"][0]

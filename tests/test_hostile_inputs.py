@@ -315,6 +315,11 @@ CASES = [
     Case("prune a missing store", ("prune", "nowhere"), "no store here"),
     Case("prune --older-than nonsense", ("prune", "{dir}", "--older-than", "soon"), "--older-than"),
     Case("prune --max-size nonsense", ("prune", "{dir}", "--max-size", "big"), "--max-size"),
+    # -- fleet (tests/test_fleet_command.py has the rest, against a real PostgreSQL)
+    Case("fleet with no action", ("fleet",), "name an action"),
+    Case("fleet status with no name", ("fleet", "status"), "required: name"),
+    Case("fleet with no database named", ("fleet", "budget", "set", "x", "--max-usd", "1"),
+         "DOCKET_FLEET_DSN is not set", env=(("DOCKET_FLEET_DSN", ""),)),
     # -- listing runs: ls (tests/test_runs_list.py has the rest)
     Case("ls a missing folder", ("ls", "nowhere"), "no such folder"),
     Case("ls a file", ("ls", "f.txt"), "not a folder", {"f.txt": "x"}),

@@ -26,6 +26,9 @@ the table; tests/test_attack.py runs each in its quick form. Families:
              files swapped after attesting, re-signed, signatures dropped, a huge envelope
   replay     a recorded run's folder planted (edited, swapped, forged with bodies
              the recorder never writes, links, FIFOs, past the bound) before `docket replay`
+  fleet      a fleet budget's DSN looked for by the agent, the cap hammered through
+             the boundary, the budget table rewritten by an agent holding the DSN
+             (held under a runs' role; not held with table rights: extra["open"])
 
 `docket/` never imports this package (tests/test_layout.py): the recorder stands
 without its harness.

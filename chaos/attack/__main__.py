@@ -67,9 +67,18 @@ FAMILIES = {
         "chaos.attack.replay",
         "a planted recording refused in one line before any answer is served, in bounded time",
     ),
+    "fleet": (
+        "chaos.attack.fleet",
+        "the fleet DSN kept from the agent and off disk, the cap held through the boundary, "
+        "a runs' role unable to touch the tables",
+    ),
 }
 # Family-specific figures worth a column of their own.
 NOTES = {
+    "fleet": lambda x: (
+        f"spent {x.get('calls_spent_nusd')} of {x.get('calls_cap_nusd')} nusd; open: "
+        f"{'; '.join(x.get('open', [])) or 'none'}"
+    ),
     "http": lambda x: (
         f"4xx {x.get('answered_4xx')}, in provider shape {x.get('provider_shape_4xx')}"
         f", still serving {x.get('still_serving')}"

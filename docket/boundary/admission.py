@@ -22,6 +22,7 @@ is made here, from the guards' own pure decisions:
     caps        caps.CapsGuard.reserve                  403 docket_policy_denied
                   (under "deny", a call that fits once calls in flight settle:
                    429 docket_caps_pending with Retry-After)
+    fleet       fleet.lease.FleetLease.cover            503 docket_fleet_unavailable
     deadline    deadline.plan_attempt                   504 docket_upstream_timeout
     limiter     limiter.RateLimiter.admit               429 docket_rate_limited
     breaker     breaker.CircuitBreaker.before_call      503 docket_breaker_open
@@ -52,6 +53,7 @@ from docket.boundary.rules import (
     caps,
     deadline,
     endpoint,
+    fleet,
     limiter,
     request,
 )
@@ -67,6 +69,7 @@ RULES: Final[tuple[Rule[Any], ...]] = (
     endpoint.RULE,
     budget.RULE,
     caps.RULE,
+    fleet.RULE,
     deadline.RULE,
     limiter.RULE,
     breaker.RULE,

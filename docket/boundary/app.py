@@ -22,6 +22,7 @@ import trio
 
 from docket.boundary import admission, providers
 from docket.boundary.cache import ResponseCache
+from docket.boundary.fleet_caps import FleetCapsGuard
 from docket.boundary.guarded import Guards
 from docket.boundary.intake import Intake
 from docket.boundary.metrics import Metrics
@@ -31,6 +32,7 @@ from docket.boundary.recorder import Recorder
 from docket.boundary.routes import ROUTE_NAME, UNKNOWN_ROUTE, make_route
 from docket.boundary.stop import StopRequest
 from docket.clock import Clock
+from docket.fleet.lease import FleetLease
 from docket.guards.caps import CapsGuard, Decision, Settlement
 from docket.guards.redact import Redactor
 from docket.guards.scrub import relay_keys
@@ -63,6 +65,7 @@ class Boundary:
         env: Mapping[str, str] | None = None,
         call_probe: Callable[[str], object] | None = None,
         replay_key: str | None = None,
+        fleet: FleetLease | None = None,
     ) -> None:
         self.policy = policy
         self.token = token
@@ -71,7 +74,13 @@ class Boundary:
         self.server_stats: ServerStats | None = None  # the HTTP server's, once serving
         self.url: str | None = None  # http://127.0.0.1:PORT, once serving
         self.prices = prices or default_price_table()
-        self.caps = CapsGuard(policy.caps, self.prices)
+        # [fleet]: the caps' reservations are drawn from a slice of a shared budget too.
+        self.fleet = fleet
+        self.caps = (
+            CapsGuard(policy.caps, self.prices)
+            if fleet is None
+            else FleetCapsGuard(policy.caps, self.prices, fleet)
+        )
         self.guards = Guards(policy.resilience, policy.providers)
         self.metrics = Metrics(self.guards)
         ledger.on_sync = self.metrics.fsync_done  # the ledger's one listener: its fsync times
@@ -99,12 +108,17 @@ class Boundary:
         self.call_probe = call_probe  # RunHooks.call_probe, or None
         # Never written into the ledger, whatever text or encoding they turn up in:
         # every event the boundary records passes self.redactor (see record).
-        self.redactor = Redactor([token, *(route.api_key for route in self.routes.values())])
+        secrets = [token, *(route.api_key for route in self.routes.values())]
+        if fleet is not None:
+            secrets.append(fleet.store.dsn)  # it may carry a password (dsn_env)
+        self.redactor = Redactor(secrets)
         # The boundary's one way to the ledger: it also decides what a full ledger or
         # lost evidence does to the run (stop it), for every caller.
         self.recorder = Recorder(ledger, self.redactor, stop)
         # Never relayed to the agent either, whatever an upstream echoes (forward.py).
         self.relay_keys = relay_keys(route.api_key for route in self.routes.values())
+        if fleet is not None:
+            fleet.record = self.record
         self.intake = Intake(self)  # model calls
         self.ops = OpsEndpoints(self)  # /docket/...
 
@@ -149,8 +163,13 @@ class Boundary:
                 self.server_stats = listening.stats
                 self.url = listening.url
                 nursery.start_soon(self._report_pressure, listening.stats)
+                if self.fleet is not None:
+                    nursery.start_soon(self.fleet.run)
                 task_status.started(listening.url)
         finally:
+            if self.fleet is not None:
+                with trio.CancelScope(shield=True):  # bounded: the store's timeout
+                    await self.fleet.close()
             if self.server_stats is not None:
                 with trio.CancelScope(shield=True):
                     # An episode still under way at the end is on record too.

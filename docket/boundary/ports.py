@@ -22,6 +22,7 @@ from docket.policy import Policy
 if TYPE_CHECKING:  # guarded.py's Hold is what the learners take; it needs none of this
     from docket.boundary.cache import ResponseCache
     from docket.boundary.guarded import Guards
+    from docket.fleet.lease import FleetLease
     from docket.http.server import ServerStats
 
 
@@ -137,6 +138,8 @@ class AdmissionHost(Protocol):
     def token(self) -> str: ...
     @property
     def caps(self) -> CapsGuard: ...
+    @property
+    def fleet(self) -> FleetLease | None: ...  # [fleet]: the budget shared by many runs
     @property
     def guards(self) -> Guards: ...
     @property

@@ -59,6 +59,8 @@ def agent_drops(policy) -> frozenset[str]:
     configured = {p.key_env for p in policy.providers.values()}
     if policy.export.otlp_headers_env:  # a collector's token, for the run's end only
         configured.add(policy.export.otlp_headers_env)
+    if policy.fleet.dsn_env:  # the budget's database
+        configured.add(policy.fleet.dsn_env)
     return frozenset(WELL_KNOWN_KEY_ENV) | configured | frozenset(policy.secrets.drop_env)
 
 

@@ -67,6 +67,10 @@ EVENT_TYPES = CONTROL_TYPES | frozenset(
         "snapshot.taken",
         "snapshot.changes",
         "snapshot.restored",
+        # A fleet budget (docs/fleet.md): each change to this run's lease (drawn, renewed,
+        # expired, lost, returned) and each exchange with its database that failed.
+        "fleet.lease",
+        "fleet.store",
     }
 )
 

@@ -57,6 +57,7 @@ from docket.boundary.recorder import Recorder
 from docket.boundary.stop import StopRequest
 from docket.clock import Clock, rfc3339
 from docket.errors import EXIT_EVIDENCE_LOST, EXIT_USAGE, InputError
+from docket.fleet.lease import fleet_lease
 from docket.guards.keys import agent_drops, bad_keys, missing_keys, missing_warning
 from docket.guards.redact import Redactor, redact_argv
 from docket.ledger.limits import EvidenceLost, LedgerFull, describe_os_error
@@ -142,6 +143,7 @@ class Supervisor:
         # Read once the ledger is open (cache_store.open_shared_cache): a bad store is
         # said and recorded, and the run goes on without it.
         self.shared_cache = shared_cache(self.policy, self.env)
+        self.fleet = fleet_lease(self.policy, self.env, self.run_id)  # None without [fleet]
         self.token = "dkt-" + secrets.token_urlsafe(24)
         # The supervisor's own events pass the same door as the boundary's: the run
         # token and the provider keys never reach the ledger, in any form.
@@ -302,6 +304,7 @@ class Supervisor:
                 prices=self.prices,
                 call_probe=self.hooks.call_probe,
                 replay_key=self.replay_key,
+                fleet=self.fleet,
             )
             if boundary.cache is not None and self.shared_cache is not None:
                 await open_shared_cache(

@@ -520,6 +520,9 @@ DOCKET_ERRORS: dict[str, RefusalKind] = {
     # a 429 with Retry-After, which SDKs retry; a call past the cap even then is a 403.
     "docket_caps_pending": RefusalKind(429, True),
     "docket_load_shed": RefusalKind(503, True),
+    # A fleet budget's slice cannot cover the call and no more can be leased now
+    # (spent elsewhere, or its database unreachable): 503 with Retry-After.
+    "docket_fleet_unavailable": RefusalKind(503, True),
     "docket_unauthorized": RefusalKind(401, False),
     "docket_bad_request": RefusalKind(400, False),
     "docket_upstream_timeout": RefusalKind(504, True),
