@@ -101,3 +101,21 @@ def test_caps_faults_and_evidence_are_compared(tmp_path, capsys):
     assert rc == 1
     assert {"caps.breached.max_usd", "faults.injected", "exit.status", "exit.cap"} <= rows
     assert "faults.upstream:status(503)@call 1" in rows
+    # the max_usd limit in dollars, beside the dollar columns (the receipt holds nano-USD)
+    (breach,) = [r for r in report["differences"] if r["figure"] == "caps.breached.max_usd"]
+    assert breach["b"] == "limit $0.000001000"
+
+
+def test_the_response_cache_is_compared(tmp_path, capsys):
+    a = run(tmp_path, "a", baseline("run-a"))
+    s = baseline("run-b")
+    end = s.steps.pop()
+    s.add(1, "cache.hit", provider="openai", model="gpt-4o-mini", saved_nusd=500,
+          request_sha256="a" * 64, replays_seq=3, age_ms=10)  # fmt: skip
+    s.steps.append(end)
+    b = run(tmp_path, "b", s)
+    rc, report = diff(capsys, a, b)
+    rows = {r["figure"]: r for r in report["differences"]}
+    assert rc == 1
+    assert (rows["cache.hits"]["a"], rows["cache.hits"]["b"]) == (0, 1)
+    assert rows["cache.saved_usd"]["b"] == "0.000000500"

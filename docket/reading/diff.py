@@ -89,7 +89,17 @@ def figures(receipt_path: str) -> tuple[dict[str, object], dict[str, object]]:
     exit_ = receipt["exit"]
     out["exit.status"], out["exit.cap"] = exit_["status"], exit_["cap"]
     for breach in receipt["caps"]["breaches"]:
-        out[f"caps.breached.{breach['cap']}"] = f"limit {breach['limit']}"
+        limit = breach["limit"]
+        if breach["cap"] == "max_usd" and type(limit) is int:  # nano-USD, like the costs
+            limit = f"${usd(limit)}"
+        out[f"caps.breached.{breach['cap']}"] = f"limit {limit}"
+    # The response cache (ops.cache; absent: nothing was asked of it).
+    cache = receipt["ops"].get("cache") or {}
+    for name in ("hits", "misses", "stored"):
+        out[f"cache.{name}"] = cache.get(name, 0)
+    out["cache.saved_usd"] = usd(cache.get("saved_nusd", 0))
+    for reason, n in (cache.get("refused_by_reason") or {}).items():
+        out[f"cache.not_stored.{reason}"] = n
     out["faults.injected"] = receipt["faults"]["injected"]
     for fault, n in receipt["faults"]["by_fault"].items():
         out[f"faults.{fault}"] = n
