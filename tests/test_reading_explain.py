@@ -415,6 +415,11 @@ def test_findings_come_most_costly_first_and_as_json(tmp_path, capsys):
     assert main(["explain", str(path)]) == 0
     out = capsys.readouterr().out
     assert "1. premium-for-small-calls" in out and "write-scope: not judged" in out
+    # each finding ends in one line of what to do, in the text and in the JSON
+    from docket.reading.patterns import ADVICE
+
+    assert f"do: {ADVICE['premium-for-small-calls']}" in " ".join(out.split())
+    assert report["findings"][1]["advice"] == ADVICE["cache-miss"] != ""
 
 
 def test_thresholds_from_the_policys_explain_table(tmp_path, capsys):

@@ -187,6 +187,8 @@ def render(report: dict) -> None:
         console.print(f"   {escape(f['summary'])}")
         evidence = ", ".join(f"{k} {_plain(v)}" for k, v in f["evidence"].items() if v is not None)
         console.print(f"   [dim]evidence: {escape(evidence)}[/dim]")
+        if f.get("advice"):
+            console.print(f"   do: {escape(f['advice'])}")
     for name, why in report["not_judged"].items():
         console.print(f"\n[yellow]{name}: not judged[/yellow] ({escape(why)})")
     for provider, size in report.get("sizing", {}).items():

@@ -25,6 +25,27 @@ from docket.reading.calls import (
 from docket.reading.thresholds import Thresholds
 from docket.receipts.tally import usd
 
+# One line of what to do about each pattern, from the resilience patterns the game day's
+# agent findings draw on; explain prints it under the finding's evidence.
+ADVICE = {
+    "runaway-loop": "set a cap that ends it ([caps] max_model_calls or max_usd) and have the "
+    "agent stop when it gets the same answer to the same request",
+    "retry-storm": "back off with full jitter, honour Retry-After and cap the attempts "
+    "(docket/agent/backoff.py does)",
+    "retry-budget": "keep retries within a budget, about 10% of first attempts plus a few "
+    "(docket/agent/budget.py is one)",
+    "cache-miss": "turn on [cache] for identical requests, or stop sending them again",
+    "fat-context": "trim or summarise the history before sending it again, and let the "
+    "provider cache the prefix that does not change",
+    "premium-for-small-calls": "send the small calls to the cheaper model the evidence names",
+    "concentration": "look at the named model or provider first: it holds more of the spend "
+    "or of the failures than of the calls",
+    "policy-denials": "read the rule's reason and change course at the first refusal instead "
+    "of asking again",
+    "write-scope": "check the paths written outside the scope; roll them back with docket "
+    "restore, or widen [explain] write_scope if they were meant",
+}
+
 
 @dataclass
 class Finding:
@@ -46,6 +67,7 @@ class Finding:
                 "wall_ms": self.wall_ms,
             },
             "evidence": self.evidence,
+            "advice": ADVICE.get(self.pattern, ""),
         }
 
 
