@@ -274,6 +274,13 @@ class Matcher:
         self.missed += 1
         return self._miss(provider, path, body, found)
 
+    def release(self, call: RecordedCall) -> None:
+        """Undo the match of `call`: a fault replaced its answer (docket/replay/faults.py),
+        so the same request asked again is served it."""
+        self.used.discard(call.index)
+        self.matched -= 1
+        self.asked[call.provider] -= 1
+
     def _find(self, provider: str, path: str, body: bytes, n: int) -> RecordedCall | str:
         digest = hashlib.sha256(body).hexdigest()
         if self.policy == "order":

@@ -1,0 +1,172 @@
+"""Faults on replayed answers (`docket chaos --replay`), in process.
+
+The decision (chaos/replay.py damage_of: the stub's plan() on a recorded answer) is
+pure and property-tested over seeds; the replay upstream's performance of a Damage is
+tested on real sockets with a real boundary and ledger (the boundary_rig): an
+injected 503 reaches the agent in the provider's shape, is recorded `replay_fault`
+(not `replayed_from`), costs nothing, and leaves the recorded answer for the retry;
+a cut stream is cut where the fault says. The end-to-end runs with the SDKs are in
+tests/test_replay.py (slow).
+"""
+
+from __future__ import annotations
+
+import json
+
+import trio
+from conftest import Upstream
+from helpers import serving
+from hypothesis import given
+from hypothesis import strategies as st
+from test_replay_upstream import KEY, RUN, STREAM_ANSWER, STREAMED, WHOLE, WHOLE_ANSWER, recording
+
+from chaos.faults.schedule import SEED_LIMIT, FaultSchedule
+from chaos.replay import damage_of
+from docket.replay.faults import Damage, cut_events
+from docket.replay.match import Matcher
+from docket.replay.upstream import ReplayUpstream
+
+DEADLINE = 20
+CALLS = 64
+seeds = st.integers(0, SEED_LIMIT - 1)
+
+
+def placement(seed: int, texts: list[str], stream: bool = False) -> list[tuple]:
+    """Per call 1..CALLS, the faults performed and what they do to the answer."""
+    schedule = FaultSchedule.parse(seed, texts)
+    answer = recording()[1 if stream else 0].answer
+    out = []
+    for call in range(1, CALLS + 1):
+        d = damage_of(schedule, call, "openai", answer)
+        out.append((tuple(e["fault"] for e in d.injected), d.error, d.cut_after_events))
+    return out
+
+
+@given(seeds)
+def test_the_same_seed_places_the_same_faults(seed):
+    texts = ["upstream:status(503)@30%", "upstream:cut_stream(after=2)@40%"]
+    assert placement(seed, texts, stream=True) == placement(seed, texts, stream=True)
+
+
+@given(seeds, seeds)
+def test_another_seed_places_them_elsewhere(a, b):
+    """Where the grammar draws (a percentage), two seeds agree on 64 calls at 50% with
+    probability 2**-64: a different placement is the property."""
+    if a == b:
+        return
+    texts = ["upstream:status(503)@50%"]
+    assert placement(a, texts) != placement(b, texts)
+
+
+@given(seeds)
+def test_what_fires_is_what_the_schedule_resolves(seed):
+    texts = ["upstream:status(503)@25%", "upstream:latency(10ms, jitter=5ms)@call 3.."]
+    schedule = FaultSchedule.parse(seed, texts)
+    resolved = {(o, t) for o, t in schedule.resolve(CALLS)}
+    performed = {
+        (call, fault)
+        for call, (faults, _, _) in enumerate(placement(seed, texts), start=1)
+        for fault in faults
+    }
+    assert performed == resolved
+
+
+def test_an_error_replaces_the_answer_in_the_providers_shape():
+    schedule = FaultSchedule.parse(1, ["upstream:status(503, retry_after=2s)@call 3"])
+    answer = recording()[0].answer
+    assert damage_of(schedule, 2, "openai", answer) == Damage()
+    damage = damage_of(schedule, 3, "openai", answer)
+    status, body = damage.error
+    assert status == 503 and json.loads(body)["error"]["message"].startswith("Injected")
+    assert damage.retry_after == "2" and not damage.faithful
+    assert [e["ordinal"] for e in damage.injected] == [3]
+    anthropic = damage_of(schedule, 3, "anthropic", answer)
+    assert json.loads(anthropic.error[1])["type"] == "error"  # Anthropic's envelope
+
+
+def test_missing_usage_and_malformed_rewrite_the_recorded_body():
+    whole, streamed = (c.answer for c in recording())
+    schedule = FaultSchedule.parse(0, ["upstream:missing_usage"])
+    assert "usage" not in json.loads(damage_of(schedule, 1, "openai", whole).body)
+    rewritten = damage_of(schedule, 1, "openai", streamed).body
+    assert rewritten.count("data: ") == 3 and "prompt_tokens" not in rewritten
+    broken = damage_of(FaultSchedule.parse(0, ["upstream:malformed_json"]), 1, "openai", whole)
+    try:
+        json.loads(broken.body)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("the malformed body parsed")
+    latency = damage_of(FaultSchedule.parse(0, ["upstream:latency(20ms)"]), 1, "openai", whole)
+    assert latency.faithful and latency.first_byte_delay == 0.02  # a delay alone: as recorded
+
+
+def test_cut_events_keeps_what_the_fault_leaves():
+    events = [b"a" * 10, b"b" * 10, b"c" * 10]
+    assert cut_events(events, Damage()) == (events, False)
+    assert cut_events(events, Damage(cut_after_events=2)) == (events[:2], True)
+    assert cut_events(events, Damage(cut_after_events=3)) == (events, False)  # past the end
+    assert cut_events(events, Damage(truncate_bytes=15)) == ([b"a" * 10, b"b" * 5], True)
+
+
+def _upstream(texts: list[str], seed: int = 0) -> tuple[ReplayUpstream, list[dict]]:
+    schedule = FaultSchedule.parse(seed, texts)
+    recorded: list[dict] = []
+
+    async def faults(call, provider, kind, rec):
+        damage = damage_of(schedule, call, kind, rec.answer)
+        recorded.extend(damage.injected)
+        return damage
+
+    replay = ReplayUpstream(
+        Matcher(recording()), run_id=RUN, key=KEY, kinds={"openai": "openai"}, faults=faults
+    )
+    return replay, recorded
+
+
+async def test_an_injected_503_is_free_and_the_retry_gets_the_recorded_answer(boundary_rig):
+    replay, injected = _upstream(["upstream:status(503)@call 1"])
+    at_replay = serving(replay.serve, lambda url, _: Upstream(f"{url}/openai", "openai"))
+    with trio.fail_after(DEADLINE):
+        async with at_replay as up, boundary_rig({"openai": up}) as rig:
+            rig.boundary.routes["openai"].replay_key = KEY
+            async with rig.client() as client:
+                failed = await client.post("/openai/v1/chat/completions", content=json.dumps(WHOLE))
+                retried = await client.post(
+                    "/openai/v1/chat/completions", content=json.dumps(WHOLE)
+                )
+    assert failed.status_code == 503 and failed.json()["error"]["type"] == "server_error"
+    assert retried.status_code == 200 and retried.text == WHOLE_ANSWER
+    assert [e["ordinal"] for e in injected] == [1]
+    error, response = rig.events("model.error")[0], rig.events("model.response")[0]
+    assert error["replay_fault"] is True and "replayed_from" not in error
+    assert error["cost_nusd"] == 0 and response["cost_nusd"] == 0
+    assert response["replayed_from"]["seq"] == 2  # the recorded answer, on the retry
+    assert replay.matcher.matched == 1 and replay.faulted == 1 and not replay.misses
+
+
+async def test_a_cut_stream_is_cut_after_the_faults_events(boundary_rig):
+    replay, injected = _upstream(["upstream:cut_stream(after=2)@call 2"])
+    at_replay = serving(replay.serve, lambda url, _: Upstream(f"{url}/openai", "openai"))
+    with trio.fail_after(DEADLINE):
+        async with at_replay as up, boundary_rig({"openai": up}) as rig:
+            rig.boundary.routes["openai"].replay_key = KEY
+            async with rig.client() as client:
+                await client.post("/openai/v1/chat/completions", content=json.dumps(WHOLE))
+                got = b""
+                try:
+                    async with client.stream(
+                        "POST", "/openai/v1/chat/completions", content=json.dumps(STREAMED)
+                    ) as streamed:
+                        async for piece in streamed.aiter_raw():
+                            got += piece
+                except Exception as exc:  # noqa: BLE001 - the cut is the point; its type is httpx's
+                    cut = exc
+                else:
+                    cut = None
+    events = [e + "\n\n" for e in STREAM_ANSWER.split("\n\n") if e]
+    assert got.decode() == "".join(events[:2]) and cut is not None
+    assert [e["kind"] for e in injected] == ["cut_stream"]
+    close = [e for e in rig.events() if e.get("replay_fault")]
+    assert len(close) == 1 and close[0]["cost_nusd"] == 0
+    assert replay.faulted == 1 and replay.matcher.matched == 1  # the stream's call left unused
