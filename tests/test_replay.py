@@ -318,3 +318,46 @@ def test_chaos_replay_refuses_faults_it_cannot_put_on_an_answer(recorded, tmp_pa
     done = chaos_replay(folder, policy, tmp_path / "r", 1, "net:reset_peer@call 1")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "upstream faults only" in done.stderr
+
+
+def test_a_replay_of_a_replay_is_the_replay(recorded, tmp_path):
+    """Record, replay it (bodies recorded: the same policy), replay that replay: the same
+    answers, and each link names the one before it (replay_of, replayed_from)."""
+    folder, policy, said = recorded
+    chain = [folder, tmp_path / "once", tmp_path / "twice"]
+    for source, out in zip(chain, chain[1:], strict=False):
+        done = docket(
+            "replay",
+            str(source),
+            "--check",
+            "--policy",
+            str(policy),
+            "--ledger-dir",
+            str(out),
+            "--",
+            *AGENT,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == said
+    receipts = [json.loads((f / "receipt.json").read_text()) for f in chain]
+    for earlier, later in zip(receipts, receipts[1:], strict=False):
+        assert later["replay_of"] == {
+            "run_id": earlier["run_id"],
+            "head": earlier["ledger"]["head"],
+        }
+    assert verify(chain[2] / "receipt.json").ok
+
+    def answers(f: Path) -> list[dict]:
+        return [e for e in events(f / "ledger.jsonl") if e["type"] == "model.response"]
+
+    original, once, twice = (answers(f) for f in chain)
+    assert [e["response_body"] for e in twice] == [e["response_body"] for e in original]
+    lines_once = list(Lines(chain[1] / "ledger.jsonl"))
+    for close in twice:  # each answer names the replay's line, which names the recording's
+        origin = close["replayed_from"]
+        assert origin["run_id"] == receipts[1]["run_id"]
+        assert origin["line_sha256"] == line_hash(lines_once[origin["seq"]])
+        assert (
+            json.loads(lines_once[origin["seq"]])["replayed_from"]["run_id"]
+            == receipts[0]["run_id"]
+        )
