@@ -11,6 +11,7 @@ tests/test_replay.py (slow).
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import trio
@@ -23,7 +24,7 @@ from test_replay_upstream import KEY, RUN, STREAM_ANSWER, STREAMED, WHOLE, WHOLE
 from chaos.faults.schedule import SEED_LIMIT, FaultSchedule
 from chaos.replay import damage_of
 from docket.replay.faults import Damage, cut_events
-from docket.replay.match import Matcher
+from docket.replay.match import Hit, Matcher, recorded_calls
 from docket.replay.upstream import ReplayUpstream
 
 DEADLINE = 20
@@ -170,3 +171,51 @@ async def test_a_cut_stream_is_cut_after_the_faults_events(boundary_rig):
     close = [e for e in rig.events() if e.get("replay_fault")]
     assert len(close) == 1 and close[0]["cost_nusd"] == 0
     assert replay.faulted == 1 and replay.matcher.matched == 1  # the stream's call left unused
+
+
+def _calls(bodies: list[int]) -> list:
+    pairs = []
+    for i, b in enumerate(bodies):
+        data = json.dumps({"model": "m", "messages": [{"role": "user", "content": str(b)}]})
+        request = {
+            "seq": 2 * i + 1,
+            "type": "model.request",
+            "call_id": f"c{i}",
+            "provider": "openai",
+            "base_url": "http://x",
+            "url": "http://x/v1/chat/completions",
+            "request_sha256": hashlib.sha256(data.encode()).hexdigest(),
+            "request_body": data,
+        }
+        close = {"seq": 2 * i + 2, "type": "model.response", "call_id": f"c{i}", "status": 200}
+        pairs += [(request, f"{2 * i + 1:064x}"), (close | {"response_body": "{}"}, "0" * 64)]
+    return recorded_calls(pairs)
+
+
+@given(
+    st.lists(st.integers(0, 3), max_size=12),
+    st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=30),
+)
+def test_exact_matching_with_releases_is_the_earliest_unused_equal_call(bodies, steps):
+    """The exact policy's index (and release, for a faulted answer) against the rule it
+    keeps: a request gets the earliest unused recorded call with its bytes."""
+    calls = _calls(bodies)
+    matcher = Matcher(calls)
+    used: set[int] = set()
+    hits = []
+    for release, b in steps:
+        if release and hits:
+            call = hits.pop()
+            matcher.release(call)
+            used.discard(call.index)
+            continue
+        asked = json.dumps({"model": "m", "messages": [{"role": "user", "content": str(b)}]})
+        expected = next((c for c in calls if c.index not in used and bodies[c.index] == b), None)
+        got = matcher.match("openai", "v1/chat/completions", asked.encode())
+        if expected is None:
+            assert not isinstance(got, Hit)
+        else:
+            assert isinstance(got, Hit) and got.call == expected
+            used.add(expected.index)
+            hits.append(expected)
+    assert matcher.matched == len(used)
