@@ -134,6 +134,10 @@ def chaos_command(args) -> int:
     )
     schedule = FaultSchedule.parse(seed, scenario.faults)
     check_folder(folder)
+    if getattr(args, "replay", None) is None and (
+        getattr(args, "policy", None) or getattr(args, "on_miss", None)
+    ):
+        raise InputError("--policy and --on-miss go with --replay RUN")
     if getattr(args, "replay", None) is not None:
         from chaos.replay import replay_chaos  # the faults on a recorded run's answers
 

@@ -133,6 +133,11 @@ def replay_chaos(
     from docket.replay.command import prepare_replay, run_replay
 
     check_replay_faults(schedule)
+    if args.agent is not None or args.toxiproxy is not None:
+        raise InputError(
+            "--replay serves a recorded run to your command (-- CMD): not with --agent or "
+            "--toxiproxy"
+        )
     command = [c for c in (args.command or []) if c != "--"]
     if not command:
         raise InputError("--replay: give the agent's command after --")

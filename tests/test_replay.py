@@ -313,13 +313,6 @@ def test_a_503_at_call_3_is_the_sdks_own_error_without_retries(recorded, tmp_pat
     assert [(e["type"], e["status"], e["cost_nusd"]) for e in faulted] == [("model.error", 503, 0)]
 
 
-def test_chaos_replay_refuses_faults_it_cannot_put_on_an_answer(recorded, tmp_path):
-    folder, policy, _ = recorded
-    done = chaos_replay(folder, policy, tmp_path / "r", 1, "net:reset_peer@call 1")
-    assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "upstream faults only" in done.stderr
-
-
 def test_a_replay_of_a_replay_is_the_replay(recorded, tmp_path):
     """Record, replay it (bodies recorded: the same policy), replay that replay: the same
     answers, and each link names the one before it (replay_of, replayed_from)."""

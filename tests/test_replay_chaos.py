@@ -23,6 +23,8 @@ from test_replay_upstream import KEY, RUN, STREAM_ANSWER, STREAMED, WHOLE, WHOLE
 
 from chaos.faults.schedule import SEED_LIMIT, FaultSchedule
 from chaos.replay import damage_of
+from docket.boundary.replayed import miss_header, replay_mark
+from docket.cli import main
 from docket.replay.faults import Damage, cut_events
 from docket.replay.match import Hit, Matcher, recorded_calls
 from docket.replay.upstream import ReplayUpstream
@@ -219,3 +221,25 @@ def test_exact_matching_with_releases_is_the_earliest_unused_equal_call(bodies, 
             used.add(expected.index)
             hits.append(expected)
     assert matcher.matched == len(used)
+
+
+def test_the_fault_mark_is_read_only_with_the_key():
+    assert replay_mark([miss_header(KEY, "fault")], KEY) == "fault"
+    assert replay_mark([miss_header("f" * 32, "fault")], KEY) is None
+
+
+def test_chaos_replay_refuses_what_it_cannot_do_in_one_line(tmp_path, capsys):
+    """Checked before the recording is read: a fault that acts on a connection, the
+    recorder or a process; a mode it does not take; replay options without --replay."""
+    run = str(tmp_path / "no-such-run")
+    cases = [
+        (["--replay", run, "--fault", "net:reset_peer@call 1", "--", "true"], "upstream faults"),
+        (["--replay", run, "--fault", "ledger:eio@seq 3", "--", "true"], "upstream faults"),
+        (["--replay", run, "--agent", "once"], "not with --agent"),
+        (["--policy", "docket.toml", "--agent", "once"], "go with --replay"),
+    ]
+    for args, said in cases:
+        status = main(["chaos", "--seed", "1", "--dir", str(tmp_path / "out"), *args])
+        err = capsys.readouterr().err
+        assert status == 2 and err.count("\n") == 1 and said in err, (args, err)
+        assert not (tmp_path / "out").exists()  # refused before anything was made
