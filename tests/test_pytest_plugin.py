@@ -4,7 +4,7 @@ through `docket run`), then run offline from the recordings with the stub stoppe
 run with the agent's prompt changed, which fails with the divergence in the report.
 
 Real processes (the stub, pytest in a subprocess, docket run / docket replay under it),
-since the process is the point: marked slow."""
+since the process is the point: those are marked slow."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 from test_replay import ENV, start_stub
 
-pytestmark = pytest.mark.slow
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "pytest_replay"
@@ -48,6 +49,26 @@ def run(pytester, *args):
     )
 
 
+def test_the_plugin_imports_nothing_heavy():
+    """pytest loads it at every start-up (its entry point): the standard library and
+    pytest only; docket itself runs in the subprocess."""
+    code = (
+        "import sys, docket.pytest_plugin; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('trio', 'httpx', 'h11', 'openai', 'chaos') or m.startswith('docket.')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['docket.pytest_plugin']"
+
+
+@pytest.mark.slow
 def test_record_then_replay_offline_then_a_changed_prompt_fails(suite):
     stub, url = start_stub("openai")
     try:
@@ -107,6 +128,7 @@ def test_record_then_replay_offline_then_a_changed_prompt_fails(suite):
     assert '"asked": "Greet Ada in three words."' in swallowed.stdout.str()
 
 
+@pytest.mark.slow
 def test_recording_without_bodies_is_refused_before_anything_runs(suite):
     (suite.path / "docket.toml").write_text('[providers.openai]\nkind = "openai"\n')
     refused = run(suite, "--docket-record")
