@@ -243,3 +243,39 @@ def test_chaos_replay_refuses_what_it_cannot_do_in_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert status == 2 and err.count("\n") == 1 and said in err, (args, err)
         assert not (tmp_path / "out").exists()  # refused before anything was made
+
+
+async def _retry_until_answered(boundary_rig, seed: int) -> tuple[list, list]:
+    """The agent's view (status and body of each try) of a request retried until it
+    gets an answer, under a 503 at 50%, and the faults recorded."""
+    replay, injected = _upstream(["upstream:status(503)@50%"], seed=seed)
+    at_replay = serving(replay.serve, lambda url, _: Upstream(f"{url}/openai", "openai"))
+    seen = []
+    with trio.fail_after(DEADLINE):
+        async with at_replay as up, boundary_rig({"openai": up}) as rig:
+            rig.boundary.routes["openai"].replay_key = KEY
+            async with rig.client() as client:
+                for _ in range(12):
+                    got = await client.post(
+                        "/openai/v1/chat/completions", content=json.dumps(WHOLE)
+                    )
+                    seen.append((got.status_code, got.text))
+                    if got.status_code == 200:
+                        break
+    return seen, injected
+
+
+def _fires(seed: int, calls: int) -> list[bool]:
+    schedule = FaultSchedule.parse(seed, ["upstream:status(503)@50%"])
+    return [schedule.decide(0, call) for call in range(1, calls + 1)]
+
+
+async def test_the_same_seed_twice_is_the_same_run_for_the_agent(boundary_rig):
+    # a seed whose 503s stop at call 3: fewer in a row than open the boundary's breaker
+    seed = next(s for s in range(1000) if _fires(s, 3) == [True, True, False])
+    first, first_faults = await _retry_until_answered(boundary_rig, seed)
+    second, second_faults = await _retry_until_answered(boundary_rig, seed)
+    assert first == second and first_faults == second_faults
+    assert [status for status, _ in first] == [503, 503, 200]
+    assert first[-1][1] == WHOLE_ANSWER  # the retry that got through got the recorded answer
+    assert [e["ordinal"] for e in first_faults] == list(range(1, len(first)))
