@@ -155,9 +155,11 @@ def spawn_boundary(
     profile: Path | None = None,
     tree: Path = ROOT,
     policy: dict | None = None,
+    replay_key: str | None = None,
 ) -> BoundaryProcess:
     """A boundary whose provider NAME (kind openai) forwards to upstreams[NAME];
-    `policy`: more policy tables (e.g. {"cache": {...}})."""
+    `policy`: more policy tables (e.g. {"cache": {...}}); `replay_key`: the routes go
+    to a replay upstream holding that key (docket/boundary/replayed.py)."""
     providers = {
         name: {"kind": "openai", "base_url": url, "key_env": STUB_KEY_ENV}
         for name, url in upstreams.items()
@@ -170,6 +172,8 @@ def spawn_boundary(
     }
     if policy:
         config["policy"] = policy
+    if replay_key:
+        config["replay_key"] = replay_key
     return BoundaryProcess(config, tree)
 
 
@@ -235,6 +239,7 @@ async def _boundary_session(config: dict) -> dict:
             clock=Clock(),
             stop=lambda request: stops.append(request.reason),
             env={STUB_KEY_ENV: "sk-docket-bench"},
+            **({"replay_key": config["replay_key"]} if config.get("replay_key") else {}),
         )
         async with trio.open_nursery() as nursery:
             url = await nursery.start(boundary.serve)

@@ -134,6 +134,14 @@ def chaos_command(args) -> int:
     )
     schedule = FaultSchedule.parse(seed, scenario.faults)
     check_folder(folder)
+    if getattr(args, "replay", None) is None and (
+        getattr(args, "policy", None) or getattr(args, "on_miss", None)
+    ):
+        raise InputError("--policy and --on-miss go with --replay RUN")
+    if getattr(args, "replay", None) is not None:
+        from chaos.replay import replay_chaos  # the faults on a recorded run's answers
+
+        return replay_chaos(args, seed, schedule, folder, schedule_lines(schedule, RESOLVE_UP_TO))
     if args.toxiproxy is not None:  # refused before anything is printed; run_chaos dials it
         toxiproxy_driver(args.toxiproxy)
         check_real_toxiproxy(schedule)

@@ -19,6 +19,7 @@ from docket.cli_help import AGENT_MODES, GAMEDAY_PHASES, document
 from docket.errors import EXIT_USAGE, DocketError, InputError, one_line
 from docket.inputs import integer_arg, seconds_arg
 from docket.reading.run_paths import run_ledger, run_receipt, verify_pair
+from docket.replay.options import ON_MISS as REPLAY_ON_MISS
 
 EPILOG = """exit codes:
   0   ok
@@ -398,6 +399,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"run the reference agent in this mode: {' | '.join(AGENT_MODES)}",
     )
     p.add_argument("--toxiproxy", default=None, metavar="URL", help="a real Toxiproxy's API")
+    p.add_argument(
+        "--replay",
+        default=None,
+        metavar="RUN",
+        help="put the upstream faults on a recorded run's answers (docket replay; -- CMD)",
+    )
+    p.add_argument("--policy", default=None, help="with --replay: the recording's docket.toml")
+    p.add_argument(
+        "--on-miss", choices=REPLAY_ON_MISS, default=None, help="with --replay: as docket replay's"
+    )
     _host_flags(p)
     p.add_argument("--dir", default=None, help="the run's folder (default: under ./docket-runs/)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (your own agent)")

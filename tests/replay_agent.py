@@ -3,7 +3,8 @@ asked once whole and once streamed, through the base URLs `docket run` gives it.
 
 Prints one JSON line: what each answer said (the text, joined from a stream's
 deltas), or for a call the SDK refused, its exception's class and module.
-REPLAY_AGENT_QUESTION changes the second question (a changed agent).
+REPLAY_AGENT_QUESTION changes the second question (a changed agent);
+REPLAY_AGENT_RETRIES sets both SDKs' max_retries (default 0).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ def attempt(name, fn):
         out[name] = {"raised": type(exc).__name__, "module": type(exc).__module__}
 
 
-oa = openai.OpenAI(max_retries=0, timeout=20)
-an = anthropic.Anthropic(max_retries=0, timeout=20)
+RETRIES = int(os.environ.get("REPLAY_AGENT_RETRIES", "0"))
+oa = openai.OpenAI(max_retries=RETRIES, timeout=20)
+an = anthropic.Anthropic(max_retries=RETRIES, timeout=20)
 first = [{"role": "user", "content": "sixteen bytes!!!"}]
 second = [{"role": "user", "content": QUESTION}]
 

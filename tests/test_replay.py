@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from test_replay_recording import rechained
 
+from chaos.faults.schedule import FaultSchedule
 from docket.ledger.chain import line_hash
 from docket.ledger.reader import Lines
 from docket.receipts.verify import verify
@@ -233,3 +234,123 @@ def test_refusals_are_one_line_and_exit_2(recorded, tmp_path):
     done = docket("replay", str(forged), "--policy", str(policy), "--", "true")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "recorded without bodies" in done.stderr
+
+
+# ---------------------------------------------------------------- docket chaos --replay
+
+
+def chaos_replay(folder, policy, out, seed, *faults, env=None):
+    flags = [f for text in faults for f in ("--fault", text)]
+    return docket(
+        "chaos",
+        "--seed",
+        str(seed),
+        "--replay",
+        str(folder),
+        "--policy",
+        str(policy),
+        "--dir",
+        str(out),
+        *flags,
+        "--",
+        *AGENT,
+        env=env,
+    )
+
+
+def injected(folder: Path) -> list[dict]:
+    fields = ("fault", "seed", "ordinal", "counter", "target", "kind", "provider")
+    found = [e for e in events(folder / "ledger.jsonl") if e["type"] == "fault.injected"]
+    return [{k: e.get(k) for k in fields} for e in found]
+
+
+def test_chaos_on_a_replay_same_seed_same_faults_and_the_retry_is_served(recorded, tmp_path):
+    """A 503 at call 1 (the openai SDK's whole call, which retries it: call 2 gets the
+    recorded answer) and a latency drawn at 50%: the same seed twice gives the same
+    fault.injected events, the same answers, and every recorded call replayed."""
+    folder, policy, said = recorded
+    faults = ("upstream:status(503)@call 1", "upstream:latency(5ms)@50%")
+    env = {**ENV, "REPLAY_AGENT_RETRIES": "2"}
+    runs = [chaos_replay(folder, policy, tmp_path / f"r{n}", 7, *faults, env=env) for n in (1, 2)]
+    for done in runs:
+        assert done.returncode == 0, done.stderr
+    outputs = [
+        json.loads(line) for done in runs for line in done.stdout.splitlines() if line[:1] == "{"
+    ]
+    assert outputs == [said, said]  # the retry got the recorded answer
+    first, second = injected(tmp_path / "r1"), injected(tmp_path / "r2")
+    assert first == second and first[0]["ordinal"] == 1 and first[0]["kind"] == "status"
+    schedule = FaultSchedule.parse(7, faults)
+    # five requests reached the replay upstream (4 calls and the one retry)
+    assert [(e["ordinal"], e["fault"]) for e in first] == schedule.resolve(5)
+    assert "4 of 4 recorded calls replayed" in runs[0].stderr
+    receipt = json.loads((tmp_path / "r1" / "receipt.json").read_text())
+    assert receipt["faults"]["injected"] == len(first)
+    assert verify(tmp_path / "r1" / "receipt.json").ok
+    # another seed whose schedule draws the latency elsewhere places it elsewhere
+    other = next(
+        s for s in range(8, 200) if FaultSchedule.parse(s, faults).resolve(5) != schedule.resolve(5)
+    )
+    moved = chaos_replay(folder, policy, tmp_path / "r3", other, *faults, env=env)
+    assert moved.returncode == 0, moved.stderr
+    assert injected(tmp_path / "r3") != first
+    assert [(e["ordinal"], e["fault"]) for e in injected(tmp_path / "r3")] == FaultSchedule.parse(
+        other, faults
+    ).resolve(5)
+
+
+def test_a_503_at_call_3_is_the_sdks_own_error_without_retries(recorded, tmp_path):
+    folder, policy, said = recorded
+    done = chaos_replay(folder, policy, tmp_path / "r", 1, "upstream:status(503)@call 3")
+    assert done.returncode == 0, done.stderr
+    got = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][0])
+    assert got["anthropic"] == {"raised": "ServiceUnavailableError", "module": "anthropic"}
+    assert {k: v for k, v in got.items() if k != "anthropic"} == {
+        k: v for k, v in said.items() if k != "anthropic"
+    }
+    assert "3 of 4 recorded calls replayed" in done.stderr
+    faulted = [e for e in events(tmp_path / "r" / "ledger.jsonl") if e.get("replay_fault")]
+    assert [(e["type"], e["status"], e["cost_nusd"]) for e in faulted] == [("model.error", 503, 0)]
+
+
+def test_a_replay_of_a_replay_is_the_replay(recorded, tmp_path):
+    """Record, replay it (bodies recorded: the same policy), replay that replay: the same
+    answers, and each link names the one before it (replay_of, replayed_from)."""
+    folder, policy, said = recorded
+    chain = [folder, tmp_path / "once", tmp_path / "twice"]
+    for source, out in zip(chain, chain[1:], strict=False):
+        done = docket(
+            "replay",
+            str(source),
+            "--check",
+            "--policy",
+            str(policy),
+            "--ledger-dir",
+            str(out),
+            "--",
+            *AGENT,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == said
+    receipts = [json.loads((f / "receipt.json").read_text()) for f in chain]
+    for earlier, later in zip(receipts, receipts[1:], strict=False):
+        assert later["replay_of"] == {
+            "run_id": earlier["run_id"],
+            "head": earlier["ledger"]["head"],
+        }
+    assert verify(chain[2] / "receipt.json").ok
+
+    def answers(f: Path) -> list[dict]:
+        return [e for e in events(f / "ledger.jsonl") if e["type"] == "model.response"]
+
+    original, once, twice = (answers(f) for f in chain)
+    assert [e["response_body"] for e in twice] == [e["response_body"] for e in original]
+    lines_once = list(Lines(chain[1] / "ledger.jsonl"))
+    for close in twice:  # each answer names the replay's line, which names the recording's
+        origin = close["replayed_from"]
+        assert origin["run_id"] == receipts[1]["run_id"]
+        assert origin["line_sha256"] == line_hash(lines_once[origin["seq"]])
+        assert (
+            json.loads(lines_once[origin["seq"]])["replayed_from"]["run_id"]
+            == receipts[0]["run_id"]
+        )

@@ -359,7 +359,7 @@ class ModelCall:
     @property
     def replayed_free(self) -> bool:
         """Served by the replay upstream from the record (or its miss error): nothing bought."""
-        return isinstance(self.replayed, dict) or self.replayed == "miss"
+        return isinstance(self.replayed, dict) or self.replayed in ("miss", "fault")
 
     def _note_replay(self, headers: list[tuple[bytes, bytes]]) -> None:
         """On a route to `docket replay`'s upstream, what its mark says (replayed.py)."""
@@ -370,6 +370,8 @@ class ModelCall:
             self.record.extra["replay_miss"] = True
         elif self.replayed == "forwarded":
             self.record.extra["replay_forwarded"] = True
+        elif self.replayed == "fault":
+            self.record.extra["replay_fault"] = True
 
     def _relay_batch(self, chunks: list[bytes], tracker: StreamTracker) -> _Relayed:
         """Feed chunks that arrived together to the tracker: what to send now, and what

@@ -3,7 +3,9 @@
 The replay upstream (docket/replay/upstream.py) puts one header on each answer it
 serves: `docket-replayed-from: KEY RUN_ID SEQ LINE_SHA256` for a recorded answer,
 `KEY miss` for the error it makes up on a miss, `KEY forwarded` for the real provider's
-answer to a miss under `--on-miss forward` (recorded `replay_forwarded`, charged). KEY is a random
+answer to a miss under `--on-miss forward` (recorded `replay_forwarded`, charged),
+`KEY fault` for a recorded answer an injected fault replaced or broke (`docket chaos
+--replay`: recorded `replay_fault`, free). KEY is a random
 secret the replay command made for this run and gave only to the upstream it started
 and to this run's boundary (the supervisor hands it over in memory). The boundary
 reads the header only on its routes to that upstream, compares the key in constant
@@ -34,7 +36,9 @@ def replay_header(key: str, run_id: str, seq: int, line_sha256: str) -> tuple[by
 
 def miss_header(key: str, what: str = "miss") -> tuple[bytes, bytes]:
     """The mark of an answer not from the record: "miss" (the error made up for a request
-    with no recorded answer) or "forwarded" (the real provider's, under --on-miss forward)."""
+    with no recorded answer), "forwarded" (the real provider's, under --on-miss forward)
+    or "fault" (a recorded answer an injected fault replaced or broke: docket chaos
+    --replay, docket/replay/faults.py)."""
     return REPLAY_HEADER, f"{key} {what}".encode("ascii")
 
 
@@ -42,7 +46,7 @@ def replay_mark(
     headers: Iterable[tuple[bytes, bytes]], key: str | None
 ) -> dict[str, object] | str | None:
     """What the answer's replay header says, for a route with a replay key: the
-    `replayed_from` object, "miss", "forwarded", or None (no header, a wrong key, a
+    `replayed_from` object, "miss", "forwarded", "fault", or None (no header, a wrong key, a
     malformed value)."""
     if key is None:
         return None
@@ -52,7 +56,7 @@ def replay_mark(
         words = value.decode("latin-1").split(" ")
         if not hmac.compare_digest(words[0].encode("latin-1"), key.encode("ascii")):
             return None
-        if words[1:] in (["miss"], ["forwarded"]):
+        if words[1:] in (["miss"], ["forwarded"], ["fault"]):
             return words[1]
         well_formed = len(words) == 4 and _RUN_ID.match(words[1]) and _SEQ.match(words[2])
         if well_formed and _HEX64.match(words[3]):

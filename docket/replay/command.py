@@ -20,9 +20,17 @@ import functools
 import secrets
 import sys
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from docket.errors import InputError
 from docket.replay.options import ON_MISS, PACES, POLICIES
+
+if TYPE_CHECKING:  # the parser imports this module: nothing heavy at run time
+    from docket.policy import Policy
+    from docket.replay.match import Matcher
+    from docket.replay.recording import Recording
+    from docket.replay.upstream import ReplayUpstream
+    from docket.run.values import RunOptions
 
 CHECK_FAILED = 1
 EXAMPLES = """examples:
@@ -113,7 +121,25 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+@dataclasses.dataclass
+class Prepared:
+    """A replay ready to run: what replay_command (and docket chaos --replay) runs."""
+
+    args: argparse.Namespace
+    recording: Recording
+    matcher: Matcher
+    upstream: ReplayUpstream
+    policy: Policy
+    options: RunOptions
+
+
 def replay_command(args: argparse.Namespace) -> int:
+    return run_replay(prepare_replay(args))
+
+
+def prepare_replay(args: argparse.Namespace) -> Prepared:
+    """The words parsed, the recording read and verified, the upstream built: every
+    refusal (one line, exit 2) happens here, before anything starts."""
     from docket.policy import load_policy
     from docket.replay.match import Matcher
     from docket.replay.recording import load_recording
@@ -163,16 +189,28 @@ def replay_command(args: argparse.Namespace) -> int:
     grace = run._seconds(args.grace, "--grace", positive=False)
     if grace is not None:
         options.grace_seconds = grace
+    return Prepared(args, recording, matcher, upstream, policy, options)
+
+
+def run_replay(prepared: Prepared, hooks=None) -> int:
+    """Run it: the upstream, then CMD supervised against it. `hooks` (docket.run.hooks:
+    a harness's) go to the supervisor; a harness's faults are on the upstream already
+    (prepared.upstream.faults)."""
     import trio
 
-    outcome, supervisor = trio.run(functools.partial(_replay, upstream, policy, options, recording))
+    from docket.run import supervisor as run
+
+    p = prepared
+    outcome, supervisor = trio.run(
+        functools.partial(_replay, p.upstream, p.policy, p.options, p.recording, hooks)
+    )
     for note in outcome.notes:
         print(f"docket: warning: {note}", file=sys.stderr)
     print(run.last_line(supervisor.run_id, outcome), file=sys.stderr)
-    return _verdict(args, matcher, upstream, outcome.exit_status)
+    return _verdict(p.args, p.matcher, p.upstream, outcome.exit_status)
 
 
-async def _replay(upstream, policy, options, recording):
+async def _replay(upstream, policy, options, recording, hooks=None):
     import trio
 
     from docket.boundary.stop import StopRequest
@@ -190,7 +228,7 @@ async def _replay(upstream, policy, options, recording):
             providers=MappingProxyType(providers),
             cache=dataclasses.replace(policy.cache, enabled=False),
         )
-        supervisor = run.Supervisor(options, policy=replay_policy)
+        supervisor = run.Supervisor(options, policy=replay_policy, hooks=hooks)
         supervisor.replay_key = upstream.key
         supervisor.replay_of = recording.replay_of
         upstream.stop = lambda reason: supervisor.request_stop(StopRequest(reason, exit_status=1))
@@ -227,6 +265,8 @@ def _verdict(args, matcher, upstream, status: int) -> int:
     )
     if upstream.forwarded:
         summary += f" ({upstream.forwarded} forwarded to the real provider)"
+    if upstream.faulted:
+        summary += f"; {upstream.faulted} answer(s) replaced or broken by an injected fault"
     if upstream.not_model_calls:
         shown = ", ".join(upstream.not_model_calls[:3])
         summary += f"; {len(upstream.not_model_calls)} not model calls, not recorded ({shown})"

@@ -28,6 +28,7 @@ sends the request to the provider's real base URL, and its answer, marked
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from docket.boundary.replayed import miss_header, replay_header
 from docket.http.client import UpstreamError, UpstreamPool
 from docket.http.server import Listening, serve
 from docket.http.server_exchange import Request, Responder
+from docket.replay.faults import AnswerFaults, Damage, cut_events
 from docket.replay.match import Answer, Hit, Matcher, Miss, RecordedCall
 
 MAX_REQUEST_BYTES = 64 << 20
@@ -58,6 +60,10 @@ class ReplayUpstream:
     # on_miss="forward": each provider's real base URL
     real_base_urls: Mapping[str, str] = field(default_factory=dict)
     stop: Callable[[str], None] | None = None  # asks the supervised run to end (fail)
+    # docket chaos --replay: the seeded faults' decision per request (faults.py)
+    faults: AnswerFaults | None = None
+    requests: int = 0  # every request that arrived: the faults' `call` ordinal is this, from 1
+    faulted: int = 0  # answers a fault replaced or broke (their recorded calls left unused)
     misses: list[Miss] = field(default_factory=list)
     forwarded: int = 0
     forward_errors: list[str] = field(default_factory=list)
@@ -78,6 +84,8 @@ class ReplayUpstream:
 
     async def handle(self, request: Request, respond: Responder) -> None:
         name, _, rest = request.path.lstrip("/").partition("/")
+        self.requests += 1
+        call_ordinal = self.requests  # counted as the stub counts: every request, from 1
         body = await request.read_body(MAX_REQUEST_BYTES)
         if request.method != "POST":
             # Not a model call (a models list: provider.call events keep no body), so
@@ -89,7 +97,12 @@ class ReplayUpstream:
             return
         found = self.matcher.match(name, rest, body)
         if isinstance(found, Hit):
-            await self._answer(found.call, respond)
+            damage = await self._damage(call_ordinal, name, found.call)
+            if not damage.faithful:
+                # Not the recorded answer: the same request asked again (a retry) gets it.
+                self.matcher.release(found.call)
+                self.faulted += 1
+            await self._answer(found.call, respond, damage)
             return
         self.misses.append(found)
         if self.on_miss == "forward" and name in self.real_base_urls:
@@ -99,38 +112,81 @@ class ReplayUpstream:
             self.stop(f"replay diverged: request {self.matcher.matched + self.matcher.missed}")
         await self._miss_answer(name, found, respond)
 
-    async def _answer(self, call: RecordedCall, respond: Responder) -> None:
+    async def _damage(self, call_ordinal: int, name: str, call: RecordedCall) -> Damage:
+        """The faults' decision for this answer: only a recorded success is broken, as
+        the stub breaks only an answer it would give (an error or a dropped connection
+        recorded is served as recorded)."""
+        status = call.answer.status
+        if self.faults is None or status is None or not 200 <= status < 300:
+            return Damage()
+        return await self.faults(call_ordinal, name, self.kinds.get(name, "openai"), call)
+
+    async def _answer(
+        self, call: RecordedCall, respond: Responder, damage: Damage | None = None
+    ) -> None:
         answer = call.answer
+        damage = damage or Damage()
         if answer.status is None:
             await respond.abort()  # recorded: no answer came
             return
+        mark = (
+            replay_header(self.key, self.run_id, call.seq, call.line_sha256)
+            if damage.faithful
+            else miss_header(self.key, "fault")
+        )
+        if damage.error is not None:
+            await self._wait(answer.ttfb_ms, damage.first_byte_delay)
+            status, error_body = damage.error
+            headers = [(b"content-type", b"application/json"), mark]
+            if damage.retry_after is not None:
+                headers.append((b"retry-after", damage.retry_after.encode("latin-1", "replace")))
+            await respond.simple(status, headers, error_body)
+            return
         headers = [
             (b"content-type", b"text/event-stream" if answer.stream else b"application/json"),
-            replay_header(self.key, self.run_id, call.seq, call.line_sha256),
+            mark,
         ]
         if answer.retry_after is not None:
             headers.append((b"retry-after", answer.retry_after.encode("latin-1", "replace")))
-        body = answer.body.encode("utf-8")
+        text = answer.body if damage.body is None else damage.body
         if not answer.stream:
-            await self._wait(answer.ttfb_ms)
-            await respond.simple(answer.status, headers, body)
+            await self._wait(answer.ttfb_ms, damage.first_byte_delay)
+            await self._send_whole(answer.status, headers, text.encode("utf-8"), damage, respond)
             return
-        events = [e.encode("utf-8") for e in answer.events()]
-        gap = self._gap(answer, len(events))
-        await self._wait(answer.ttfb_ms)
-        await respond.start(answer.status, headers, body=events[0] if events else b"")
-        for event in events[1:]:
+        served = answer if damage.body is None else dataclasses.replace(answer, body=text)
+        events = [e.encode("utf-8") for e in served.events()]
+        gap = damage.token_delay or self._gap(answer, len(events))
+        await self._wait(answer.ttfb_ms, damage.first_byte_delay)
+        pieces, injected_cut = cut_events(events, damage)
+        await respond.start(answer.status, headers, body=pieces[0] if pieces else b"")
+        for piece in pieces[1:]:
             if gap:
                 await trio.sleep(gap)
-            await respond.send(event)
+            await respond.send(piece)
+        if injected_cut:
+            await respond.abort()
+            return
         if answer.complete:
             await respond.end()
         else:
             await respond.abort()  # recorded cut: served cut
 
-    async def _wait(self, ms: int | None) -> None:
-        if self.pace == "recorded" and ms:
-            await trio.sleep(ms / 1000)
+    async def _send_whole(
+        self, status: int, headers: list, body: bytes, damage: Damage, respond: Responder
+    ) -> None:
+        limit = damage.truncate_bytes
+        if limit is not None and limit < len(body):
+            # the whole length promised, the connection closed short of it (as the stub does)
+            headers.append((b"content-length", str(len(body)).encode()))
+            await respond.start(status, headers, body=body[:limit])
+            await respond.abort()
+            return
+        await respond.simple(status, headers, body)
+
+    async def _wait(self, ms: int | None, injected: float = 0.0) -> None:
+        wait = injected + (ms / 1000 if self.pace == "recorded" and ms else 0.0)
+        if wait > 0:
+            await trio.sleep(wait)
 
     def _gap(self, answer: Answer, events: int) -> float:
         if self.pace != "recorded" or events < 2 or answer.duration_ms is None:
