@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import trio
 from fleet_runs import run_argv, run_env, write_policy
 
 from chaos.verifiers import find_js
+from docket.errors import InputError
 from docket.fleet.amounts import Caps
+from docket.fleet.lease import database_identity
 from docket.fleet.store import FleetStore
 from docket.receipts.verify import verify
 
@@ -105,3 +108,20 @@ async def test_a_fleet_runs_receipt_states_its_lease_cycle(
         assert other.broken is None, other.broken
         assert other.run(folder / "receipt.json").code == "ok", other.name
         assert other.run(renamed, ledger).code == "fleet_mismatch", other.name
+
+
+def test_the_database_identity_names_no_role_or_password():
+    pytest.importorskip("psycopg")
+    for dsn in (
+        "postgresql://runs:s3cret-pw@db.internal:5433/docket?sslmode=require",
+        "host=db.internal port=5433 dbname=docket user=runs password=s3cret-pw",
+    ):
+        assert database_identity(dsn) == {"host": "db.internal", "port": "5433", "dbname": "docket"}
+    assert database_identity("dbname=docket") == {"host": None, "port": None, "dbname": "docket"}
+
+
+def test_a_dsn_that_does_not_parse_is_one_line_without_its_text():
+    pytest.importorskip("psycopg")
+    with pytest.raises(InputError) as refused:
+        database_identity("host=db password=s3cret-pw oops")
+    assert "s3cret-pw" not in str(refused.value) and "\n" not in str(refused.value)
