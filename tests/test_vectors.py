@@ -154,6 +154,7 @@ def test_the_manifest_covers_every_failure_the_spec_names():
         "caps_mismatch",
         "policy_mismatch",
         "faults_mismatch",
+        "fleet_mismatch",
         "receipt_unreadable",
         "receipt_not_json",
         "not_a_receipt",

@@ -61,6 +61,7 @@ type sessionStart struct {
 	seed                       *Value // integer or null
 	plan                       *Value // object or null
 	replayOf                   *Value // object or null (replay.go)
+	fleet                      *Value // object or null (fleet.go)
 	mono                       uint64
 }
 
@@ -99,6 +100,7 @@ type Tally struct {
 	upstreams map[string]*[nCounters]uint64
 	breaker   map[string]map[string]map[string]*uint64
 	layers    map[string]*uint64
+	fleet     fleetFold // the receipt's `fleet` (fleet.go)
 }
 
 // guardRefusals: the refusal events that are one guard's, and the rule each counts under.
@@ -314,12 +316,12 @@ func (t *Tally) Add(e *Value) (msg string) {
 	case "policy.denied":
 		model := modelOf(e, kind)
 		provider := textOrEmpty(e, "provider", "policy.denied.provider")
-		rule := "policy" // none named
+		rule, code := "policy", "" // none named
 		if r := e.Get("rule"); !r.IsNull() {
 			rule = text(r, "policy.denied.rule").Str
 			for i := 0; i < len(rule); i++ {
 				if rule[i] == '.' { // caps.max_usd counts under caps
-					rule = rule[:i]
+					rule, code = rule[:i], rule[i+1:]
 					break
 				}
 			}
@@ -327,6 +329,13 @@ func (t *Tally) Add(e *Value) (msg string) {
 		t.counters(model)[cRefused]++
 		countersIn(t.providers, provider)[cRefused]++
 		bump(t.refusals, rule, 1)
+		if rule == "fleet" { // the same refusal, by the fleet's code (section 7.10)
+			t.fleet.onRefused(code)
+		}
+	case "fleet.lease":
+		t.fleet.onLease(e)
+	case "fleet.store":
+		t.fleet.onStore()
 	case "x-docket.rate-limited", "x-docket.breaker-open", "load.shed", "net.denied":
 		bump(t.refusals, guardRefusals[kind], 1)
 	case "breaker.state":
@@ -400,6 +409,7 @@ func (t *Tally) onStart(e *Value) {
 		s.plan = plan
 	}
 	s.replayOf = replayOfOrNull(e.Get("replay_of"), where+".replay_of")
+	s.fleet = fleetOrNull(e.Get("fleet"), where+".fleet")
 	s.ts = e.Get("ts")
 	s.mono, _ = e.Get("mono_ms").Count()
 	t.start = s

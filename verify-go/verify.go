@@ -302,6 +302,9 @@ func Verify(receiptPath, ledgerPath string) (*Verdict, *InputError) {
 	if p, what, found := replayProblem(receipt, scan.Tally, &unbackedPaths); found {
 		return withFigures(failed("replay_mismatch", p, p+": "+what)), nil
 	}
+	if p, what, found := fleetProblem(receipt, scan.Tally, &unbackedPaths); found {
+		return withFigures(failed("fleet_mismatch", p, p+": "+what)), nil
+	}
 	v = withFigures(&Verdict{OK: true, Claims: claims, Unbacked: unbackedPaths,
 		Complete: evidence.Get("ledger_complete").B, TailBytes: tailBytes})
 	return v, nil

@@ -501,6 +501,12 @@ const GUARD_REFUSALS = new Map([
   ['load.shed', 'load_shed'],
   ['net.denied', 'egress'],
 ]);
+// Section 7.10: the fleet budget's amounts, and the fleet.lease members each total adds up.
+const FLEET_DIMS = ['nusd', 'tokens', 'calls'];
+const FLEET_AMOUNTS_SHAPE = { obj: Object.fromEntries(FLEET_DIMS.map((d) => [d, T.uint])) };
+const FLEET_TOTALS = [['granted', 'granted'], ['reported', 'reported'], ['returned', 'unused'], ['lapsed', 'held']];
+// What each change says became of the run's own lease (expired names a folded lease, anyone's).
+const FLEET_ENDED_BY = new Map([['drawn', 'held'], ['renewed', 'held'], ['returned', 'returned'], ['lost', 'lost']]);
 const RECEIPT_SHAPE = {
   obj: {
     format: T.format,
@@ -559,8 +565,21 @@ const RECEIPT_SHAPE = {
       restored: (v) => v === null || shapeDeparture(v, { obj: { applied: T.uint, failed: T.uint, verified: T.bool } }, '') === null,
     } } },
     replay_of: { obj: { run_id: T.str, head: T.hex64 } },
+    fleet: { obj: {
+      budget: T.str,
+      database: { obj: { host: T.strOrNull, port: T.strOrNull, dbname: T.strOrNull } },
+      leases: { map: T.uint },
+      granted: FLEET_AMOUNTS_SHAPE,
+      reported: FLEET_AMOUNTS_SHAPE,
+      returned: FLEET_AMOUNTS_SHAPE,
+      lapsed: FLEET_AMOUNTS_SHAPE,
+      refused_by_code: { map: T.uint },
+      store_failures: T.uint,
+      ended: T.str,
+    } },
   },
-  optional: ['snapshot', 'replay_of'], // section 7.7: a --snapshot run's only; 7.9: a replay's
+  // section 7.7: a --snapshot run's only; 7.9: a replay's; 7.10: a [fleet] run's
+  optional: ['snapshot', 'replay_of', 'fleet'],
 };
 
 // The path of the first departure from the shape, in the order of section 7.3, or null.
@@ -634,6 +653,31 @@ class Tally {
     this.callUpstream = new Map(); // call_id → the base_url of the model.request that opened it
     this.breaker = new Map();
     this.byLayer = new Map();
+    // Section 7.10: lease changes, the amounts they moved, fleet refusals by code.
+    this.fleet = {
+      changes: new Map(),
+      amounts: new Map(FLEET_TOTALS.map(([total]) => [total, new Map(FLEET_DIMS.map((d) => [d, 0]))])),
+      refused: new Map(),
+      storeFailures: 0,
+      ended: 'none',
+    };
+  }
+
+  // The receipt's fleet (section 7.10): null when session.start names no fleet.
+  fleetClaim() {
+    const start = opt(this.start, 'fleet');
+    if (start === null) return null;
+    const sorted = (m) => new Map([...m].sort((a, b) => cmpNames(a[0], b[0])));
+    const f = this.fleet;
+    return obj([
+      ['budget', start.get('budget')],
+      ['database', start.get('database')],
+      ['leases', sorted(f.changes)],
+      ...FLEET_TOTALS.map(([total]) => [total, f.amounts.get(total)]),
+      ['refused_by_code', sorted(f.refused)],
+      ['store_failures', f.storeFailures],
+      ['ended', f.ended],
+    ]);
   }
 
   add(ev, seq, offset) {
@@ -665,7 +709,35 @@ class Tally {
           if (typeof replayOf.get('run_id') !== 'string') return 'session.start: replay_of.run_id is not a string';
           if (!T.hex64(replayOf.get('head'))) return 'session.start: replay_of.head is not 64 lowercase hex digits';
         }
+        const fleet = opt(ev, 'fleet'); // section 7.10
+        if (fleet !== null) {
+          if (!isObj(fleet) || fleet.size !== 2 || !fleet.has('budget') || !fleet.has('database')) return 'session.start: fleet is not an object of exactly budget and database, or null';
+          if (typeof fleet.get('budget') !== 'string') return 'session.start: fleet.budget is not a string';
+          const db = fleet.get('database');
+          if (!isObj(db) || db.size !== 3 || !['host', 'port', 'dbname'].every((n) => db.has(n) && isStrOrNull(db.get(n)))) return 'session.start: fleet.database is not an object of exactly host, port and dbname, each a string or null';
+        }
         this.start = ev;
+        return undefined;
+      }
+      case 'fleet.lease': {
+        const change = ev.get('change');
+        if (typeof change !== 'string') return 'fleet.lease: change is not a string';
+        const adds = [];
+        for (const [total, prefix] of FLEET_TOTALS) {
+          for (const d of FLEET_DIMS) {
+            const n = opt(ev, `${prefix}_${d}`);
+            if (n === null) continue;
+            if (!isUint(n)) return `fleet.lease: ${prefix}_${d} is not an integer in [0, 2^53-1]`;
+            adds.push([total, d, n]);
+          }
+        }
+        for (const [total, d, n] of adds) bump(this.fleet.amounts.get(total), d, n);
+        bump(this.fleet.changes, change, 1);
+        if (FLEET_ENDED_BY.has(change)) this.fleet.ended = FLEET_ENDED_BY.get(change);
+        return undefined;
+      }
+      case 'fleet.store': {
+        this.fleet.storeFailures = sum(this.fleet.storeFailures, 1);
         return undefined;
       }
       case 'session.end': {
@@ -784,7 +856,10 @@ class Tally {
         this.count(model, 'refused', 1);
         countIn(this.byProvider, provider, 'refused', 1);
         // Its rule up to the first "." (caps.max_usd counts under caps); none: "policy".
-        bump(this.refusals, rule === null ? 'policy' : rule.split('.')[0], 1);
+        const ruleKey = rule === null ? 'policy' : rule.split('.')[0];
+        bump(this.refusals, ruleKey, 1);
+        // Section 7.10: the same refusal, by the fleet's code (the rule after "fleet.").
+        if (ruleKey === 'fleet') bump(this.fleet.refused, rule.slice(ruleKey.length + 1), 1);
         return undefined;
       }
       case 'x-docket.rate-limited':
@@ -1312,6 +1387,13 @@ function verify(receiptPath, ledgerPath) {
     const replayed = opt(tally.start, 'replay_of');
     const rd = firstDiff(receipt.has('replay_of') ? receipt.get('replay_of') : null, replayed, 'replay_of');
     if (rd !== null) throw failed('replay_mismatch', `${rd} is not what the ledger says`, { field: rd });
+  }
+  // Section 7.10: compared like replay_of; absent means the run held no fleet budget.
+  if (tally.start === null) {
+    if (receipt.has('fleet')) unbacked.push('fleet');
+  } else {
+    const fd = firstDiff(receipt.has('fleet') ? receipt.get('fleet') : null, tally.fleetClaim(), 'fleet');
+    if (fd !== null) throw failed('fleet_mismatch', `${fd} is not what the ledger says`, { field: fd });
   }
   return {
     events: chain.count,

@@ -60,6 +60,8 @@ class FleetLease:
         self._drawn: dict[int, Amounts] = {}  # caps reservation id -> what it drew
         self._short = False  # a call could not be covered: ask even if the budget is near its end
         self.last_failure: str | None = None
+        # host, port and dbname of the budget's database (session.start's record of it)
+        self.database: dict[str, str | None] = dict.fromkeys(("host", "port", "dbname"))
 
     # ------------------------------------------------------------ calls
 
@@ -223,6 +225,10 @@ class FleetLease:
             **_amounts("unused", self.escrow.free),
         )
 
+    def session_facts(self) -> dict:
+        """session.start's `fleet`: the budget and where its database is, no credential."""
+        return {"budget": self.budget, "database": dict(self.database)}
+
     async def _event(self, type: str, **fields: Any) -> None:
         if self.record is None:
             log.warning("%s %s (no recorder)", type, fields)
@@ -267,13 +273,36 @@ def fleet_lease(policy: Any, env: Mapping[str, str], run_id: str) -> FleetLease 
             "[fleet] needs psycopg, which is not installed: pip install 'docket[fleet]'"
         ) from None
     store = FleetStore(dsn, timeout_s=fleet.timeout)
-    return FleetLease(
+    lease = FleetLease(
         fleet,
         store,
         run_id=run_id,
         host=socket.gethostname(),
         horizon_s=policy.boundary.upstream_total_timeout,
     )
+    lease.database = database_identity(dsn)
+    return lease
+
+
+def database_identity(dsn: str) -> dict[str, str | None]:
+    """Where the budget's database is, as the DSN names it: host, port and dbname (None
+    where it names none), for session.start and the receipt. Never the user or a
+    password: the DSN may carry one (dsn_env). A DSN that does not parse: InputError."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(dsn)
+    except ProgrammingError as exc:
+        # the parser's message may quote the DSN, and so a password: name only the key
+        raise InputError(
+            f"fleet: the budget's DSN is not a PostgreSQL connection string ({type(exc).__name__})"
+        ) from None
+    return {name: _text_or_none(parts.get(name)) for name in ("host", "port", "dbname")}
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _amounts(prefix: str, a: Amounts) -> dict[str, int]:

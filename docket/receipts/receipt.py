@@ -204,6 +204,22 @@ SNAPSHOT_SHAPE = {
 RECEIPT_SHAPE["snapshot"] = _Optional(_ListOf(SNAPSHOT_SHAPE))
 # `docket replay`'s run (spec section 7.9); absent: not a replay.
 RECEIPT_SHAPE["replay_of"] = _Optional({"run_id": _str, "head": _hex64})
+# A [fleet] run's budget (spec section 7.10); absent: the run held no fleet budget.
+_AMOUNTS_SHAPE = {"nusd": _count, "tokens": _count, "calls": _count}
+RECEIPT_SHAPE["fleet"] = _Optional(
+    {
+        "budget": _str,
+        "database": {"host": _str_or_null, "port": _str_or_null, "dbname": _str_or_null},
+        "leases": _MapOf(_count),
+        "granted": _AMOUNTS_SHAPE,
+        "reported": _AMOUNTS_SHAPE,
+        "returned": _AMOUNTS_SHAPE,
+        "lapsed": _AMOUNTS_SHAPE,
+        "refused_by_code": _MapOf(_count),
+        "store_failures": _count,
+        "ended": _str,
+    }
+)
 
 # ops.cache when a receipt omits it (spec section 7.8): the cache was never consulted.
 NO_CACHE = {"hits": 0, "misses": 0, "stored": 0, "refused_by_reason": {}, "saved_nusd": 0}
@@ -321,6 +337,9 @@ def build_receipt(
     replay_of = tally.replay_of(start)
     if isinstance(replay_of, dict):  # said only for a `docket replay` run (section 7.9)
         receipt["replay_of"] = replay_of
+    fleet = tally.fleet_claims(start)
+    if isinstance(fleet, dict):  # said only for a run under [fleet] (section 7.10)
+        receipt["fleet"] = fleet
     found = shape_problem(receipt, RECEIPT_SHAPE)
     if found:
         raise ValueError(f"receipt field {found[0]} {found[1]}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from docket.receipts.fleet_claims import FleetClaimError, FleetFold, start_fleet
 from docket.receipts.snapshot_claims import SnapshotClaimError, SnapshotFold
 
 MAX_INT = 2**53 - 1  # every integer the spec interprets fits a double exactly
@@ -251,6 +252,7 @@ def _session_start(event: dict) -> dict:
     return {
         "run_id": _text(event.get("run_id"), f"{where}.run_id"),
         "replay_of": _replay_of(event.get("replay_of"), f"{where}.replay_of"),
+        "fleet": _fleet_of(event.get("fleet"), f"{where}.fleet"),
         "docket_version": _text(event.get("docket_version"), f"{where}.docket_version"),
         "policy_digest": _text(event.get("policy_digest"), f"{where}.policy_digest"),
         "table_date": _text_or_null(pricing.get("table_date"), f"{where}.pricing.table_date"),
@@ -274,6 +276,13 @@ def _replay_of(value: object, where: str) -> dict | None:
     if type(head) is not str or len(head) != 64 or not set(head) <= set("0123456789abcdef"):
         raise TallyError(f"{where}.head must be 64 lowercase hex digits")
     return {"run_id": _text(replayed["run_id"], f"{where}.run_id"), "head": head}
+
+
+def _fleet_of(value: object, where: str) -> dict | None:
+    try:
+        return start_fleet(value, where)
+    except FleetClaimError as exc:
+        raise TallyError(str(exc)) from None
 
 
 def _session_end(event: dict) -> dict:
@@ -334,6 +343,7 @@ class Tally:
         self._call_upstream: dict[str, str] = {}  # call_id -> its request's base_url, while open
         self.breaker: dict[str, dict[str, dict[str, int]]] = {}
         self.fault_layers: dict[str, int] = {}
+        self.fleet = FleetFold()  # the receipt's `fleet` (section 7.10)
         self._fold = {
             "session.start": self._on_start,
             "session.end": self._on_end,
@@ -354,6 +364,8 @@ class Tally:
             "snapshot.changes": self._on_snapshot,
             "snapshot.restored": self._on_snapshot,
             "cache.hit": self._on_cache_hit,
+            "fleet.lease": self._on_fleet,
+            "fleet.store": self._on_fleet,
         }
 
     def add(self, event: dict) -> None:
@@ -436,6 +448,20 @@ class Tally:
         if self.start is not None:
             return self.start["replay_of"]
         return UNBACKED if start is None else _session_start(start)["replay_of"]
+
+    def fleet_claims(self, start: dict | None = None) -> object:
+        """The receipt's fleet (spec section 7.10): null for a run whose session.start (or
+        `start`, the line that could not be written) names no fleet, UNBACKED without either."""
+        if self.start is not None:
+            return self.fleet.claims(self.start["fleet"])
+        return UNBACKED if start is None else self.fleet.claims(_session_start(start)["fleet"])
+
+    def _on_fleet(self, event: dict) -> None:
+        fold = self.fleet.on_lease if event["type"] == "fleet.lease" else self.fleet.on_store
+        try:
+            fold(event)
+        except FleetClaimError as exc:
+            raise TallyError(str(exc)) from None
 
     def client_retries(self) -> dict:
         """The receipt's ops.client_retries (spec section 7.6): model.request events that
@@ -544,9 +570,11 @@ class Tally:
         rule = _text_or_null(event.get("rule"), "policy.denied.rule")
         model = _model(event)
         name = _provider_of(event)
-        key = POLICY_RULE_ABSENT if rule is None else rule.partition(".")[0]
+        key, _, code = (POLICY_RULE_ABSENT, "", "") if rule is None else rule.partition(".")
         self._cell(model, name, None)[_REFUSED] += 1  # no upstream: refused before one
         self.refusals[key] = self.refusals.get(key, 0) + 1
+        if key == "fleet":  # the same refusal, by the fleet's code (section 7.10)
+            self.fleet.on_refused(code)
 
     def _on_guard_refusal(self, event: dict) -> None:
         key = GUARD_REFUSALS[event["type"]]
@@ -687,6 +715,7 @@ class Tally:
 _START_CLAIMS = (
     "run_id",
     "replay_of",
+    "fleet",
     "docket_version",
     "policy_digest",
     "table_date",

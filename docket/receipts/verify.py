@@ -105,6 +105,7 @@ NO_CLIENT_RETRIES = {"marked": 0, "retries": 0, "by_attempt": {}}
 SNAPSHOT_MISMATCH = "snapshot_mismatch"
 CACHE_MISMATCH = "cache_mismatch"
 REPLAY_MISMATCH = "replay_mismatch"
+FLEET_MISMATCH = "fleet_mismatch"
 
 # Input error codes (exit 2): verification could not start.
 RECEIPT_UNREADABLE = "receipt_unreadable"
@@ -592,6 +593,14 @@ def verify(
         if found:
             return _failed(
                 REPLAY_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
+            )
+    # A [fleet] run's budget (spec 7.10): compared like replay_of, absent stating "no fleet".
+    derived_fleet = scan.tally.fleet_claims()
+    if derived_fleet is not UNBACKED or "fleet" in receipt:
+        found = first_difference(receipt.get("fleet"), derived_fleet, "fleet", unbacked)
+        if found:
+            return _failed(
+                FLEET_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
             )
     return Verdict(
         ok=True,

@@ -442,6 +442,8 @@ class Supervisor:
             facts["chaos"] = dict(self.hooks.chaos)
         if self.replay_of is not None:
             facts["replay_of"] = dict(self.replay_of)
+        if self.fleet is not None:
+            facts["fleet"] = self.fleet.session_facts()
         return facts
 
     def verdict(self, status: int | None) -> tuple[int, str, str | None]:

@@ -1603,6 +1603,7 @@ def make(out: Path) -> None:
         offset=bad_run.offsets[1],
     )
     replay_vectors(v, basic_receipt)
+    fleet_vectors(v, basic_receipt)
 
     v.write_manifest()
     # The attestation vectors sign run folders written above (spec/docket-attestation-1.md).
@@ -1684,6 +1685,143 @@ def replay_vectors(v: Vectors, basic_receipt: dict) -> None:
         "malformed_event",
         seq=0,
         offset=0,
+    )
+
+
+FLEET_BUDGET = "team-a"
+FLEET_DATABASE = {"host": "db.internal", "port": "5432", "dbname": "docket"}
+
+
+def fleet_lease(mono_ms: int, change: str, lease: str, **amounts: int) -> Entry:
+    """A fleet.lease as the boundary writes it (docket/fleet/lease.py): its amounts
+    `<prefix>_nusd`, `<prefix>_tokens`, `<prefix>_calls` by what they are."""
+    fields: dict = {"budget": FLEET_BUDGET, "change": change, "lease": lease}
+    for prefix, (nusd, tokens, calls) in (
+        (k, amounts[k]) for k in ("granted", "reported", "unused", "held") if k in amounts
+    ):
+        fields |= {f"{prefix}_nusd": nusd, f"{prefix}_tokens": tokens, f"{prefix}_calls": calls}
+    return Entry("fleet.lease", mono_ms, fields)
+
+
+def fleet_denied(mono_ms: int, code: str) -> Entry:
+    return Entry(
+        "policy.denied",
+        mono_ms,
+        {"rule": f"fleet.{code}", "code": code, "provider": "openai", "model": "gpt-4o"},
+    )
+
+
+def fleet_run(fleet: object = None) -> list[Entry]:
+    """A run under [fleet] (section 7.10) with a full lease cycle: the database down at
+    first (a fleet.store, a call refused no_lease), a lease drawn, a call, the lease
+    renewed with a report, another run's expired lease folded, a call refused
+    slice_short, and the rest given back at the end."""
+    first = start("run-2026-11-18-0020")
+    first.fields["fleet"] = (
+        {"budget": FLEET_BUDGET, "database": dict(FLEET_DATABASE)} if fleet is None else fleet
+    )
+    return [
+        first,
+        Entry("process.spawn", 2, {"pid": 8200, "argv": ["python", "agent.py"]}),
+        Entry(
+            "fleet.store",
+            10,
+            {"budget": FLEET_BUDGET, "reason": "connection refused", "asked": "first"},
+        ),
+        fleet_denied(20, "no_lease"),
+        fleet_lease(1030, "drawn", "7", granted=(250_000_000, 0, 20), reported=(0, 0, 0)),
+        *call(1100, "call-0001", "gpt-4o", 1812, 240),
+        fleet_lease(16000, "renewed", "7", granted=(0, 0, 0), reported=(6_930_000, 0, 1)),
+        fleet_lease(16001, "expired", "5", held=(120_000_000, 0, 9)),
+        fleet_denied(17000, "slice_short"),
+        fleet_denied(17100, "slice_short"),
+        Entry("process.exit", 18000, {"pid": 8200, "status": 0, "reason": "exited"}),
+        fleet_lease(18010, "returned", "7", reported=(0, 0, 0), unused=(243_070_000, 0, 19)),
+        end(18020),
+    ]
+
+
+def fleet_vectors(v: Vectors, basic_receipt: dict) -> None:
+    """The receipt's fleet (section 7.10), added with the fleet budget."""
+    led = chain(fleet_run())
+    receipt = receipt_for(led, COMPLETE, section_6_5=True)
+    v.ok(
+        "ok-fleet",
+        "a run under [fleet] with a full lease cycle (a failed exchange, a lease drawn, "
+        "renewed, another's expired lease folded, fleet refusals, the rest given back), "
+        "stated by the receipt's fleet",
+        led,
+        receipt,
+    )
+    there = {"ledger_arg": "ok-fleet/ledger.jsonl"}
+    for name, path, value, what in (
+        ("fleet-granted-changed", "fleet.granted.nusd", 260_000_000, "a grant larger"),
+        ("fleet-leases-changed", "fleet.leases.drawn", 2, "two leases drawn"),
+        ("fleet-refused-changed", "fleet.refused_by_code.slice_short", 1, "one refusal fewer"),
+        ("fleet-store-changed", "fleet.store_failures", 0, "no failed exchange"),
+        ("fleet-budget-renamed", "fleet.budget", "team-b", "another budget"),
+        ("fleet-ended-changed", "fleet.ended", "lost", "the lease lost, not given back"),
+    ):
+        v.fail(
+            name,
+            f"as ok-fleet, with {path} claiming {what}",
+            None,
+            edited(receipt, path, value),
+            "fleet_mismatch",
+            field=path,
+            **there,
+        )
+    unstated = copy.deepcopy(receipt)
+    del unstated["fleet"]
+    v.fail(
+        "fleet-omitted",
+        "as ok-fleet, with fleet removed: the receipt hides the fleet budget the run spent",
+        None,
+        unstated,
+        "fleet_mismatch",
+        field="fleet",
+        **there,
+    )
+    v.fail(
+        "fleet-claimed-without-fleet",
+        "ok-basic's receipt claiming a fleet section its ledger has no fleet for",
+        None,
+        edited(basic_receipt, "fleet", receipt["fleet"]),
+        "fleet_mismatch",
+        ledger_arg="ok-basic/ledger.jsonl",
+        field="fleet",
+    )
+    v.fail(
+        "fleet-malformed",
+        "fleet.granted.calls is a string in the receipt",
+        None,
+        edited(receipt, "fleet.granted.calls", "20"),
+        "receipt_malformed",
+        field="fleet.granted.calls",
+        **there,
+    )
+    bad = chain(fleet_run(fleet={"budget": FLEET_BUDGET, "database": {"host": "db.internal"}}))
+    v.fail(
+        "fleet-start-malformed",
+        "session.start's fleet.database lacks port and dbname at seq 0 (re-chained, "
+        "receipt re-pointed)",
+        bad.data,
+        edited(edited(receipt, "ledger.head", bad.head), "ledger.bytes", len(bad.data)),
+        "malformed_event",
+        seq=0,
+        offset=0,
+    )
+    amounts = fleet_run()
+    amounts[4] = fleet_lease(1030, "drawn", "7", granted=(-1, 0, 20))
+    bad = chain(amounts)
+    v.fail(
+        "fleet-lease-amount-negative",
+        "a fleet.lease whose granted_nusd is negative at seq 4 (re-chained, receipt re-pointed)",
+        bad.data,
+        edited(edited(receipt, "ledger.head", bad.head), "ledger.bytes", len(bad.data)),
+        "malformed_event",
+        seq=4,
+        offset=bad.offsets[4],
     )
 
 
