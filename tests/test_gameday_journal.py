@@ -199,7 +199,23 @@ def _same_kind(expected: object, observed: object) -> bool:
     """chaoslib compares with Python's ==, where true == 1; Docket compares as JSON
     does, where it is not. The journal records Docket's verdict; the tolerance is
     chaoslib's reading of it for values of one JSON kind."""
-    return isinstance(expected, bool) == isinstance(observed, bool)
+    return _json_kind(expected) == _json_kind(observed)
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return type(value).__name__  # str, list, dict, NoneType
+
+
+def test_a_range_tolerance_is_chaoslibs_only_for_a_number():
+    # Docket fails `equals 0.0` against a list; chaoslib's range tolerance raises on one
+    # (Decimal([])) instead of saying no: the mapping's promise is for one JSON kind only.
+    assert evaluate(Assertion("t", "@", "equals", 0.0), []).verdict == FAIL
+    with pytest.raises(ValueError):
+        within_tolerance(tolerance("equals", 0.0), [])
 
 
 @given(judged())
