@@ -171,8 +171,11 @@ def gameday_load(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, then mypy over docket/ and chaos/ ([tool.mypy] in pyproject.toml). Both pinned:
     a new release's rules must not fail a tree nobody changed. mypy needs Docket's own
-    dependencies installed to see their types (trio, h11, httpx...)."""
-    session.install("ruff==0.17.6", "mypy==2.4.1", "-e", ".")
+    dependencies installed to see their types (trio, h11, httpx...), and the optional ones
+    its rooms import (opentelemetry for docket/export, pytest for the replay plugin,
+    psycopg for docket/fleet): the test extra holds them all, so mypy reads the same
+    libraries here as in a developer's venv."""
+    session.install("ruff==0.17.6", "mypy==2.4.1", "-e", ".[test]")
     session.run("ruff", "check", "docket", "chaos", "tests", "benchmarks", "noxfile.py")
     session.run("ruff", "format", "--check", "docket", "chaos", "tests", "benchmarks", "noxfile.py")
     session.run("mypy")
