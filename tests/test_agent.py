@@ -617,11 +617,18 @@ def test_backoff_keeps_one_deadline_per_call_and_sends_what_is_left():
     assert 2 <= len(calls) <= 4, [c.arrived - calls[0].arrived for c in calls]
     lefts = [int(c.headers["x-docket-deadline-ms"]) for c in calls]
     assert lefts[0] <= 1000 and lefts == sorted(lefts, reverse=True)
-    for c, left in zip(calls, lefts, strict=True):
-        # what the header says is left is what the deadline leaves (the agent's clock
-        # started before the first request left: it can only be less)
-        assert left <= 1000 - (c.arrived - calls[0].arrived) * 1000 + 5
+    for c in calls:
         assert c.arrived - calls[0].arrived < 1.0  # no attempt after the deadline
+    for before, after, left_before, left_after in zip(
+        calls, calls[1:], lefts, lefts[1:], strict=False
+    ):
+        # The header shrinks by the time that passed: the agent's drop between two
+        # attempts and the gap the server saw measure the same interval, from the two
+        # ends of a socket, differing only by the two deliveries' delays (which beside
+        # two CPU hogs differed by 9.6 ms once), and it waited out the 300 ms hint.
+        drop, gap = left_before - left_after, (after.arrived - before.arrived) * 1000
+        assert abs(drop - gap) <= 50, (drop, gap)
+        assert drop >= 299, (drop, gap)
     assert lefts[-1] <= 1000 - 300 * (len(calls) - 1) + 5
     assert run.summary["gave_up"] == {"deadline": 1}
     assert run.summary["elapsed_s"] < 1.5
