@@ -54,7 +54,11 @@ from docket.policy import policy_from_dict
 # the examples. No test names its own count: a property whose every example does I/O
 # takes helpers.io_examples(), a quarter of the profile's. DOCKET_HYPOTHESIS picks one
 # for a plain pytest run. Deadlines are off: a 2-core machine under load is no clock.
-settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+# `ci` is derandomized: the suite draws the same examples every run, so a change fails it,
+# never the draw (on 2026-12-02 three of thirteen suite runs drew a new example that a
+# test's own oracle had not foreseen, each a real gap, found and fixed: e559ff7 and the
+# commit that set this). `thorough` stays random: `nox -s slow` goes looking for more.
+settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True, derandomize=True)
 settings.register_profile("thorough", max_examples=1000, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("DOCKET_HYPOTHESIS", "ci"))
 
