@@ -189,10 +189,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from docket.reading.show import Filter, check_types, seq_range, show_command  # per verb
+    from docket.reading.show import Filter, check_types, parse_seq_range, show_command  # per verb
 
     check_types(tuple(args.type or ()))
-    first, last = seq_range(args.seq) if args.seq else (None, None)
+    first, last = parse_seq_range(args.seq) if args.seq else (None, None)
     flt = Filter(tuple(args.type or ()), tuple(args.provider or ()), first, last, args.errors)
     return show_command(str(run_ledger(args.ledger)), flt, as_json=args.json, follow=args.follow)
 
