@@ -127,3 +127,37 @@ def test_the_claims_name_refusals_by_rule_endpoints_breakers_and_layers(capsys):
         "https://api.anthropic.com": (1, 0),
         "https://api.openai.com/v1": (2, 2),
     }
+
+
+def ledger_events(name: str) -> list[dict]:
+    """The events of an ok vector's ledger (beside its receipt), as on disk."""
+    text = (VECTORS / name / "ledger.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_the_claims_name_a_replays_origin_and_a_fleet_runs_budget(capsys):
+    """verify --json's `claims` name replay_of (section 7.9) and fleet (7.10), which verify
+    checks after the others, as the ledger's own lines say them; null for a run with neither."""
+    code, report, _ = run_json(BY_NAME["ok-replay"], capsys)
+    assert code == 0
+    start = ledger_events("ok-replay")[0]
+    assert report["claims"]["replay_of"] == start["replay_of"]
+    assert len(report["claims"]["replay_of"]["head"]) == 64
+    assert report["claims"]["fleet"] is None
+
+    code, report, _ = run_json(BY_NAME["ok-fleet"], capsys)
+    assert code == 0
+    events = ledger_events("ok-fleet")
+    fleet = report["claims"]["fleet"]
+    assert {k: fleet[k] for k in ("budget", "database")} == events[0]["fleet"]
+    changes = [e["change"] for e in events if e["type"] == "fleet.lease"]
+    assert fleet["leases"] == {c: changes.count(c) for c in sorted(set(changes))}
+    assert fleet["store_failures"] == sum(e["type"] == "fleet.store" for e in events) == 1
+    codes = [e["code"] for e in events if e.get("rule", "").startswith("fleet.")]
+    assert fleet["refused_by_code"] == {c: codes.count(c) for c in sorted(set(codes))}
+    assert fleet["ended"] == "returned" == changes[-1]
+    assert report["claims"]["replay_of"] is None
+
+    code, report, _ = run_json(BY_NAME["ok-basic"], capsys)
+    assert code == 0
+    assert (report["claims"]["replay_of"], report["claims"]["fleet"]) == (None, None)
