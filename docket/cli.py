@@ -15,25 +15,11 @@ import os
 import sys
 
 from docket import __version__
-from docket.cli_help import AGENT_MODES, GAMEDAY_PHASES, document
+from docket.cli_help import AGENT_MODES, EXIT_CODES, GAMEDAY_PHASES, document
 from docket.errors import EXIT_USAGE, DocketError, InputError, one_line
 from docket.inputs import integer_arg, seconds_arg
 from docket.reading.run_paths import run_ledger, run_receipt, verify_pair
 from docket.replay.options import ON_MISS as REPLAY_ON_MISS
-
-EPILOG = """exit codes:
-  0   ok
-  1   a check failed (verify found a break, doctor found damage, selftest a check,
-      restore a conflict), for diff, the two runs differ, or, for export, the
-      endpoint did not take the run (unreachable, refused, timed out)
-  2   usage or input error (missing, empty, binary or malformed input)
-  42  a supervised run was stopped by a cap or a ledger ceiling
-  43  a supervised run lost evidence: fail_fast_evidence stopped it, its receipt
-      could not be written in the run's folder (it went to stderr and ledger.fallback_dir),
-      or processes of the run outlived it (its isolation failed: the ledger names them)
-  70  internal error (a bug in docket: please report it)
-"""
-
 
 RUN = "a run's folder, its ledger.jsonl or its receipt.json"
 
@@ -189,10 +175,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from docket.reading.show import Filter, check_types, seq_range, show_command  # per verb
+    from docket.reading.show import Filter, check_types, parse_seq_range, show_command  # per verb
 
     check_types(tuple(args.type or ()))
-    first, last = seq_range(args.seq) if args.seq else (None, None)
+    first, last = parse_seq_range(args.seq) if args.seq else (None, None)
     flt = Filter(tuple(args.type or ()), tuple(args.provider or ()), first, last, args.errors)
     return show_command(str(run_ledger(args.ledger)), flt, as_json=args.json, follow=args.follow)
 
@@ -220,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="docket",
         description="A flight recorder and chaos harness for AI agent runs.",
-        epilog=EPILOG,
+        epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-V", "--version", action="version", version=f"docket {__version__}")

@@ -45,6 +45,25 @@ the agent's environment (set by docket run; the real provider keys never reach i
   drop_env; everything else is inherited.
 """
 
+# `docket --help`'s epilog. A verb's own help that names an exit code names one listed
+# here, and for 1 (whose meaning is each verb's) the verb: tests/test_cli_help.py.
+EXIT_CODES = """exit codes:
+  0   ok
+  1   a check failed (verify found a break, doctor found damage, selftest a check,
+      restore a conflict), for diff, the two runs differ, for export, the endpoint
+      did not take the run (unreachable, refused, timed out), for fleet, the database
+      could not be reached, for replay, a request diverged under --on-miss fail (with
+      --check: a recorded call was not replayed, or another was asked), or, for prune,
+      the store was in use (its lock not had within 10 s: nothing removed) or an
+      object could not be removed
+  2   usage or input error (missing, empty, binary or malformed input)
+  42  a supervised run was stopped by a cap or a ledger ceiling
+  43  a supervised run lost evidence: fail_fast_evidence stopped it, its receipt
+      could not be written in the run's folder (it went to stderr and ledger.fallback_dir),
+      or processes of the run outlived it (its isolation failed: the ledger names them)
+  70  internal error (a bug in docket: please report it)
+"""
+
 DESCRIPTIONS = {
     "verify": "Re-derive every claim of a receipt (totals, models, caps, evidence, exit) from "
     "its ledger, and name the first that fails with its seq and byte offset "
@@ -96,7 +115,9 @@ DESCRIPTIONS = {
     "while its folder is: beside the store, named in the store's runs.jsonl, or under "
     "--runs DIR). --older-than and --max-size choose among them, oldest first. Lists what "
     "would go and the bytes freed; removes only with --apply, under the store's lock, never "
-    "following a link out of the store.",
+    "following a link out of the store. Exit 1 when the store is in use (its lock not had "
+    "within 10 s: nothing removed) or an object could not be removed; 2 when a run's "
+    "snapshot record cannot be read (nothing removed).",
     "show": "Print a ledger one line per event (seq, time, type, model, tokens, cost, status), "
     "filtered by type, provider, seq range or errors; --follow watches a live run. Streams: "
     "memory stays flat on any size.",

@@ -115,3 +115,58 @@ def test_the_environment_table_names_every_variable_the_agent_gets(capsys):
         assert re.search(rf"\b{name}\b", AGENT_ENV), f"{name} missing from cli_help.AGENT_ENV"
         assert re.search(rf"\b{name}\b", run_help), f"{name} missing from docket run --help"
         assert re.search(rf"`{name}`", readme), f"{name} missing from README's table"
+
+
+# "exit 1", "Exit: ..., 42 when ...", "Exit 0 when equal, 1 when they differ, 2 on ...":
+# the clause from the word to the end of its sentence or line, and the codes in it (a
+# number followed by a unit, as in "10 s", is a figure, not a code).
+EXIT_CLAUSE = re.compile(r"\bexit\b[^.\n]*", re.I)
+CODE = re.compile(r"(?<![\w.-])(\d{1,3})\b(?!\s*(?:s|ms|MiB|GiB|bytes|%)\b)")
+
+
+def documented_exits(parser: argparse.ArgumentParser) -> set[int]:
+    """The exit codes a verb's own help names: its description, epilog and flags' help."""
+    texts = [parser.description or "", parser.epilog or ""]
+    texts += [a.help for a in parser._actions if isinstance(a.help, str)]
+    return {
+        int(code)
+        for text in texts
+        for clause in EXIT_CLAUSE.findall(text)
+        for code in CODE.findall(clause)
+    }
+
+
+def top_level_exits() -> dict[int, str]:
+    """`docket --help`'s exit-code list: code -> what it says (its lines joined)."""
+    entries: dict[int, str] = {}
+    code = None
+    for line in build_parser().epilog.splitlines()[1:]:
+        head = re.match(r"  (\d+)\s+(.*)", line)
+        if head:
+            code = int(head.group(1))
+            entries[code] = head.group(2)
+        elif code is not None:
+            entries[code] += " " + line.strip()
+    return entries
+
+
+def test_every_exit_code_a_verb_documents_is_in_the_top_level_list():
+    listed = top_level_exits()
+    assert {0, 1, 2, 42, 43, 70} <= set(listed)
+    seen = {}
+    for verb, parser in verb_parsers().items():
+        codes = documented_exits(parser)
+        seen[verb] = codes
+        assert codes <= set(listed), f"{verb} --help names exit {codes - set(listed)}"
+        if 1 in codes:  # 1 means something of each verb's own: the list says what
+            assert re.search(rf"\b{re.escape(verb)}\b", listed[1]), f"exit 1 does not name {verb}"
+    # the verbs whose exit 1 is their own, as their help says it
+    assert {v for v, codes in seen.items() if 1 in codes} >= {
+        "diff",
+        "export",
+        "fleet",
+        "prune",
+        "replay",
+        "selftest",
+    }, seen
+    assert seen["run"] >= {42, 43}

@@ -113,13 +113,13 @@ def test_a_higher_threshold_never_names_more(ops, more):
 @given(st.integers(0, 10**12), st.integers(0, 10**12))
 def test_seq_ranges_read_back(a, b):
     from docket.errors import InputError
-    from docket.reading.show import seq_range
+    from docket.reading.show import parse_seq_range
 
-    assert seq_range(f"{a}..") == (a, None)
-    assert seq_range(f"..{b}") == (None, b)
-    assert seq_range(str(a)) == (a, a)
+    assert parse_seq_range(f"{a}..") == (a, None)
+    assert parse_seq_range(f"..{b}") == (None, b)
+    assert parse_seq_range(str(a)) == (a, a)
     if a <= b:
-        assert seq_range(f"{a}..{b}") == (a, b)
+        assert parse_seq_range(f"{a}..{b}") == (a, b)
     else:
         with pytest.raises(InputError, match="ends before it starts"):
-            seq_range(f"{a}..{b}")
+            parse_seq_range(f"{a}..{b}")

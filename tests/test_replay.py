@@ -133,6 +133,9 @@ def test_a_replay_serves_the_same_answers_offline_and_costs_nothing(recorded, tm
         "run_id": original["run_id"],
         "head": original["ledger"]["head"],
     }
+    assert verdict.claims is not None  # verify --json names what it checked
+    assert verdict.claims["replay_of"] == receipt["replay_of"]
+    assert verdict.claims["fleet"] is None
     assert receipt["totals"]["cost_nusd"] == 0 and receipt["totals"]["model_calls"] == 4
     assert original["totals"]["cost_nusd"] > 0  # the recorded run paid for the same calls
 

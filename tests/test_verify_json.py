@@ -8,6 +8,7 @@ must agree on every name they share."""
 from __future__ import annotations
 
 import json
+import runpy
 import shutil
 import subprocess
 from pathlib import Path
@@ -111,16 +112,9 @@ def test_the_claims_name_refusals_by_rule_endpoints_breakers_and_layers(capsys):
     code, report, _ = run_json(BY_NAME["ok-refusals-by-rule"], capsys)
     assert code == 0
     totals, faults = report["claims"]["totals"], report["claims"]["faults"]
-    assert totals["refused_by_rule"] == {
-        "auth": 1,
-        "breaker": 1,
-        "caps": 1,
-        "egress": 1,
-        "ledger": 2,
-        "load_shed": 1,
-        "policy": 1,
-        "rate_limit": 2,
-    }
+    # the builder's count of refusal_run's refusals, by hand from its events
+    by_hand = runpy.run_path(str(VECTORS / "make_vectors.py"))["REFUSED_BY_RULE"]
+    assert totals["refused_by_rule"] == by_hand
     assert totals["breaker_transitions"] == {
         "openai": {"closed": {"open": 1}, "open": {"half_open": 1}, "half_open": {"closed": 1}}
     }
@@ -133,3 +127,37 @@ def test_the_claims_name_refusals_by_rule_endpoints_breakers_and_layers(capsys):
         "https://api.anthropic.com": (1, 0),
         "https://api.openai.com/v1": (2, 2),
     }
+
+
+def ledger_events(name: str) -> list[dict]:
+    """The events of an ok vector's ledger (beside its receipt), as on disk."""
+    text = (VECTORS / name / "ledger.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_the_claims_name_a_replays_origin_and_a_fleet_runs_budget(capsys):
+    """verify --json's `claims` name replay_of (section 7.9) and fleet (7.10), which verify
+    checks after the others, as the ledger's own lines say them; null for a run with neither."""
+    code, report, _ = run_json(BY_NAME["ok-replay"], capsys)
+    assert code == 0
+    start = ledger_events("ok-replay")[0]
+    assert report["claims"]["replay_of"] == start["replay_of"]
+    assert len(report["claims"]["replay_of"]["head"]) == 64
+    assert report["claims"]["fleet"] is None
+
+    code, report, _ = run_json(BY_NAME["ok-fleet"], capsys)
+    assert code == 0
+    events = ledger_events("ok-fleet")
+    fleet = report["claims"]["fleet"]
+    assert {k: fleet[k] for k in ("budget", "database")} == events[0]["fleet"]
+    changes = [e["change"] for e in events if e["type"] == "fleet.lease"]
+    assert fleet["leases"] == {c: changes.count(c) for c in sorted(set(changes))}
+    assert fleet["store_failures"] == sum(e["type"] == "fleet.store" for e in events) == 1
+    codes = [e["code"] for e in events if e.get("rule", "").startswith("fleet.")]
+    assert fleet["refused_by_code"] == {c: codes.count(c) for c in sorted(set(codes))}
+    assert fleet["ended"] == "returned" == changes[-1]
+    assert report["claims"]["replay_of"] is None
+
+    code, report, _ = run_json(BY_NAME["ok-basic"], capsys)
+    assert code == 0
+    assert (report["claims"]["replay_of"], report["claims"]["fleet"]) == (None, None)

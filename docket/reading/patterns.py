@@ -71,7 +71,8 @@ class Finding:
         }
 
 
-def seq_range(first: int, last: int) -> str:
+def seq_range_text(first: int, last: int) -> str:
+    """A finding's `seq`: the first and last seq it covers, as `docket show --seq` reads them."""
     return f"{first}..{last}"
 
 
@@ -184,7 +185,7 @@ class RunawayLoop(Pattern):
                     self.name,
                     summary,
                     {
-                        "seq": seq_range(s.first_seq, s.last_seq),
+                        "seq": seq_range_text(s.first_seq, s.last_seq),
                         "calls": s.calls,
                         "request_bytes": s.ref_bytes,
                         "distinct_bodies": len(s.hashes),
@@ -319,7 +320,7 @@ class RetryStorm(Pattern):
                     f"({s.ignored_retry_after} before the Retry-After they were given), "
                     f"told apart {how}",
                     {
-                        "seq": seq_range(s.first_seq, s.last_seq),
+                        "seq": seq_range_text(s.first_seq, s.last_seq),
                         "provider": provider,
                         "immediate_recalls": s.recalls,
                         "ignored_retry_after": s.ignored_retry_after,
@@ -414,7 +415,7 @@ class RetryBudget(Pattern):
                     f"attempts: over the retry budget of {ratio:g} per first attempt + "
                     f"{floor} ({allowed:g})",
                     {
-                        "seq": seq_range(m.first_seq, m.last_seq),
+                        "seq": seq_range_text(m.first_seq, m.last_seq),
                         "provider": provider,
                         "first_attempts": m.first_attempts,
                         "retries": m.retries,
@@ -492,7 +493,7 @@ class CacheMiss(Pattern):
                 + ("time" if again == 1 else "times")
                 + f" (the most repeated, {worst[0]} times)",
                 {
-                    "seq": seq_range(min(e[2] for e in repeated), max(e[3] for e in repeated)),
+                    "seq": seq_range_text(min(e[2] for e in repeated), max(e[3] for e in repeated)),
                     "requests_repeated": len(repeated),
                     "paid_again": again,
                     "most_repeated": worst[0],
@@ -582,7 +583,7 @@ class FatContext(Pattern):
                     f"input to {provider}/{model} grew from {g.first_tokens} to {g.last_tokens} "
                     f"tokens over {g.calls} calls in a row",
                     {
-                        "seq": seq_range(g.first_seq, g.last_seq),
+                        "seq": seq_range_text(g.first_seq, g.last_seq),
                         "calls": g.calls,
                         "first_input_tokens": g.first_tokens,
                         "last_input_tokens": g.last_tokens,
@@ -603,7 +604,7 @@ class FatContext(Pattern):
                         f"{provider}/{model} read {t[0]} input tokens for {t[1]} output tokens "
                         f"({t[0] // max(t[1], 1)} to 1)",
                         {
-                            "seq": seq_range(t[4], t[6]),
+                            "seq": seq_range_text(t[4], t[6]),
                             "calls": t[3],
                             "input_tokens": t[0],
                             "output_tokens": t[1],
@@ -675,7 +676,7 @@ class PremiumForSmallCalls(Pattern):
                     f"{self.limits.premium_max_output_tokens} tokens; {pair[1].model} would have "
                     f"cost ${usd(s[2])} instead of ${usd(s[1])}",
                     {
-                        "seq": seq_range(s[3], s[4]),
+                        "seq": seq_range_text(s[3], s[4]),
                         "model": model,
                         "calls": s[0],
                         "cheaper_model": pair[1].model,
@@ -822,7 +823,7 @@ class PolicyDenials(Pattern):
                     f"{name} refused the agent {r.count} times; after a refusal it called again "
                     f"{r.then_called} times, {r.then_refused} of them refused again",
                     {
-                        "seq": seq_range(r.first_seq, r.last_seq),
+                        "seq": seq_range_text(r.first_seq, r.last_seq),
                         "rule": name,
                         "refusals": r.count,
                         "called_again": r.then_called,
@@ -888,7 +889,7 @@ class WriteScope(Pattern):
                 self.name,
                 f"the run changed {len(outside)} paths outside its scope",
                 {
-                    "seq": seq_range(min(seqs), max(seqs)),
+                    "seq": seq_range_text(min(seqs), max(seqs)),
                     "outside_scope": outside[:20],
                     "count": len(outside),
                     "scope": list(self.limits.write_scope),

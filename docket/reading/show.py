@@ -47,7 +47,7 @@ POLL_S = 0.1  # how often --follow looks for new bytes
 _SEQ_RANGE = re.compile(r"([0-9]{1,15})?(\.\.)?([0-9]{1,15})?")
 
 
-def seq_range(text: str) -> tuple[int | None, int | None]:
+def parse_seq_range(text: str) -> tuple[int | None, int | None]:
     """`A..B`, `A..`, `..B` or `N` (inclusive) as (first, last); an InputError otherwise."""
     m = _SEQ_RANGE.fullmatch(text.strip())
     if not m or not (m.group(1) or m.group(3)) or (m.group(2) is None and m.group(3)):

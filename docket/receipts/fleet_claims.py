@@ -10,12 +10,9 @@ last lease ended.
 
 from __future__ import annotations
 
-from docket.ledger.strict_json import MAX_INT
-
-
-class FleetClaimError(ValueError):
-    """A fleet event the fold cannot read (the tally re-raises it as its TallyError)."""
-
+from docket.receipts.readers import TallyError
+from docket.receipts.readers import count as _count
+from docket.receipts.readers import text as _text
 
 DIMENSIONS = ("nusd", "tokens", "calls")
 DATABASE_FIELDS = ("host", "port", "dbname")
@@ -30,28 +27,16 @@ ENDED_BY = {"drawn": "held", "renewed": "held", "returned": "returned", "lost": 
 NO_LEASE = "none"
 
 
-def _count(value: object, where: str) -> int:
-    if type(value) is not int or not 0 <= value <= MAX_INT:
-        raise FleetClaimError(f"{where} must be an integer from 0 to 2^53-1")
-    return value
-
-
-def _text(value: object, where: str) -> str:
-    if type(value) is not str:
-        raise FleetClaimError(f"{where} must be a string")
-    return value
-
-
 def start_fleet(value: object, where: str) -> dict | None:
     """session.start's `fleet`: absent or null (no [fleet]), or {budget, database}, the
     database {host, port, dbname}, each a string or null (never a credential)."""
     if value is None:
         return None
     if type(value) is not dict or set(value) != {"budget", "database"}:
-        raise FleetClaimError(f"{where} must be an object of exactly budget and database")
+        raise TallyError(f"{where} must be an object of exactly budget and database")
     database = value["database"]
     if type(database) is not dict or set(database) != set(DATABASE_FIELDS):
-        raise FleetClaimError(f"{where}.database must be an object of exactly host, port, dbname")
+        raise TallyError(f"{where}.database must be an object of exactly host, port, dbname")
     for name in DATABASE_FIELDS:
         if database[name] is not None:
             _text(database[name], f"{where}.database.{name}")

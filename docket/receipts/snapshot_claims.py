@@ -9,23 +9,11 @@ and what a rollback restored (null when there was none).
 
 from __future__ import annotations
 
-import re
-
-from docket.ledger.strict_json import MAX_INT
-
-
-class SnapshotClaimError(ValueError):
-    """A snapshot event the fold cannot read (the tally re-raises it as its TallyError)."""
-
+from docket.receipts.readers import HEX64, TallyError
+from docket.receipts.readers import count as _count
+from docket.receipts.readers import text as _text
 
 CHANGE_COUNTS = ("created", "modified", "deleted", "mode_changed")
-_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
-
-
-def _count(value: object, where: str) -> int:
-    if type(value) is not int or not 0 <= value <= MAX_INT:
-        raise SnapshotClaimError(f"{where} must be an integer from 0 to 2^53-1")
-    return value
 
 
 class SnapshotFold:
@@ -37,22 +25,17 @@ class SnapshotFold:
         index = _count(event.get("index"), f"{kind}.index")
         root = self.roots.get(index)
         if root is None:
-            raise SnapshotClaimError(
-                f"{kind} for snapshot {index}, which no snapshot.taken precedes"
-            )
+            raise TallyError(f"{kind} for snapshot {index}, which no snapshot.taken precedes")
         return root
 
     def on_taken(self, event: dict) -> None:
         index = _count(event.get("index"), "snapshot.taken.index")
         if index in self.roots:
-            raise SnapshotClaimError(f"a second snapshot.taken for snapshot {index}")
-        root, digest = event.get("root"), event.get("manifest_sha256")
-        if type(root) is not str:
-            raise SnapshotClaimError("snapshot.taken.root must be a string")
-        if type(digest) is not str or not _HEX64.match(digest):
-            raise SnapshotClaimError(
-                "snapshot.taken.manifest_sha256 must be 64 lowercase hex digits"
-            )
+            raise TallyError(f"a second snapshot.taken for snapshot {index}")
+        root = _text(event.get("root"), "snapshot.taken.root")
+        digest = event.get("manifest_sha256")
+        if type(digest) is not str or not HEX64.match(digest):
+            raise TallyError("snapshot.taken.manifest_sha256 must be 64 lowercase hex digits")
         self.roots[index] = {
             "index": index,
             "root": root,
@@ -69,7 +52,7 @@ class SnapshotFold:
             return  # the change scan failed: how many changed is not known (stays null)
         counts = event.get("counts")
         if type(counts) is not dict:
-            raise SnapshotClaimError("snapshot.changes.counts must be an object")
+            raise TallyError("snapshot.changes.counts must be an object")
         root["changes"] = {
             k: _count(counts.get(k), f"snapshot.changes.counts.{k}") for k in CHANGE_COUNTS
         }
@@ -78,9 +61,9 @@ class SnapshotFold:
         root = self._root(event)
         failed, verified = event.get("failed"), event.get("verified")
         if type(failed) is not list:
-            raise SnapshotClaimError("snapshot.restored.failed must be an array")
+            raise TallyError("snapshot.restored.failed must be an array")
         if type(verified) is not bool:
-            raise SnapshotClaimError("snapshot.restored.verified must be true or false")
+            raise TallyError("snapshot.restored.verified must be true or false")
         root["restored"] = {
             "applied": _count(event.get("applied"), "snapshot.restored.applied"),
             "failed": len(failed),

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import re
 
-from docket.receipts.fleet_claims import FleetClaimError, FleetFold, start_fleet
-from docket.receipts.snapshot_claims import SnapshotClaimError, SnapshotFold
-
-MAX_INT = 2**53 - 1  # every integer the spec interprets fits a double exactly
+from docket.ledger.strict_json import MAX_INT
+from docket.receipts.fleet_claims import FleetFold, start_fleet
+from docket.receipts.readers import HEX64, TallyError
+from docket.receipts.readers import count as _count
+from docket.receipts.readers import text as _text
+from docket.receipts.snapshot_claims import SnapshotFold
 
 # Counters kept per model; the overall totals are their sums.
 COUNTERS = (
@@ -95,10 +97,6 @@ def fault_layer(event: dict) -> str:
 PRICE_PATTERN = re.compile(r"(0|[1-9][0-9]{0,8})(\.[0-9]{1,3})?")
 
 
-class TallyError(ValueError):
-    """An event the tally reads lacks a field it needs or holds one of the wrong type."""
-
-
 class _Unbacked:
     """Marks a claim the ledger cannot back: the event it comes from was never written."""
 
@@ -124,28 +122,15 @@ def usd(nusd: int) -> str:
     return f"{nusd // 1_000_000_000}.{nusd % 1_000_000_000:09d}"
 
 
-def _count(value: object, where: str) -> int:
-    if type(value) is not int or not 0 <= value <= MAX_INT:
-        raise TallyError(f"{where} must be an integer from 0 to 2^53-1")
-    return value
-
-
-def _text(value: object, where: str) -> str:
-    if type(value) is not str:
-        raise TallyError(f"{where} must be a string")
-    return value
-
-
 # The members of a closing event that are the response cache's (section 7.8).
 _CACHE_CLOSE = frozenset({"cache_stored", "cache_refused", "cache_body_sha256"})
-_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 
 def _digest_or_null(value: object, where: str) -> str | None:
     """A SHA-256 in 64 lowercase hex digits, or absent/null."""
     if value is None:
         return None
-    if type(value) is not str or not _HEX64.match(value):
+    if type(value) is not str or not HEX64.match(value):
         raise TallyError(f"{where} must be 64 lowercase hex digits or absent")
     return value
 
@@ -252,7 +237,7 @@ def _session_start(event: dict) -> dict:
     return {
         "run_id": _text(event.get("run_id"), f"{where}.run_id"),
         "replay_of": _replay_of(event.get("replay_of"), f"{where}.replay_of"),
-        "fleet": _fleet_of(event.get("fleet"), f"{where}.fleet"),
+        "fleet": start_fleet(event.get("fleet"), f"{where}.fleet"),
         "docket_version": _text(event.get("docket_version"), f"{where}.docket_version"),
         "policy_digest": _text(event.get("policy_digest"), f"{where}.policy_digest"),
         "table_date": _text_or_null(pricing.get("table_date"), f"{where}.pricing.table_date"),
@@ -276,13 +261,6 @@ def _replay_of(value: object, where: str) -> dict | None:
     if type(head) is not str or len(head) != 64 or not set(head) <= set("0123456789abcdef"):
         raise TallyError(f"{where}.head must be 64 lowercase hex digits")
     return {"run_id": _text(replayed["run_id"], f"{where}.run_id"), "head": head}
-
-
-def _fleet_of(value: object, where: str) -> dict | None:
-    try:
-        return start_fleet(value, where)
-    except FleetClaimError as exc:
-        raise TallyError(str(exc)) from None
 
 
 def _session_end(event: dict) -> dict:
@@ -458,10 +436,7 @@ class Tally:
 
     def _on_fleet(self, event: dict) -> None:
         fold = self.fleet.on_lease if event["type"] == "fleet.lease" else self.fleet.on_store
-        try:
-            fold(event)
-        except FleetClaimError as exc:
-            raise TallyError(str(exc)) from None
+        fold(event)
 
     def client_retries(self) -> dict:
         """The receipt's ops.client_retries (spec section 7.6): model.request events that
@@ -628,10 +603,7 @@ class Tally:
             "snapshot.changes": self.snapshot.on_changes,
             "snapshot.restored": self.snapshot.on_restored,
         }[event["type"]]
-        try:
-            fold(event)
-        except SnapshotClaimError as exc:
-            raise TallyError(str(exc)) from None
+        fold(event)
 
     def _on_gap(self, event: dict) -> None:
         lost = _count(event.get("lost"), "evidence.gap.lost")

@@ -128,6 +128,9 @@ CLAIM_CHECKS = (
     ("policy_digest", POLICY_MISMATCH),
     ("faults", FAULTS_MISMATCH),
 )
+# Then, after ops.client_retries, snapshot and ops.cache, the claims that session.start
+# alone backs, in the order they are checked.
+START_CLAIM_CHECKS = (("replay_of", REPLAY_MISMATCH), ("fleet", FLEET_MISMATCH))
 
 
 class VerifyInputError(InputError):
@@ -585,26 +588,19 @@ def verify(
     found = first_difference(stated, scan.tally.cache(), "ops.cache", unbacked)
     if found:
         return _failed(CACHE_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
-    # A replay's origin (spec 7.9): absent states "not a replay"; without a session.start
-    # it is unbacked when stated, and nothing when not (no such ledger can say).
-    derived_replay = scan.tally.replay_of()
-    if derived_replay is not UNBACKED or "replay_of" in receipt:
-        found = first_difference(receipt.get("replay_of"), derived_replay, "replay_of", unbacked)
-        if found:
-            return _failed(
-                REPLAY_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
-            )
-    # A [fleet] run's budget (spec 7.10): compared like replay_of, absent stating "no fleet".
-    derived_fleet = scan.tally.fleet_claims()
-    if derived_fleet is not UNBACKED or "fleet" in receipt:
-        found = first_difference(receipt.get("fleet"), derived_fleet, "fleet", unbacked)
-        if found:
-            return _failed(
-                FLEET_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
-            )
+    # The claims session.start makes alone: a replay's origin (spec 7.9) and a [fleet] run's
+    # budget (7.10). Absent states "not a replay" / "no fleet"; without a session.start one
+    # is unbacked when stated, and nothing when not (no such ledger can say).
+    started = {"replay_of": scan.tally.replay_of(), "fleet": scan.tally.fleet_claims()}
+    for key, code in START_CLAIM_CHECKS:
+        derived = started[key]
+        if derived is not UNBACKED or key in receipt:
+            found = first_difference(receipt.get(key), derived, key, unbacked)
+            if found:
+                return _failed(code, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
     return Verdict(
         ok=True,
-        claims=claims,
+        claims=claims | started,
         unbacked=tuple(unbacked),
         complete=receipt["ops"]["evidence"]["ledger_complete"],
         tail_bytes=tail_bytes,

@@ -6,7 +6,8 @@ manifest's names (spec section 12) for the verdict, the text form's line, and
 once the chain was read its figures. Both `message` (the JavaScript verifier's
 name) and `detail` (the Go verifier's) are given, alike: the ok line, or the
 failure's detail (the text form's `FAIL CODE at ...: DETAIL` without its prefix); on ok `claims` adds the
-totals and models the ledger re-derives, which only this verifier reports.
+claims the ledger re-derives (totals and models, pricing, caps, faults, ..., replay_of and
+fleet: null for a run that is no replay / has no [fleet]), which only this verifier reports.
 
     {"ok": false, "verdict": "fail", "exit": 1, "code": "chain_break", "seq": 3,
      "offset": 812, "field": null, "message": "prev does not match ...",
