@@ -3,7 +3,9 @@
 Every committed vector goes through the CLI's main() in-process (fast) and its
 object must name the manifest's verdict, exit, code, seq, offset and field; one
 vector per verdict goes through node's verify.mjs --json too, and the two objects
-must agree on every name they share."""
+must agree on every name they share. On ok, `claims` is held to verify.CLAIMS (the one
+table the comparison walks, which must cover every claim member of the receipt) and to
+what the ok vectors' ledgers on disk say."""
 
 from __future__ import annotations
 
