@@ -3,8 +3,9 @@
 spec/docket-receipt-1.md section 8 is the normative text. Verification is a
 fixed sequence of checks and names the first that fails: the receipt's shape,
 the chain over the whole file, the ledger's count, head and size, the events'
-contents, the evidence, the calls left open (a model.request with no closing
-event), then every other claim in the order of CLAIM_CHECKS.
+contents, the evidence, a call left open in a ledger said to be complete (a
+model.request with no closing event), then every claim in the order of CLAIMS,
+the one table both the comparison and `docket verify --json`'s `claims` read.
 Nothing here writes to a ledger.
 """
 
@@ -51,8 +52,8 @@ from docket.receipts.tally import (
 __all__ = [
     "BYTES_MISMATCH",
     "CAPS_MISMATCH",
+    "CLAIMS",
     "CLIENT_RETRIES_MISMATCH",
-    "CLAIM_CHECKS",
     "COUNT_MISMATCH",
     "DURATION_MISMATCH",
     "EVIDENCE_MISMATCH",
@@ -71,9 +72,12 @@ __all__ = [
     "RECEIPT_UNREADABLE",
     "RUN_MISMATCH",
     "TOTAL_MISMATCH",
+    "Claim",
     "LedgerScan",
     "Verdict",
     "VerifyInputError",
+    "claim_problem",
+    "derive_claims",
     "evidence_problem",
     "first_difference",
     "load_receipt",
@@ -114,23 +118,47 @@ NOT_A_RECEIPT = "not_a_receipt"
 LEDGER_UNREADABLE = "ledger_unreadable"
 NOT_A_LEDGER = "not_a_ledger"
 
-# The claims after the ledger's own and the evidence, in the order they are checked.
-CLAIM_CHECKS = (
-    ("run_id", RUN_MISMATCH),
-    ("docket_version", RUN_MISMATCH),
-    ("started_at", RUN_MISMATCH),
-    ("ended_at", RUN_MISMATCH),
-    ("duration_ms", DURATION_MISMATCH),
-    ("exit", EXIT_MISMATCH),
-    ("totals", TOTAL_MISMATCH),
-    ("pricing", PRICING_MISMATCH),
-    ("caps", CAPS_MISMATCH),
-    ("policy_digest", POLICY_MISMATCH),
-    ("faults", FAULTS_MISMATCH),
+# What a receipt without an optional claim states is the claim's `absent`; REQUIRED: the
+# receipt's shape requires the member, so it is always stated.
+REQUIRED: Any = object()
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim verify re-derives from the ledger and compares with the receipt's."""
+
+    path: str  # where the receipt states it; its name in verify --json's `claims`
+    code: str  # the failure when the receipt's and the ledger's differ
+    absent: Any = REQUIRED  # what a receipt without the member states (spec sections 7.5-7.10)
+    # Backed by session.start alone (spec 7.9, 7.10): without a session.start it is unbacked
+    # when the receipt states it, and nothing is claimed when the receipt does not.
+    start_only: bool = False
+
+
+# Every claim verify re-derives and compares, in the order it compares them (spec section 8,
+# the list of step 11, then step 12): the comparison walks this table, and verify --json's
+# `claims` is keyed by these paths in this order. The ledger's own events, head and bytes
+# (steps 6-8) are the verdict's figures; ops.evidence (step 10) is the writer's disclosure,
+# held to the ledger but not derived from it.
+CLAIMS = (
+    Claim("ops.open_calls", OPEN_CALL, absent=[]),
+    Claim("run_id", RUN_MISMATCH),
+    Claim("docket_version", RUN_MISMATCH),
+    Claim("started_at", RUN_MISMATCH),
+    Claim("ended_at", RUN_MISMATCH),
+    Claim("duration_ms", DURATION_MISMATCH),
+    Claim("exit", EXIT_MISMATCH),
+    Claim("totals", TOTAL_MISMATCH),
+    Claim("pricing", PRICING_MISMATCH),
+    Claim("caps", CAPS_MISMATCH),
+    Claim("policy_digest", POLICY_MISMATCH),
+    Claim("faults", FAULTS_MISMATCH),
+    Claim("ops.client_retries", CLIENT_RETRIES_MISMATCH, absent=NO_CLIENT_RETRIES),
+    Claim("snapshot", SNAPSHOT_MISMATCH, absent=[]),
+    Claim("ops.cache", CACHE_MISMATCH, absent=NO_CACHE),
+    Claim("replay_of", REPLAY_MISMATCH, absent=None, start_only=True),
+    Claim("fleet", FLEET_MISMATCH, absent=None, start_only=True),
 )
-# Then, after ops.client_retries, snapshot and ops.cache, the claims that session.start
-# alone backs, in the order they are checked.
-START_CLAIM_CHECKS = (("replay_of", REPLAY_MISMATCH), ("fleet", FLEET_MISMATCH))
 
 
 class VerifyInputError(InputError):
@@ -232,7 +260,9 @@ class Verdict:
     events: int | None = None
     head: str | None = None
     bytes: int | None = None
-    claims: dict | None = None  # the re-derived claims (UNBACKED where the ledger cannot say)
+    # The re-derived claims, keyed by CLAIMS' paths in its order (UNBACKED where the ledger
+    # cannot say): what `docket verify --json` prints as `claims`.
+    claims: dict | None = None
     unbacked: tuple[str, ...] = ()
     complete: bool | None = None  # the receipt's ledger_complete, once checked
     tail_bytes: int = 0  # bytes past the record, disclosed as a failed write's (unverified_tail)
@@ -399,29 +429,58 @@ def evidence_problem(claimed: dict, tally: Tally, events: int) -> tuple[str, str
     return None
 
 
-def open_calls_problem(receipt: dict, tally: Tally) -> tuple[int | None, str, str] | None:
-    """The first way ops.open_calls is wrong (spec section 7.5), as (seq, path, what).
+def open_calls_problem(receipt: dict, tally: Tally) -> tuple[int, str, str] | None:
+    """A call left open in a ledger the receipt says is complete (spec section 7.5, rule 1),
+    as (seq, path, what), or None. Rule 2 (ops.open_calls is the derived list) is the first
+    comparison of CLAIMS.
 
     Every model.request gets exactly one closing event while the recorder runs; a
     call still open where the ledger ends is evidence lost (the closing event
-    unwritten, or the run killed), which only an incomplete ledger may show, and
-    the receipt must name each such call.
+    unwritten, or the run killed), which only an incomplete ledger may show.
     """
     derived = tally.open_calls()
-    path = "ops.open_calls"
     if derived and receipt["ops"]["evidence"]["ledger_complete"]:
         first = derived[0]
         return (
             first["seq"],
-            path,
+            "ops.open_calls",
             f"call {_show(first['call_id'])} (model.request at seq {first['seq']}) has no "
             "closing event, and the receipt says the ledger is complete",
         )
-    unbacked: list[str] = []
-    found = first_difference(receipt["ops"].get("open_calls", []), derived, path, unbacked)
-    if found:
-        return None, found[0], found[1]
     return None
+
+
+def derive_claims(tally: Tally) -> dict[str, Any]:
+    """Each claim of CLAIMS as the ledger says it, keyed by its path, in CLAIMS' order
+    (spec section 7); UNBACKED where the ledger cannot say. The optional claims of
+    section 6.5 are all there, whether or not a receipt makes them."""
+    derived = tally.to_claims() | {
+        "ops.open_calls": tally.open_calls(),
+        "ops.client_retries": tally.client_retries(),
+        "snapshot": tally.snapshot.claims() or [],
+        "ops.cache": tally.cache(),
+        "replay_of": tally.replay_of(),
+        "fleet": tally.fleet_claims(),
+    }
+    return {claim.path: derived[claim.path] for claim in CLAIMS}
+
+
+def claim_problem(
+    claim: Claim, receipt: dict, derived: object, unbacked: list[str]
+) -> tuple[str, str] | None:
+    """The first difference between what the receipt states for `claim` and `derived`,
+    as (path, what), or None; unbacked paths skipped and appended to `unbacked`."""
+    *parents, name = claim.path.split(".")
+    holder = receipt
+    for parent in parents:
+        holder = holder[parent]  # the shape check saw every parent (ops) there
+    if name in holder or claim.absent is REQUIRED:
+        stated = holder[name]
+    elif claim.start_only and derived is UNBACKED:
+        return None  # no session.start, and the receipt claims nothing: nothing to hold
+    else:
+        stated = claim.absent
+    return first_difference(stated, derived, claim.path, unbacked)
 
 
 def load_receipt(path: str | os.PathLike) -> dict | Verdict:
@@ -563,44 +622,16 @@ def verify(
     if open_call:
         seq, where, what = open_call
         return _failed(OPEN_CALL, seq=seq, field=where, detail=f"{where}: {what}", **figures)
-    claims = scan.tally.to_claims()
+    claims = derive_claims(scan.tally)
     compared = _as_claimed(receipt, claims)
     unbacked: list[str] = []
-    for key, code in CLAIM_CHECKS:
-        found = first_difference(receipt[key], compared[key], key, unbacked)
+    for claim in CLAIMS:
+        found = claim_problem(claim, receipt, compared[claim.path], unbacked)
         if found:
-            return _failed(code, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
-    stated = receipt["ops"].get("client_retries", NO_CLIENT_RETRIES)
-    found = first_difference(stated, scan.tally.client_retries(), "ops.client_retries", unbacked)
-    if found:
-        return _failed(
-            CLIENT_RETRIES_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
-        )
-    # --snapshot's section (spec 7.7): absent from both, or the same.
-    found = first_difference(
-        receipt.get("snapshot", []), scan.tally.snapshot.claims() or [], "snapshot", unbacked
-    )
-    if found:
-        return _failed(
-            SNAPSHOT_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures
-        )
-    stated = receipt["ops"].get("cache", NO_CACHE)
-    found = first_difference(stated, scan.tally.cache(), "ops.cache", unbacked)
-    if found:
-        return _failed(CACHE_MISMATCH, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
-    # The claims session.start makes alone: a replay's origin (spec 7.9) and a [fleet] run's
-    # budget (7.10). Absent states "not a replay" / "no fleet"; without a session.start one
-    # is unbacked when stated, and nothing when not (no such ledger can say).
-    started = {"replay_of": scan.tally.replay_of(), "fleet": scan.tally.fleet_claims()}
-    for key, code in START_CLAIM_CHECKS:
-        derived = started[key]
-        if derived is not UNBACKED or key in receipt:
-            found = first_difference(receipt.get(key), derived, key, unbacked)
-            if found:
-                return _failed(code, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
+            return _failed(claim.code, field=found[0], detail=f"{found[0]}: {found[1]}", **figures)
     return Verdict(
         ok=True,
-        claims=claims | started,
+        claims=claims,
         unbacked=tuple(unbacked),
         complete=receipt["ops"]["evidence"]["ledger_complete"],
         tail_bytes=tail_bytes,

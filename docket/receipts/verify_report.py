@@ -5,9 +5,13 @@ The shape is the other two verifiers' (verify-js/verify.mjs and verify-go/ with
 manifest's names (spec section 12) for the verdict, the text form's line, and
 once the chain was read its figures. Both `message` (the JavaScript verifier's
 name) and `detail` (the Go verifier's) are given, alike: the ok line, or the
-failure's detail (the text form's `FAIL CODE at ...: DETAIL` without its prefix); on ok `claims` adds the
-claims the ledger re-derives (totals and models, pricing, caps, faults, ..., replay_of and
-fleet: null for a run that is no replay / has no [fleet]), which only this verifier reports.
+failure's detail (the text form's `FAIL CODE at ...: DETAIL` without its prefix). On ok,
+`claims` (which only this verifier reports) holds every claim verify re-derived and
+compared, keyed by its path in the receipt, in the order compared (verify.CLAIMS, the
+table the comparison itself walks; spec section 10 lists them). Each is the ledger's
+value: for a run without one, what a receipt without it states ([] for snapshot, all zero for
+ops.client_retries and ops.cache, null for replay_of and fleet); an unbacked one is null
+(`unbacked` names its paths).
 
     {"ok": false, "verdict": "fail", "exit": 1, "code": "chain_break", "seq": 3,
      "offset": 812, "field": null, "message": "prev does not match ...",
