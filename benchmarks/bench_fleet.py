@@ -56,13 +56,12 @@ CLIENTS_AS, OTHER = "processes", "threads"
 COMPARED = "16_clients_one_budget"  # measured with threads too, beside the processes
 KEPT_WHY = (
     "processes: 16 boundaries are 16 processes, and on the path a boundary takes (a new "
-    "connection per exchange) 16 threads of one process were held back by the GIL "
-    "(psycopg's connect runs Python in the client): on 2026-12-02, on one budget, "
-    "processes drew 106.8 against 81.2 exchanges/s (x1.32) in the full run and 86.0 "
-    "against 58.0 (x1.48) in a quick one. On a kept connection threads were ahead (656 "
-    "against 578, x0.88): there 16 busy interpreters take CPU from PostgreSQL on the same "
-    "2 cores, which boundaries on other machines would not. Both are in every run "
-    "(threads_16_clients_one_budget, each path)."
+    "connection per exchange) 16 threads of one process drew fewer exchanges on one budget "
+    "in four runs of five on 2026-12-02 (threads over processes x0.67, x0.76, x0.81, "
+    "x0.82; x1.27 once): psycopg's connect runs Python in the client, under one GIL. On a "
+    "kept connection neither led (x0.70 to x2.97 over six runs), 16 busy interpreters "
+    "there also taking CPU from PostgreSQL on the same 2 cores, which boundaries on other "
+    "machines would not. Both are in every run (threads_16_clients_one_budget, each path)."
 )
 # An agent's call, to turn exchanges into calls: its tokens in and out, priced from
 # docket's own table, under the docs' example budget (docs/fleet.md: --max-usd 50).
