@@ -16,6 +16,9 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
+
+from benchmarks._harness import how_run
 
 HERE = Path(__file__).parent
 
@@ -36,8 +39,15 @@ def machine() -> dict:
     }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (exit 2), like an unknown name."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    parser = _Parser(prog="python -m benchmarks")
     parser.add_argument("names", nargs="*", help="which benchmarks (default: all)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--out", default=str(HERE / "results"))
@@ -51,12 +61,13 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
+    command = how_run("bench", "benchmarks", sys.argv[1:])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
         module = importlib.import_module(f"benchmarks.bench_{name}")
         print(f"== {name}", flush=True)
-        result = {"benchmark": name, "machine": machine(), "quick": args.quick}
+        result = {"benchmark": name, "machine": machine(), "quick": args.quick, "command": command}
         result.update(module.run(quick=args.quick))
         path = out / f"{name}.json"
         path.write_text(json.dumps(result, indent=2) + "\n")
