@@ -25,10 +25,10 @@ def exchange(store, lease_id, report, want, run="r1", lease_s=30.0, budget="b"):
 
 def test_init_is_idempotent_and_versioned(fleet_dsn):
     store = FleetStore(fleet_dsn)
-    assert store.init() == 1 and store.init() == 1
+    assert store.init() == 2 and store.init() == 2
     with psycopg.connect(fleet_dsn) as conn:
         conn.execute("UPDATE fleet_schema_version SET version = 99")
-    with pytest.raises(FleetStoreError, match="schema version 99"):
+    with pytest.raises(FleetStoreError, match="schema version 99, newer than this docket.s 2"):
         store.init()
 
 
