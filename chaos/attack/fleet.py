@@ -220,7 +220,8 @@ def _ledger_probe(folder: Path, url: str, dsn: str, store, figures: Figures, Cap
     import signal
     import socket
 
-    from docket.fleet.dead import Refuse, decide, read_facts
+    from docket.fleet.dead import Refuse, Settle, decide, read_facts
+    from docket.fleet.store import DeadCandidate
     from docket.pricing import default_price_table
 
     store.set_budget("ledger", Caps(nusd=CAP_NUSD))
@@ -258,7 +259,7 @@ def _ledger_probe(folder: Path, url: str, dsn: str, store, figures: Figures, Cap
     prices = default_price_table()
     host = socket.gethostname()
 
-    def live_boundary_reads() -> tuple[object, object]:
+    def live_boundary_reads() -> tuple[DeadCandidate, Settle | Refuse]:
         (dead,) = [
             c for c in store.lapsed_here("ledger", host) if c.folder == str(run_dir.resolve())
         ]
@@ -269,7 +270,9 @@ def _ledger_probe(folder: Path, url: str, dsn: str, store, figures: Figures, Cap
 
     original = ledger.read_bytes()
     dead, honest = live_boundary_reads()
-    honest_charge = getattr(honest, "spent", None)
+    if not isinstance(honest, Settle):
+        figures.add(False, f"ledger: the dead run's own ledger, untouched, was refused: {honest}")
+        return
     ledger.write_bytes(_forge_first_cost(original))  # pin: rewritten before the pin
     _, got = live_boundary_reads()
     figures.add(
@@ -280,11 +283,11 @@ def _ledger_probe(folder: Path, url: str, dsn: str, store, figures: Figures, Cap
     kept = original.split(b"\n")[: dead.pin[0]]  # tail: cut after the last exchange
     ledger.write_bytes(b"\n".join(kept) + b"\n")
     _, cut = live_boundary_reads()
-    if honest_charge is not None and not isinstance(cut, Refuse):
+    if isinstance(cut, Settle):
         done = store.settle_dead("ledger", dead.run_id, cut.spent)
-        lowered = honest_charge.nusd - cut.spent.nusd
+        lowered = honest.spent.nusd - cut.spent.nusd
         figures.extra["ledger_tail"] = {
-            "honest_charge_nusd": honest_charge.nusd,
+            "honest_charge_nusd": honest.spent.nusd,
             "charged_after_cut_nusd": cut.spent.nusd,
             "given_back_nusd": done.given_back.nusd,
         }

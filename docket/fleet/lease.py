@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import trio
 
 from docket.errors import InputError
-from docket.fleet.amounts import Amounts
+from docket.fleet.amounts import ZERO, Amounts
 from docket.fleet.dead import Refuse, decide, read_facts
 from docket.fleet.escrow import Ask, Escrow, EscrowConfig, Grant, Short
 from docket.fleet.store import (
@@ -190,6 +190,7 @@ class FleetLease:
                 lease_seconds=self.policy.lease_seconds,
                 folder=self.folder,
                 pin=pin,
+                release=ask.release,
             )
         except (FleetStoreError, NoSuchBudget) as exc:  # the budget itself missing too
             self.last_failure = str(exc)
@@ -303,6 +304,20 @@ class FleetLease:
                 **_amounts("held", folded.amount),
             )
         grant: Grant = done.grant
+        if ask.release != ZERO and not grant.lapsed:
+            # unused_: the receipt's `returned` (given back unused) counts it, so a clean
+            # run's granted is still its reported plus its returned
+            await self._event(
+                "fleet.lease",
+                change="released",
+                lease=grant.lease_id,
+                reason="a call was refused and the budget has no room: the free part of the "
+                "slice goes back to it, for the boundary refused next",
+                lease_seconds=self.policy.lease_seconds,
+                **_amounts("reported", ask.report),
+                **_amounts("unused", ask.release),
+            )
+            return
         if grant.lapsed:
             await self._event(
                 "fleet.lease", change="lost", lease=ask.lease_id, reason="it lapsed at the budget"

@@ -91,7 +91,7 @@ MIGRATIONS = (V1_TABLES, V2_DELTA)
 EXCHANGE_V1_ARGS = (
     "text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, text, double precision"
 )
-EXCHANGE_ARGS = EXCHANGE_V1_ARGS + ", text, bigint, text"
+EXCHANGE_ARGS = EXCHANGE_V1_ARGS + ", text, bigint, text, bigint, bigint, bigint"
 
 # (name, argument types): what a runs' role is granted, and nothing else.
 RUN_FUNCTIONS = (
@@ -169,18 +169,20 @@ END $$;
 -- extend it by p_lease_s from now(); a lease that lapsed (or none) is settled and a
 -- new one opened.
 -- p_folder: the run's folder (absolute, on p_host); p_seq, p_head: its ledger's line
--- count and head hash when the exchange was sent (the pin a later settle checks).
+-- count and head hash when the exchange was sent (the pin a later settle checks);
+-- (xn, xk, xc): free amount the boundary gives back to the room (a release: it was
+-- refused a call while the budget had no room), never more than the lease holds.
 CREATE OR REPLACE FUNCTION fleet_exchange(
     p_budget text, p_lease bigint, rn bigint, rk bigint, rc bigint,
     wn bigint, wk bigint, wc bigint, p_run text, p_host text, p_lease_s double precision,
-    p_folder text, p_seq bigint, p_head text)
+    p_folder text, p_seq bigint, p_head text, xn bigint, xk bigint, xc bigint)
 RETURNS TABLE (lease bigint, gn bigint, gk bigint, gc bigint,
                cap_n bigint, cap_k bigint, cap_c bigint, lapsed boolean, folded jsonb)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE live bigint; tn bigint; tk bigint; tc bigint;
 BEGIN
-    IF least(rn, rk, rc, wn, wk, wc) < 0 OR p_lease_s <= 0 OR p_seq < 0 THEN
+    IF least(rn, rk, rc, wn, wk, wc, xn, xk, xc) < 0 OR p_lease_s <= 0 OR p_seq < 0 THEN
         RAISE EXCEPTION 'fleet_exchange: amounts must be >= 0, lease seconds > 0'
             USING ERRCODE = '22023';
     END IF;
@@ -206,6 +208,16 @@ BEGIN
                 spent_tokens = spent_tokens + rk, leased_tokens = leased_tokens - tk,
                 spent_calls = spent_calls + rc, leased_calls = leased_calls - tc
             WHERE name = p_budget;
+            IF greatest(xn, xk, xc) > 0 THEN  -- a release: back to the room
+                SELECT least(xn, amount_nusd), least(xk, amount_tokens), least(xc, amount_calls)
+                INTO tn, tk, tc FROM fleet_leases WHERE id = live;
+                UPDATE fleet_leases SET amount_nusd = amount_nusd - tn,
+                    amount_tokens = amount_tokens - tk, amount_calls = amount_calls - tc
+                WHERE id = live;
+                UPDATE fleet_budgets SET leased_nusd = leased_nusd - tn,
+                    leased_tokens = leased_tokens - tk, leased_calls = leased_calls - tc
+                WHERE name = p_budget;
+            END IF;
         ELSE
             PERFORM fleet_settle_closed(p_budget, p_lease, rn, rk, rc);
         END IF;
@@ -288,7 +300,7 @@ RETURNS TABLE (lease bigint, gn bigint, gk bigint, gc bigint,
                cap_n bigint, cap_k bigint, cap_c bigint, lapsed boolean, folded jsonb)
 LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     SELECT * FROM fleet_exchange(p_budget, p_lease, rn, rk, rc, wn, wk, wc, p_run, p_host,
-                                 p_lease_s, NULL::text, NULL::bigint, NULL::text)
+                                 p_lease_s, NULL::text, NULL::bigint, NULL::text, 0, 0, 0)
 $$;
 
 -- The run wrote its receipt: its end and the receipt file's sha256, once.
@@ -389,7 +401,8 @@ REVOKE ALL ON FUNCTION fleet_lock(text), fleet_reclaim(text),
     fleet_settle_closed(text, bigint, bigint, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION
     fleet_exchange(text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, text, double precision),
-    fleet_exchange(text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, text, double precision, text, bigint, text),
+    fleet_exchange(text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, text,
+                   double precision, text, bigint, text, bigint, bigint, bigint),
     fleet_give_back(text, bigint, bigint, bigint, bigint),
     fleet_run_ended(text, text, text),
     fleet_settle_dead(text, text, bigint, bigint, bigint),

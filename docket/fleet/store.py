@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from docket.errors import DocketError, InputError
-from docket.fleet.amounts import Amounts, Caps
+from docket.fleet.amounts import ZERO, Amounts, Caps
 from docket.fleet.escrow import Grant
 from docket.fleet.schema import (
     FUNCTIONS,
@@ -224,22 +224,25 @@ class FleetStore:
         lease_seconds: float,
         folder: str | None = None,
         pin: tuple[int, str] | None = None,
+        release: Amounts = ZERO,
     ) -> Exchanged:
         """Report `report` as used on the lease, add what room allows of `want` and
         extend it by lease_seconds from the server's now(); a lease that lapsed (or
         none) is settled and a new one opened. One call of fleet_exchange. `folder`:
-        the run's folder (absolute); `pin`: its ledger's line count and head hash."""
+        the run's folder (absolute); `pin`: its ledger's line count and head hash;
+        `release`: free amount of the lease given back to the room first."""
         seq, head = (None, None) if pin is None else pin
         with self._transaction() as cur:
             cur.execute(
                 "SELECT * FROM fleet_exchange(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                "%s, %s, %s)",
+                "%s, %s, %s, %s, %s, %s)",
                 (
                     budget,
                     None if lease_id is None else int(lease_id),
                     report.nusd, report.tokens, report.calls,
                     want.nusd, want.tokens, want.calls,
                     run_id, host, lease_seconds, folder, seq, head,
+                    release.nusd, release.tokens, release.calls,
                 ),
             )  # fmt: skip
             row = cur.fetchone()
