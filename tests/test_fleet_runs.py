@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import signal
+import sys
 
 import pytest
 import trio
@@ -218,3 +219,45 @@ async def test_two_budgets_in_one_database_do_not_touch(tmp_path, stub_server, f
     for name, cap in (("a", 0.0006), ("b", 0.0012)):
         spent = judged(got[name], store, name, int(cap * NANO))
         assert spent >= 0.9 * cap * NANO
+
+
+async def test_a_run_records_its_end_and_says_so_on_stderr_when_it_cannot(
+    tmp_path, stub_server, fleet_dsn
+):
+    """The receipt's sha256 goes to fleet_runs once the receipt is written; when the
+    record cannot be made (here its row was deleted mid-run), the run says so in one
+    stderr line, `docket: warning: fleet: ...`, and its status is unchanged."""
+    store = FleetStore(fleet_dsn)
+    store.set_budget("e", Caps(nusd=10**9))
+    forget = (
+        "import os, psycopg, sys\n"
+        "with psycopg.connect(os.environ['TEST_ADMIN_DSN']) as c:\n"
+        "    c.execute(\"DELETE FROM fleet_runs WHERE budget = 'e' AND ended_at IS NULL\")\n"
+    )
+    with trio.fail_after(60):
+        async with stub_server("openai") as stub:
+            policy = write_policy(tmp_path / "e.toml", stub.url, fleet_dsn, "e", slice_usd=0.001)
+            argv = run_argv(policy, tmp_path / "ok", calls=2, concurrency=1)
+            ok = await trio.run_process(argv, env=run_env(), capture_stderr=True, check=False)
+            while not store.runs("e", 5):  # the supervisor's first exchange made its row
+                await trio.sleep(0.02)
+            argv = run_argv(policy, tmp_path / "gone", calls=1, concurrency=1)
+            cut = argv.index("--") + 1
+            argv[cut:] = [sys.executable, "-c", forget]
+            gone = await trio.run_process(
+                argv, env={**run_env(), "TEST_ADMIN_DSN": fleet_dsn}, capture_stderr=True,
+                check=False,
+            )  # fmt: skip
+    assert ok.returncode == 0 and gone.returncode == 0, gone.stderr
+    first = RunResult(tmp_path / "ok", 0, "")
+    (row,) = store.runs("e", 5)  # the second run's row is gone
+    assert row["run_id"] == first.events("session.start")[0]["run_id"]
+    digest = hashlib.sha256((tmp_path / "ok" / "receipt.json").read_bytes()).hexdigest()
+    assert row["receipt_sha256"] == digest and row["state"] == "ended"
+    warnings = [
+        line
+        for line in gone.stderr.decode().splitlines()
+        if line.startswith("docket: warning: fleet:")
+    ]
+    assert len(warnings) == 1 and "no open record" in warnings[0], gone.stderr
+    assert "fleet:" not in ok.stderr.decode()

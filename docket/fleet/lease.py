@@ -263,8 +263,9 @@ class FleetLease:
             of_run=dead.run_id,
             of_host=self.host,
             reason="its ledger is final (no writer holds it): charged what it says was spent",
-            **_amounts("charged", done.more),
-            **_amounts("given_back", done.given_back),
+            # in the dimensions the budget caps (the others have no room to give back)
+            **_amounts("charged", self.escrow.mask(done.more)),
+            **_amounts("given_back", self.escrow.mask(done.given_back)),
         )
 
     async def run_ended(self, receipt: Path | None) -> str | None:

@@ -315,7 +315,7 @@ BEGIN
     WHERE budget = p_budget AND run_id = p_run AND ended_at IS NULL;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'fleet_run_ended: run % has no open record on budget %',
-            quote_literal(p_run), quote_literal(p_budget) USING ERRCODE = 'P0002';
+            quote_literal(p_run), quote_literal(p_budget) USING ERRCODE = 'DKF02';
     END IF;
 END $$;
 
