@@ -1,9 +1,11 @@
 """The fleet budget's Done-when, with real processes: `docket run` boundaries, each
 hammered by the reference agent's concurrent callers, against one global cap in a
 real PostgreSQL. What the receipts say was spent never passes the cap, and when
-demand exceeds it at least 90% of it is used; a boundary SIGKILLed mid-run loses
-its lease to expiry while the others go on; two budgets in one database do not
-touch. The suite runs a short version; `nox -s fleet` runs the long ones (slow)."""
+demand exceeds it at least 90% of it is used; a boundary SIGKILLed mid-run loses its
+lease to expiry and a live boundary on its host settles it from its ledger by itself,
+so its slice returns to the others; each run's end and receipt digest is recorded;
+two budgets in one database do not touch. The suite runs short versions; `nox -s
+fleet` runs the long ones (slow)."""
 
 from __future__ import annotations
 
