@@ -254,6 +254,10 @@ def test_lapsed_here_offers_a_hosts_dead_runs_a_few_at_a_time_least_recently_tri
                        lease_seconds=0.001, folder=f"/runs/dead{i}", pin=(i, "a" * 64))  # fmt: skip
     alive = exchange(store, None, Amounts(), Amounts(nusd=10), run="alive")  # not a candidate
     time.sleep(0.01)
+    # An exchange says whether dead runs wait on its caller's host, whoever folded them.
+    assert exchange(store, None, Amounts(), Amounts(), run="x").dead_here  # host h
+    assert not store.exchange("b", None, Amounts(), Amounts(), run_id="y", host="nowhere",
+                              lease_seconds=30).dead_here  # fmt: skip
     first = store.lapsed_here("b", "h")
     assert len(first) == 4 and "alive" not in {c.run_id for c in first}
     assert all(c.folder == f"/runs/{c.run_id}" and c.pin[0] == int(c.run_id[4:]) for c in first)

@@ -11,9 +11,9 @@ the slice cannot cover is refused (fail closed). Every change to the lease and
 every failed exchange is a ledger event (`fleet.lease`, `fleet.store`).
 
 Each exchange names the run's folder and pins its ledger (line count and head
-hash). Once after its first exchange, and after any exchange that folded expired
-leases, the task looks for dead runs' lapsed leases on its own host and settles
-each from its ledger (dead.py decides; `settled` or `unsettled`, either way a
+hash). When an exchange answers that dead runs' lapsed leases wait on this host
+(whoever folded them, this run's first exchange included), the task settles each
+from its ledger (dead.py decides; `settled` or `unsettled`, either way a
 `fleet.lease` event of this run), in a child task, so a renewal never waits on it.
 """
 
@@ -90,8 +90,8 @@ class FleetLease:
         self.folder: str | None = None
         self.ledger: LedgerHead | None = None
         self.prices: PriceTable = default_price_table()  # a dead run's ledger is read with
-        self._exchanged_once = False
         self._settling = False  # a pass over dead runs is under way
+        self._settle_again = False  # dead runs were named since the pass began
         # host, port and dbname of the budget's database (session.start's record of it)
         self.database: dict[str, str | None] = dict.fromkeys(("host", "port", "dbname"))
 
@@ -154,10 +154,9 @@ class FleetLease:
             ask = self.escrow.ask(now, short=self._short)
             self._short = False
             if ask is not None:
-                folded = await self._exchange(ask)
-                if (folded or not self._exchanged_once) and self.last_failure is None:
-                    self._exchanged_once = True
-                    if not self._settling and self.folder is not None:
+                if await self._exchange(ask) and self.folder is not None:
+                    self._settle_again = True  # a pass under way looks once more
+                    if not self._settling:
                         self._settling = True
                         nursery.start_soon(self._settle_dead)
                 if self.escrow.sending is None and self.last_failure is not None:
@@ -174,10 +173,10 @@ class FleetLease:
         return until - self.policy.lease_seconds / 2  # renewal time
 
     async def _exchange(self, ask: Ask) -> bool:
-        """One exchange; whether it folded anyone's expired lease."""
+        """One exchange; whether its answer says dead runs wait on this host."""
         self.escrow.sent(ask, trio.current_time())
         pin = None if self.ledger is None else (self.ledger.count, self.ledger.head)
-        folded = False
+        dead_here = False
         try:
             done = await self._in_thread(
                 self.store.exchange,
@@ -199,28 +198,33 @@ class FleetLease:
         else:
             self.last_failure = None
             self.escrow.exchanged(ask, done.grant)
-            folded = bool(done.folded)
+            dead_here = done.dead_here
             await self._recorded(ask, done)
         finally:
             if self.escrow.sending is ask:  # cancelled (the boundary is stopping)
                 self.escrow.failed(trio.current_time())
             answered, self._answered = self._answered, trio.Event()
             answered.set()
-        return folded
+        return dead_here
 
     # ------------------------------------------------------------ dead runs
 
     async def _settle_dead(self) -> None:
-        """Settle the dead runs' lapsed leases on this host from their ledgers."""
+        """Settle the dead runs' lapsed leases on this host from their ledgers, again
+        while exchanges named more since the pass began."""
         try:
-            try:
-                candidates = await self._in_thread(self.store.lapsed_here, self.budget, self.host)
-            except (FleetStoreError, NoSuchBudget) as exc:
-                await self._event("fleet.store", reason=str(exc), asked="lapsed_here")
-                return
-            for candidate in candidates:
-                if candidate.run_id != self.run_id:
-                    await self._settle_one(candidate)
+            while self._settle_again:
+                self._settle_again = False
+                try:
+                    candidates = await self._in_thread(
+                        self.store.lapsed_here, self.budget, self.host
+                    )
+                except (FleetStoreError, NoSuchBudget) as exc:
+                    await self._event("fleet.store", reason=str(exc), asked="lapsed_here")
+                    return
+                for candidate in candidates:
+                    if candidate.run_id != self.run_id:
+                        await self._settle_one(candidate)
         finally:
             self._settling = False
 

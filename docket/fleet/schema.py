@@ -177,7 +177,8 @@ CREATE OR REPLACE FUNCTION fleet_exchange(
     wn bigint, wk bigint, wc bigint, p_run text, p_host text, p_lease_s double precision,
     p_folder text, p_seq bigint, p_head text, xn bigint, xk bigint, xc bigint)
 RETURNS TABLE (lease bigint, gn bigint, gk bigint, gc bigint,
-               cap_n bigint, cap_k bigint, cap_c bigint, lapsed boolean, folded jsonb)
+               cap_n bigint, cap_k bigint, cap_c bigint, lapsed boolean, folded jsonb,
+               dead_here boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE live bigint; tn bigint; tk bigint; tc bigint;
@@ -262,6 +263,18 @@ BEGIN
     FROM fleet_budgets WHERE name = p_budget;
     lease := live;
     lapsed := p_lease IS NOT NULL AND live <> p_lease;
+    -- Dead runs wait on the caller's host (a lapsed lease with a folder, no active
+    -- lease, not offered within the last four leases): its boundary settles them
+    -- (fleet_lapsed_here), whoever folded their leases.
+    dead_here := EXISTS (
+        SELECT 1 FROM fleet_leases l
+        LEFT JOIN fleet_runs x ON x.budget = l.budget AND x.run_id = l.run_id
+        WHERE l.budget = p_budget AND l.host = p_host AND l.state = 'lapsed'
+          AND l.folder IS NOT NULL AND l.run_id <> p_run
+          AND (x.settle_tried_at IS NULL
+               OR x.settle_tried_at < now() - 4 * p_lease_s * interval '1 second')
+          AND NOT EXISTS (SELECT 1 FROM fleet_leases a WHERE a.budget = p_budget
+                          AND a.run_id = l.run_id AND a.state = 'active'));
     RETURN NEXT;
 END $$;
 
@@ -299,7 +312,7 @@ CREATE OR REPLACE FUNCTION fleet_exchange(
 RETURNS TABLE (lease bigint, gn bigint, gk bigint, gc bigint,
                cap_n bigint, cap_k bigint, cap_c bigint, lapsed boolean, folded jsonb)
 LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM fleet_exchange(p_budget, p_lease, rn, rk, rc, wn, wk, wc, p_run, p_host,
+    SELECT lease, gn, gk, gc, cap_n, cap_k, cap_c, lapsed, folded FROM fleet_exchange(p_budget, p_lease, rn, rk, rc, wn, wk, wc, p_run, p_host,
                                  p_lease_s, NULL::text, NULL::bigint, NULL::text, 0, 0, 0)
 $$;
 

@@ -58,6 +58,7 @@ class Folded:
 class Exchanged:
     grant: Grant
     folded: tuple[Folded, ...]  # leases this call found expired (anyone's)
+    dead_here: bool = False  # dead runs' lapsed leases wait on the caller's host
 
 
 @dataclass(frozen=True)
@@ -247,9 +248,9 @@ class FleetStore:
             )  # fmt: skip
             row = cur.fetchone()
         assert row is not None  # a function returning one row
-        lease, gn, gk, gc, cap_n, cap_k, cap_c, lapsed, folded = row
+        lease, gn, gk, gc, cap_n, cap_k, cap_c, lapsed, folded, dead_here = row
         grant = Grant(str(lease), Amounts(gn, gk, gc), Caps(cap_n, cap_k, cap_c), lapsed=lapsed)
-        return Exchanged(grant, _folded(folded))
+        return Exchanged(grant, _folded(folded), bool(dead_here))
 
     def give_back(self, budget: str, lease_id: str, report: Amounts) -> tuple[Folded, ...]:
         """The run is over: `report` is spent, the rest of the lease is room again."""
