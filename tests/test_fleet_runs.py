@@ -10,6 +10,7 @@ fleet` runs the long ones (slow)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import signal
 import sys
 
@@ -92,6 +93,20 @@ async def test_four_boundaries_many_callers_never_pass_one_cap(tmp_path, stub_se
         )
 
 
+def reported_and_spending(ledger) -> bool:
+    """The victim has reported use at an exchange and goes on calling: a lease event
+    after its first answered call, then two more answered calls."""
+    if not ledger.exists():
+        return False
+    types = [json.loads(line)["type"] for line in ledger.read_bytes().splitlines()[:-1]]
+    if "model.response" not in types:
+        return False
+    after = types[types.index("model.response") :]
+    if "fleet.lease" not in after:
+        return False
+    return after[after.index("fleet.lease") :].count("model.response") >= 2
+
+
 async def killed_boundary(tmp_path, stub_server, dsn, *, cap_usd, latency, lease_seconds, calls):
     """Four boundaries start at once; one is SIGKILLed while it spends. Its lease lapses
     whole at expiry, and one of the three others, on this host, settles it from its
@@ -132,8 +147,8 @@ async def killed_boundary(tmp_path, stub_server, dsn, *, cap_usd, latency, lease
             nursery.start_soon(others_then_done, others)
             try:
                 ledger = victim_dir / "ledger.jsonl"
-                while not ledger.exists() or ledger.read_bytes().count(b'"model.response"') < 3:
-                    await trio.sleep(0.02)  # it is spending
+                while not reported_and_spending(ledger):
+                    await trio.sleep(0.02)
                 victim.send_signal(signal.SIGKILL)
             finally:
                 await victim.wait()
