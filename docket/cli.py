@@ -334,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_prune)
 
     p = verbs.add_parser(
-        "fleet", help="a budget shared by many runs in PostgreSQL: init, budget set, status"
+        "fleet",
+        help="a budget shared by many runs in PostgreSQL: init, budget set, status, runs, settle",
     )
     _fleet_arguments(p)
     p.set_defaults(func=cmd_fleet)
@@ -608,9 +609,17 @@ def _fleet_arguments(p: argparse.ArgumentParser) -> None:
     )
     se.add_argument("name")
     se.add_argument("--ledger", required=True, help="the dead run's ledger (or its folder)")
-    st = actions.add_parser("status", help="cap, spent, leased, lapsed, and each lease")
+    st = actions.add_parser(
+        "status", help="cap, spent, leased, lapsed, per host, and each lease (expiring marked)"
+    )
     st.add_argument("name")
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    ru = actions.add_parser(
+        "runs", help="each run, newest first: host, start, end, spend, state, receipt digest"
+    )
+    ru.add_argument("name")
+    ru.add_argument("--json", action="store_true", help="machine-readable output")
+    ru.add_argument("--limit", type=int, default=50, help="the newest N runs (default 50)")
 
 
 def main(argv: list[str] | None = None) -> int:

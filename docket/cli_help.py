@@ -82,8 +82,10 @@ DESCRIPTIONS = {
     "beside the ledger. Exit: the agent's status, 42 when a cap stopped it, 43 when evidence "
     "was lost.",
     "fleet": "A budget shared by many runs on many machines, in PostgreSQL (docs/fleet.md): "
-    "create its tables, set a budget's caps, show what is spent, leased and lapsed, lease by "
-    "lease. Exit 1 when the database cannot be reached.",
+    "create or migrate its tables, set a budget's caps, show what is spent, leased and lapsed "
+    "(per host, lease by lease), list its runs with their receipts' digests, settle a dead "
+    "run's lapsed leases from its ledger (a live boundary on its host does it by itself). "
+    "Exit 1 when the database cannot be reached.",
     "init": "Write a commented docket.toml listing every policy key with its default.",
     "prices": "Print the price table the caps and receipts use: its date, its provenance, and "
     "USD per million tokens per model. With --policy, a policy's [prices] merged over it, "
@@ -172,8 +174,9 @@ examples:
   export DOCKET_FLEET_DSN="host=db.internal dbname=docket user=docket"   # password: ~/.pgpass
   docket fleet init --runs-role docket_runs   # runs connect as docket_runs: lease functions only
   docket fleet budget set team-a --max-usd 50 --max-calls 10000
-  docket fleet status team-a --json
-  docket fleet settle team-a --ledger docket-runs/RUN_ID   # a dead run's lapsed leases
+  docket fleet status team-a --json                 # per host; leases in their last quarter marked
+  docket fleet runs team-a --limit 20               # each run: host, spend, state, receipt sha256
+  docket fleet settle team-a --ledger docket-runs/RUN_ID   # another host's dead run
   docket fleet --policy docket.toml status team-a     # the DSN from its [fleet] table
 """,
     "init": """\

@@ -8,11 +8,12 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
 from docket.cli import main as cli_main
-from docket.fleet.amounts import Amounts
+from docket.fleet.amounts import Amounts, Caps
 from docket.fleet.store import FleetStore
 
 
@@ -80,10 +81,14 @@ def test_init_set_and_status(fleet_dsn, fleet):
             "--max-calls: must be at least 1",
         ),
         (["status", "nope"], "no fleet budget 'nope'"),
+        (["runs", "nope"], "no fleet budget 'nope'"),
+        (["runs", "b b"], "budget name 'b b'"),
+        (["runs", "team-a", "--limit", "0"], "--limit: must be at least 1, got 0"),
         ([], "name an action"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(fleet_dsn, fleet, args, message):
+    FleetStore(fleet_dsn).set_budget("team-a", Caps(nusd=10))
     done = fleet("--dsn", fleet_dsn, *args)
     assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1
 
@@ -117,3 +122,60 @@ def test_an_unreachable_database_is_one_line_and_exit_1():
     )
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "docket:" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_runs_and_status_per_host_read_the_database(fleet_dsn, fleet):
+    store = FleetStore(fleet_dsn)
+    store.set_budget("t", Caps(nusd=10**6))
+
+    def lease(run, host, seconds=30.0, report=0, lease_id=None):
+        return store.exchange(
+            "t", lease_id, Amounts(nusd=report), Amounts(nusd=1000), run_id=run, host=host,
+            lease_seconds=seconds, folder=f"/runs/{run}", pin=(3, "a" * 64),
+        ).grant.lease_id  # fmt: skip
+
+    ended = lease("run-ended", "box-1")
+    store.give_back("t", ended, Amounts(nusd=400))
+    store.run_ended("t", "run-ended", "f" * 64)
+    lease("run-dead", "box-2", seconds=0.001)
+    lease("run-live", "box-1")
+    lease("run-late", "box-2", seconds=3.0)  # in its last quarter after 2.25 s
+    store.status("t")  # folds run-dead's lease into lapsed
+    got = json.loads(fleet("--dsn", fleet_dsn, "runs", "t", "--json").stdout)["runs"]
+    by_run = {r["run_id"]: r for r in got}
+    assert [r["run_id"] for r in got][0] == "run-late"  # newest first
+    assert by_run["run-ended"]["state"] == "ended"
+    assert by_run["run-ended"]["receipt_sha256"] == "f" * 64
+    assert by_run["run-ended"]["spent"]["nusd"] == 400
+    assert by_run["run-dead"]["state"] == "lapsed" and by_run["run-dead"]["receipt"] == "none: died"
+    assert by_run["run-dead"]["lapsed_nusd"] == 1000
+    assert by_run["run-live"]["state"] == "active"
+    assert by_run["run-live"]["receipt"] == "none: still running"
+    assert by_run["run-live"]["held_nusd"] == 1000 and by_run["run-live"]["host"] == "box-1"
+    assert (
+        len(
+            json.loads(fleet("--dsn", fleet_dsn, "runs", "t", "--json", "--limit", "2").stdout)[
+                "runs"
+            ]
+        )
+        == 2
+    )
+    text = fleet("--dsn", fleet_dsn, "runs", "t").stdout
+    assert "run-dead  lapsed" in text and "receipt none: died" in text
+    # status: per host, and the lease in its last quarter marked
+    deadline = time.monotonic() + 10
+    while True:
+        status = json.loads(fleet("--dsn", fleet_dsn, "status", "t", "--json").stdout)
+        late = [x for x in status["leases"] if x["run_id"] == "run-late"]
+        if late and late[0]["expiring"]:
+            break
+        assert late and time.monotonic() < deadline, status
+        time.sleep(0.05)
+    hosts = {h["host"]: h for h in status["hosts"]}
+    assert hosts["box-1"]["held_nusd"] == 1000 and hosts["box-1"]["runs"] == 2
+    assert hosts["box-2"]["lapsed_nusd"] == 1000 and hosts["box-2"]["active_leases"] == 1
+    live = [x for x in status["leases"] if x["run_id"] == "run-live"]
+    assert not live[0]["expiring"]
+    # the dead run is named to a boundary on its host, not to another host's
+    assert [c.run_id for c in store.lapsed_here("t", "box-2")] == ["run-dead"]
+    assert store.lapsed_here("t", "box-1") == ()

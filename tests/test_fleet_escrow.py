@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from docket.fleet.amounts import ZERO, Amounts, Caps
+from docket.fleet.amounts import UNCAPPED, ZERO, Amounts, Caps
 from docket.fleet.escrow import EXPIRING, NO_LEASE, SLICE_SHORT, Escrow, EscrowConfig
 from docket.fleet.pool import Pool
 
@@ -27,7 +27,7 @@ def exchange(escrow: Escrow, pool: Pool, now: float, *, short: bool = False):
     ask = escrow.ask(now, short=short)
     assert ask is not None
     escrow.sent(ask, now)
-    grant = pool.exchange(ask.lease_id, ask.report, ask.want, now)
+    grant = pool.exchange(ask.lease_id, ask.report, ask.want, now, release=ask.release)
     escrow.exchanged(ask, grant)
     return ask, grant
 
@@ -123,6 +123,35 @@ def test_a_call_larger_than_a_slice_is_asked_for_whole():
     assert escrow.short_need == ZERO  # asked for once
 
 
+def test_at_the_budgets_end_a_refused_boundary_releases_its_free_part_for_the_next():
+    """Four boundaries each hold 30 free, the budget has no room, and a call costs up
+    to 50: none can serve it alone. Refused, each gives its 30 back (asking nothing in
+    the same exchange); the next one refused gathers them and serves."""
+    pool = Pool(Caps(nusd=400), LEASE_S)
+    es = [Escrow(config()) for _ in range(4)]
+    for e in es:
+        exchange(e, pool, 0.0)
+        assert e.draw(Amounts(nusd=70), 0.0) is None  # 30 free left in each
+        e.settle(Amounts(nusd=70), Amounts(nusd=70))
+    need = Amounts(nusd=50)
+    a, b = es[0], es[1]
+    assert a.draw(need, 1.0).code == SLICE_SHORT
+    ask, grant = exchange(a, pool, 1.0, short=True)  # asks the room for more: none
+    assert ask.reason == "low_water" and grant.granted == ZERO
+    assert a.draw(need, 1.0).code == SLICE_SHORT
+    ask, _ = exchange(a, pool, 1.0, short=True)
+    assert ask.reason == "release" and ask.want == ZERO and ask.release == Amounts(nusd=30)
+    assert a.free == ZERO and pool.caps.room(pool.spent + pool.leased) == Amounts(
+        nusd=30, tokens=UNCAPPED, calls=UNCAPPED
+    )
+    assert b.draw(need, 1.0).code == SLICE_SHORT
+    ask, grant = exchange(b, pool, 1.0, short=True)
+    assert grant.granted == Amounts(nusd=30) and b.draw(need, 1.0) is None
+    assert a.ask(1.0, short=False) is None  # not refused since: it takes nothing back
+    renewal = a.ask(1.0 + LEASE_S / 2 + 0.1)  # its lease was last extended at 1.0
+    assert renewal.reason == "renew" and renewal.want == ZERO
+
+
 def test_config_is_checked():
     with pytest.raises(ValueError, match="horizon_seconds"):
         EscrowConfig(Amounts(nusd=1), Fraction(1, 2), 10.0, 10.0)
@@ -153,6 +182,9 @@ class FleetMachine(RuleBasedStateMachine):
         self.alive = [True] * BOUNDARIES
         self.in_flight: list[list[tuple[Amounts, float]]] = [[] for _ in range(BOUNDARIES)]
         self.released = [ZERO] * BOUNDARIES  # worst case minus use, settled while asking
+        self.refused = [0] * BOUNDARIES  # calls refused since the boundary's last exchange
+        self.releases = [0] * BOUNDARIES
+        self.holding_off = [False] * BOUNDARIES  # released: asks nothing until refused
         self.now = 0.0
         self.actual = ZERO
 
@@ -169,6 +201,8 @@ class FleetMachine(RuleBasedStateMachine):
             need = Amounts(nusd, tokens, 1)
             if self.escrows[i].draw(need, self.now) is None:
                 self.in_flight[i].append((need, self.now))
+            else:
+                self.refused[i] += 1
 
     @rule(i=st.integers(0, BOUNDARIES - 1), k=st.integers(0, 7), share=st.fractions(0, 1))
     def finish(self, i, k, share):
@@ -186,9 +220,20 @@ class FleetMachine(RuleBasedStateMachine):
         e = self.escrows[i]
         if not self.alive[i] or e.sending is not None:
             return
-        ask = e.ask(self.now, short=short)
+        # The lease asks `short` only for a call refused since its last exchange.
+        ask = e.ask(self.now, short=short and self.refused[i] > 0)
         if ask is None:
             return
+        if ask.release != ZERO:
+            # No ping-pong: a release follows a call refused since the boundary's last
+            # exchange, and asks nothing back in the same exchange.
+            assert self.refused[i] > 0 and ask.want == ZERO
+            assert e.free.covers(ask.release) and ask.release.covers(ZERO)
+            self.releases[i] += 1
+        elif self.holding_off[i] and not ask.short:
+            assert ask.want == ZERO  # what it released is not taken back unasked
+        self.holding_off[i] = ask.release != ZERO or (self.holding_off[i] and not ask.short)
+        self.refused[i] = 0
         asked_for = e.mask(e.short_need)  # a call larger than a slice is asked for whole
         e.sent(ask, self.now)
         self.released[i] = ZERO
@@ -199,7 +244,9 @@ class FleetMachine(RuleBasedStateMachine):
             self.advance(min(HORIZON_S, 1.0))
             if not self.alive[i]:
                 return
-        grant = self.pool.exchange(ask.lease_id, ask.report, ask.want, self.now)
+        grant = self.pool.exchange(
+            ask.lease_id, ask.report, ask.want, self.now, release=ask.release
+        )
         e.exchanged(ask, grant)
         # Slice sizing: never more than one slice free (or the one call larger than a
         # slice that was refused), but for what calls settled below their worst case

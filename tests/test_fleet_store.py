@@ -1,5 +1,6 @@
-"""The fleet budget in a real PostgreSQL (tests/postgres_server.py): the schema, the
-conditional lease, reports, give-backs, server-time expiry, and many threads at once."""
+"""The fleet budget in a real PostgreSQL (tests/postgres_server.py): the schema and its
+migration from version 1, the conditional lease, reports, give-backs, server-time
+expiry, dead runs' candidates and settles, and many threads at once."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import uuid
 import psycopg
 import pytest
 
+from docket.cli import main as cli_main
+from docket.errors import InputError
 from docket.fleet.amounts import Amounts, Caps
+from docket.fleet.schema import SCHEMA_VERSION, V1_TABLES
 from docket.fleet.store import FleetStore, FleetStoreError, NoSuchBudget
 
 N = 1_000_000_000  # one USD in nano-USD
@@ -25,10 +29,10 @@ def exchange(store, lease_id, report, want, run="r1", lease_s=30.0, budget="b"):
 
 def test_init_is_idempotent_and_versioned(fleet_dsn):
     store = FleetStore(fleet_dsn)
-    assert store.init() == 1 and store.init() == 1
+    assert store.init() == 2 and store.init() == 2
     with psycopg.connect(fleet_dsn) as conn:
         conn.execute("UPDATE fleet_schema_version SET version = 99")
-    with pytest.raises(FleetStoreError, match="schema version 99"):
+    with pytest.raises(FleetStoreError, match="schema version 99, newer than this docket.s 2"):
         store.init()
 
 
@@ -145,7 +149,128 @@ def test_a_runs_role_can_lease_and_report_but_not_touch_the_tables(fleet_dsn):
         with pytest.raises(FleetStoreError, match="amounts must be >= 0"):
             exchange(runs, None, Amounts(nusd=-N), Amounts())  # no unreporting spend
         assert admin.status("b")["cap"]["nusd"] == N
+        # the version 2 functions: a dead run found and settled, a run's end recorded
+        dead = runs.exchange("b", None, Amounts(), Amounts(nusd=100), run_id="dead", host="h",
+                             lease_seconds=0.001, folder="/d", pin=(1, "a" * 64)).grant  # fmt: skip
+        runs.run_ended("b", "r1", "0" * 64)
+        time.sleep(0.01)
+        folded = exchange(runs, None, Amounts(), Amounts(), run="r2").folded  # as a boundary would
+        assert [f.run_id for f in folded] == ["dead"]
+        assert [c.run_id for c in runs.lapsed_here("b", "h")] == ["dead"]
+        with pytest.raises(FleetStoreError, match="amounts must be >= 0"):
+            runs.settle_dead("b", "dead", Amounts(nusd=-1))
+        assert runs.settle_dead("b", "dead", Amounts(nusd=40)).given_back == Amounts(nusd=60)
+        assert dead.granted == Amounts(nusd=100)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), psycopg.connect(runs.dsn) as c:
+            c.execute("UPDATE fleet_runs SET receipt_sha256 = NULL")
     finally:
         with psycopg.connect(fleet_dsn, autocommit=True) as conn:
             conn.execute(f'DROP OWNED BY "{role}"')
             conn.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.fixture
+def empty_dsn(postgres_cluster):
+    """A new database with nothing in it (fleet_dsn's already holds the schema)."""
+    name = f"fleet_v1_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_cluster.dsn(), autocommit=True, connect_timeout=10) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield postgres_cluster.dsn(name)
+    finally:
+        with psycopg.connect(postgres_cluster.dsn(), autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_version_1_database_is_migrated_with_its_data(empty_dsn, capsys):
+    fleet_dsn = empty_dsn
+    with psycopg.connect(fleet_dsn) as conn:  # version 1, as it shipped
+        conn.execute(V1_TABLES)
+        conn.execute("INSERT INTO fleet_schema_version VALUES (1)")
+        conn.execute(
+            "INSERT INTO fleet_budgets (name, cap_nusd, spent_nusd, leased_nusd) "
+            "VALUES ('old', 1000000, 100, 5000)"
+        )
+        conn.execute(
+            "INSERT INTO fleet_leases (budget, run_id, host, state, amount_nusd, used_nusd, "
+            "expires_at) VALUES ('old', 'run-v1', 'h1', 'active', 5000, 100, "
+            "now() + interval '1 hour')"
+        )
+    assert cli_main(["fleet", "--dsn", fleet_dsn, "init"]) == 0
+    assert f"fleet schema version {SCHEMA_VERSION} is in place" in capsys.readouterr().out
+    with psycopg.connect(fleet_dsn) as conn:
+        assert conn.execute("SELECT version FROM fleet_schema_version").fetchall() == [(2,)]
+        (lease,) = conn.execute(
+            "SELECT id, run_id, amount_nusd, folder, pin_seq FROM fleet_leases"
+        ).fetchall()
+    assert lease[1:] == ("run-v1", 5000, None, None)  # kept; the new columns empty
+    store = FleetStore(fleet_dsn)
+    s = store.status("old")
+    assert s["spent"]["nusd"] == 100 and s["leased"]["nusd"] == 5000
+    assert s["leases"][0]["run_id"] == "run-v1" and not s["leases"][0]["expiring"]
+    # A boundary of version 1 during a rolling upgrade: the 11-argument exchange.
+    with psycopg.connect(fleet_dsn) as conn:
+        row = conn.execute(
+            "SELECT lease, gn FROM fleet_exchange('old', %s, 200, 0, 0, 0, 0, 0, "
+            "'run-v1', 'h1', 0.001)",
+            (lease[0],),
+        ).fetchone()
+    assert row == (lease[0], 0)
+    # It lapses; no folder, so no live boundary is offered it; an operator settles it.
+    assert store.runs("old", 10)[0]["run_id"] == "run-v1"
+    store.status("old")  # folds the expired lease
+    assert store.lapsed_here("old", "h1") == ()
+    done = store.settle_dead("old", "run-v1", Amounts(nusd=900))
+    assert done.reported == Amounts(nusd=300) and done.more == Amounts(nusd=600)
+    assert done.given_back == Amounts(nusd=4200)
+    s = store.status("old")
+    assert s["spent"]["nusd"] == 900 and s["lapsed"]["nusd"] == 0 and s["leased"]["nusd"] == 0
+    assert store.runs("old", 10)[0]["state"] == "settled"
+    # A second init finds version 2 and changes nothing.
+    assert store.init() == SCHEMA_VERSION
+    assert store.status("old")["spent"]["nusd"] == 900
+
+
+def test_a_newer_database_is_refused_by_name_and_left_as_it_is(fleet_dsn, capsys):
+    FleetStore(fleet_dsn).init()
+    with psycopg.connect(fleet_dsn) as conn:
+        conn.execute("UPDATE fleet_schema_version SET version = 3")
+    assert cli_main(["fleet", "--dsn", fleet_dsn, "init"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fleet schema version 3, newer than this docket's 2" in err[0]
+    with psycopg.connect(fleet_dsn) as conn:
+        assert conn.execute("SELECT version FROM fleet_schema_version").fetchall() == [(3,)]
+    FleetStore(fleet_dsn).set_budget("b", Caps(nusd=10))  # the tables are untouched
+
+
+def test_lapsed_here_offers_a_hosts_dead_runs_a_few_at_a_time_least_recently_tried_first(
+    fleet_dsn,
+):
+    store = FleetStore(fleet_dsn)
+    store.set_budget("b", Caps(nusd=N))
+    for i in range(6):
+        host = "other" if i == 5 else "h"
+        store.exchange("b", None, Amounts(), Amounts(nusd=10), run_id=f"dead{i}", host=host,
+                       lease_seconds=0.001, folder=f"/runs/dead{i}", pin=(i, "a" * 64))  # fmt: skip
+    alive = exchange(store, None, Amounts(), Amounts(nusd=10), run="alive")  # not a candidate
+    time.sleep(0.01)
+    # An exchange says whether dead runs wait on its caller's host, whoever folded them.
+    assert exchange(store, None, Amounts(), Amounts(), run="x").dead_here  # host h
+    assert not store.exchange("b", None, Amounts(), Amounts(), run_id="y", host="nowhere",
+                              lease_seconds=30).dead_here  # fmt: skip
+    first = store.lapsed_here("b", "h")
+    assert len(first) == 4 and "alive" not in {c.run_id for c in first}
+    assert all(c.folder == f"/runs/{c.run_id}" and c.pin[0] == int(c.run_id[4:]) for c in first)
+    second = store.lapsed_here("b", "h")
+    assert second[0].run_id == ({f"dead{i}" for i in range(5)} - {c.run_id for c in first}).pop()
+    assert {c.run_id for c in store.lapsed_here("b", "other")} == {"dead5"}
+    # settled, it is offered no more; a settle twice is refused, naming why
+    store.settle_dead("b", "dead0", Amounts())
+    assert "dead0" not in {
+        c.run_id for c in store.lapsed_here("b", "h") + store.lapsed_here("b", "h")
+    }
+    with pytest.raises(InputError, match="has no lapsed lease"):
+        store.settle_dead("b", "dead0", Amounts())
+    with pytest.raises(InputError, match="still holds an active lease"):
+        store.settle_dead("b", "alive", Amounts())
+    assert alive.grant.granted == Amounts(nusd=10)

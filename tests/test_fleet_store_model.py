@@ -1,6 +1,7 @@
 """The SQL keeps the pool's arithmetic: any sequence of exchanges, give-backs and
 expiries run against PostgreSQL (docket/fleet/schema.py's functions) and against
-docket/fleet/pool.py gives the same grants and the same spent, leased and lapsed."""
+docket/fleet/pool.py gives the same grants and the same spent, leased and lapsed
+(releases included: a lease's free amount given back to the room)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from docket.fleet.store import FleetStore
 NAMES = itertools.count()
 SMALL = st.integers(0, 40)
 AMOUNTS = st.builds(Amounts, SMALL, SMALL, st.integers(0, 4))
-# (which lease: None new, else an index into those opened; report; want; expires at once)
-EXCHANGE = st.tuples(st.none() | st.integers(0, 5), AMOUNTS, AMOUNTS, st.booleans())
+# (which lease: None new, else an index into those opened; report; want; expires at
+# once; release: free amount given back to the room first)
+EXCHANGE = st.tuples(st.none() | st.integers(0, 5), AMOUNTS, AMOUNTS, st.booleans(), AMOUNTS)
 GIVE_BACK = st.tuples(st.integers(0, 5), AMOUNTS)
 OPS = st.lists(st.one_of(EXCHANGE, GIVE_BACK), min_size=1, max_size=12)
 CAPS = st.builds(
@@ -39,15 +41,17 @@ def test_the_database_keeps_the_pools_arithmetic(fleet_dsn, caps, ops):
     db_ids: list[str] = []  # the leases opened, in order, on each side
     pool_ids: list[str] = []
     for now, op in enumerate(ops, start=1):
-        if len(op) == 4:
-            which, report, want, at_once = op
+        if len(op) == 5:
+            which, report, want, at_once, release = op
             lease_s = 0.001 if at_once else 3600  # 1 ms: expired by the next call, on both sides
             known = which is not None and which < len(db_ids)
             got = store.exchange(
                 budget, db_ids[which] if known else None, report, want,
-                run_id="r", host="h", lease_seconds=lease_s,
+                run_id="r", host="h", lease_seconds=lease_s, release=release,
             ).grant  # fmt: skip
-            expected = pool.exchange(pool_ids[which] if known else None, report, want, now, lease_s)
+            expected = pool.exchange(
+                pool_ids[which] if known else None, report, want, now, lease_s, release=release
+            )
             assert (got.granted, got.lapsed) == (expected.granted, expected.lapsed), op
             if not known or got.lease_id != db_ids[which]:
                 db_ids.append(got.lease_id)

@@ -14,8 +14,17 @@ skipped, with the reason, when neither is here), with an agent that goes looking
            the budget table directly: cap raised a thousandfold, spent set to 0
   role     the same, when runs connect as a runs' role (`docket fleet init
            --runs-role`): EXECUTE on the lease functions, nothing on the tables
+  ledger   a run under [fleet] is SIGKILLed and its lease lapses; before a live
+           boundary on its host reads its ledger to settle the slice, the agent
+           rewrites that ledger to lower its charge: (pin) a closed call's cost
+           lowered and the whole chain rebuilt so it holds; (tail) the events after
+           the run's last exchange cut off (its calls in flight at its death)
 
-Held: env, calls and role. Not held, by design of what the DSN is: when runs
+Held: env, calls, role and ledger's pin (a ledger rewritten before the position the
+run reported at its last exchange is refused, and the slice stays lapsed). Not
+held: ledger's tail: what the run wrote after its last exchange is in no pin, so a
+rewrite there lowers the charge; bounded by the lease the run held (one slice, or
+the one call larger than a slice), reported under extra["open"] with its figures. Not held, by design of what the DSN is: when runs
 connect as a role with rights on the tables, an agent of the same user that can
 read the DSN (the policy file, ~/.pgpass, any file its user can read) holds that
 role and rewrites the budget; the `table` probe proves it and is reported under
@@ -78,6 +87,9 @@ def run(folder: Path, quick: bool, dsn: str | None = None) -> Figures:
         _calls_probe(folder, url, dsn, store, figures, Caps)
         _table_probe(folder, url, dsn, store, figures, Caps)
         _role_probe(folder, url, dsn, store, figures, Caps)
+        if not quick:  # a run killed and its lease left to lapse: ~8 s (the suite's
+            # own check of the pin is tests/test_fleet_settle.py)
+            _ledger_probe(folder, url, dsn, store, figures, Caps)
     figures.seconds = time.monotonic() - started
     return figures
 
@@ -202,3 +214,120 @@ def _role_probe(folder: Path, url: str, dsn: str, store, figures: Figures, Caps)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP OWNED BY "{role}"')
             conn.execute(f'DROP ROLE "{role}"')
+
+
+def _ledger_probe(folder: Path, url: str, dsn: str, store, figures: Figures, Caps) -> None:
+    import signal
+    import socket
+
+    from docket.fleet.dead import Refuse, Settle, decide, read_facts
+    from docket.fleet.store import DeadCandidate
+    from docket.pricing import default_price_table
+
+    store.set_budget("ledger", Caps(nusd=CAP_NUSD))
+    extra = (
+        f'[fleet]\nbudget = "ledger"\ndsn = "{dsn}"\nslice_usd = 0.0002\n'
+        "lease_seconds = 2\ntimeout = 0.5\n"
+    )
+    (folder / "ledger.toml").write_text(policy_text(url, extra))
+    run_dir = folder / "ledger"
+    agent = [*DOCKET, "agent", "--mode", "hammer", "--calls", "10000", "--concurrency", "2"]
+    argv = [*DOCKET, "run", "--policy", str(folder / "ledger.toml"), "--ledger-dir",
+            str(run_dir), "--", *agent]  # fmt: skip
+    victim = subprocess.Popen(
+        argv, env=run_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    ledger = run_dir / "ledger.jsonl"
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not ledger.exists() or ledger.read_bytes().count(b'"model.response"') < 3:
+            if time.monotonic() > deadline or victim.poll() is not None:
+                figures.add(False, f"ledger: the victim run never spent (exit {victim.poll()})")
+                return
+            time.sleep(0.02)
+        while not _exchanged_after_a_call(ledger.read_bytes()):
+            if time.monotonic() > deadline or victim.poll() is not None:
+                figures.add(False, f"ledger: the victim never renewed (exit {victim.poll()})")
+                return
+            time.sleep(0.05)
+    finally:
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait(30)
+    while store.status("ledger")["lapsed"]["nusd"] == 0:  # its lease lapses (server time)
+        time.sleep(0.1)
+    prices = default_price_table()
+    host = socket.gethostname()
+
+    def live_boundary_reads() -> tuple[DeadCandidate, Settle | Refuse]:
+        (dead,) = [
+            c for c in store.lapsed_here("ledger", host) if c.folder == str(run_dir.resolve())
+        ]
+        facts = read_facts(
+            dead.folder, dead.pin and dead.pin[0], prices, deadline=time.monotonic() + 5
+        )
+        return dead, decide(dead.run_id, "ledger", dead.pin, facts)
+
+    original = ledger.read_bytes()
+    dead, honest = live_boundary_reads()
+    if not isinstance(honest, Settle):
+        figures.add(False, f"ledger: the dead run's own ledger, untouched, was refused: {honest}")
+        return
+    ledger.write_bytes(_forge_first_cost(original))  # pin: rewritten before the pin
+    _, got = live_boundary_reads()
+    figures.add(
+        isinstance(got, Refuse) and "rewritten" in got.reason,
+        f"ledger: a chain rebuilt with a lowered cost was not refused ({got})",
+    )
+    assert dead.pin is not None
+    kept = original.split(b"\n")[: dead.pin[0]]  # tail: cut after the last exchange
+    ledger.write_bytes(b"\n".join(kept) + b"\n")
+    _, cut = live_boundary_reads()
+    if isinstance(cut, Settle):
+        done = store.settle_dead("ledger", dead.run_id, cut.spent)
+        lowered = honest.spent.nusd - cut.spent.nusd
+        figures.extra["ledger_tail"] = {
+            "honest_charge_nusd": honest.spent.nusd,
+            "charged_after_cut_nusd": cut.spent.nusd,
+            "given_back_nusd": done.given_back.nusd,
+        }
+        if lowered > 0:
+            figures.extra.setdefault("open", []).append(
+                f"ledger: events after the dead run's last exchange cut from its ledger "
+                f"lowered its charge by {lowered} nusd (bounded by its lapsed lease, "
+                f"{done.lapsed.nusd} nusd)"
+            )
+
+
+def _exchanged_after_a_call(data: bytes) -> bool:
+    """Two fleet.lease events after the first model.response: the second exchange
+    was sent after the first was recorded, so its pin covers that call."""
+    types = [json.loads(raw).get("type") for raw in data.split(b"\n")[:-1]]
+    if "model.response" not in types:
+        return False
+    return types[types.index("model.response") :].count("fleet.lease") >= 2
+
+
+def _forge_first_cost(data: bytes) -> bytes:
+    """The ledger with its first model.response charged 0, the chain rebuilt so every
+    line's prev is the hash of the line before it (what a same-user agent can do)."""
+    from docket.ledger.chain import GENESIS, encode_body, encode_line, line_hash
+
+    out, prev, done = [], GENESIS, False
+    for raw in data.split(b"\n"):
+        if not raw:
+            continue
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            break  # a torn last line
+        if event["type"] == "model.response" and not done:
+            event["cost_nusd"], done = 0, True
+        common = {k: event.pop(k) for k in ("v", "seq", "ts", "mono_ms", "type", "prev")}
+        line = encode_line(
+            seq=common["seq"], ts=common["ts"], mono_ms=common["mono_ms"], type=common["type"],
+            prev=prev, body=encode_body(event),
+        )  # fmt: skip
+        out.append(line)
+        prev = line_hash(line)
+    return b"\n".join(out) + b"\n"

@@ -29,7 +29,10 @@ _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}\Z")
 
 def fleet_command(args: argparse.Namespace) -> int:
     if args.action is None:
-        raise InputError("fleet: name an action: init, budget set NAME --max-usd X, status NAME")
+        raise InputError(
+            "fleet: name an action: init, budget set NAME --max-usd X, status NAME, runs NAME, "
+            "settle NAME --ledger RUN"
+        )
     store = FleetStore(_dsn(args))
     if args.action == "init":
         role = args.runs_role
@@ -53,6 +56,8 @@ def fleet_command(args: argparse.Namespace) -> int:
         return 0
     if args.action == "settle":
         return _settle(store, _name(args.name), args.ledger)
+    if args.action == "runs":
+        return _runs(store, _name(args.name), args.limit, args.json)
     status = store.status(_name(args.name))
     if args.json:
         json.dump(status, sys.stdout, sort_keys=True)
@@ -78,12 +83,32 @@ def _settle(store: FleetStore, budget: str, ledger: str) -> int:
             raise
     if fold.run_id is None:
         raise InputError(f"fleet settle: {path} has no session.start: not a run's ledger")
-    done = store.settle_lapsed(budget, fold.run_id, fold.total())
+    done = store.settle_dead(budget, fold.run_id, fold.total())
     print(
-        f"fleet budget {budget}: run {fold.run_id} spent {format_nusd(done['spent'].nusd)} "
-        f"by its ledger ({format_nusd(done['more'].nusd)} more than it reported); its lapsed "
-        f"leases gave {format_nusd(done['lapsed'].nusd - done['more'].nusd)} back"
+        f"fleet budget {budget}: run {fold.run_id} spent {format_nusd(done.spent.nusd)} "
+        f"by its ledger ({format_nusd(done.more.nusd)} more than it reported); its lapsed "
+        f"leases gave {format_nusd(done.given_back.nusd)} back"
     )
+    return 0
+
+
+def _runs(store: FleetStore, budget: str, limit: int, as_json: bool) -> int:
+    if limit < 1:
+        raise InputError(f"fleet runs --limit: must be at least 1, got {limit}")
+    runs = store.runs(budget, limit)
+    if as_json:
+        json.dump({"budget": budget, "runs": runs}, sys.stdout, sort_keys=True)
+        sys.stdout.write("\n")
+        return 0
+    if not runs:
+        print(f"budget {budget}: no runs yet")
+    for r in runs:
+        print(
+            f"{r['run_id']}  {r['state']:<7}  host {r['host']}  started {r['started']}  "
+            f"ended {r['ended'] or '-'}  spent {format_nusd(r['spent']['nusd'])}  "
+            f"held {format_nusd(r['held_nusd'])}  lapsed {format_nusd(r['lapsed_nusd'])}  "
+            f"receipt {r['receipt']}"
+        )
     return 0
 
 
@@ -147,12 +172,19 @@ def _text(s: dict[str, Any]) -> str:
                 f"  {dim}: cap {s['cap'][dim]}, spent {s['spent'][dim]}, "
                 f"leased {s['leased'][dim]}, lapsed {s['lapsed'][dim]}"
             )
+    for host in s["hosts"]:
+        lines.append(
+            f"  host {host['host']}: {host['runs']} runs, {host['active_leases']} active "
+            f"leases holding {format_nusd(host['held_nusd'])}, used "
+            f"{format_nusd(host['used_nusd'])}, lapsed {format_nusd(host['lapsed_nusd'])}"
+        )
     if not s["leases"]:
         lines.append("  no active leases")
     for lease in s["leases"]:
+        mark = "  EXPIRING (last quarter of its lease)" if lease["expiring"] else ""
         lines.append(
             f"  lease {lease['lease']}: run {lease['run_id']} on {lease['host']}, holds "
             f"{format_nusd(lease['held']['nusd'])}, used {format_nusd(lease['used']['nusd'])}, "
-            f"expires in {lease['expires_in_s']:.1f} s"
+            f"expires in {lease['expires_in_s']:.1f} s{mark}"
         )
     return "\n".join(lines)

@@ -9,7 +9,12 @@ decides, from what it holds and the monotonic clock:
 - draw: whether a call's worst case fits in the slice now (Short says why not);
 - ask: whether to go to the budget now (no lease; below the low-water mark; the
   lease half gone), for how much (up to one slice free), reporting what was used;
-- exchanged / lapsed / failed: what the budget answered.
+- exchanged / lapsed / failed: what the budget answered;
+- release: when a call is refused and the budget has no room (its last grant fell
+  short), the free part of the slice goes back to the room, so that the boundary
+  whose call comes next gathers what four boundaries each held too little of to use
+  (fragmentation at a budget's end). Only a refused call releases, and a release asks
+  for nothing in the same exchange: the amount goes to whoever is refused next.
 
 The lease's expiry is the budget's (server time), never this clock; the escrow
 counts its lease as valid until `sent_at + lease_seconds`, where sent_at is when
@@ -64,10 +69,12 @@ class Short:
 class Ask:
     """Go to the budget: report `report` used, ask for `want` more (either may be zero)."""
 
-    reason: str  # "first" | "low_water" | "renew" | "lapsed"
+    reason: str  # "first" | "low_water" | "renew" | "lapsed" | "short" | "release" | "return"
     lease_id: str | None  # the lease to report on and extend; None: a new lease
     report: Amounts
     want: Amounts
+    release: Amounts = ZERO  # free amount given back to the budget's room (taken at sent)
+    short: bool = False  # asked because a call was refused
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,10 @@ class Escrow:
         # The largest worst case refused since the last exchange: a call larger than a
         # slice is asked for whole, or it could never be covered.
         self.short_need = ZERO
+        # Released the free part of its slice: ask for nothing more (no low-water ask,
+        # renewals for nothing) until one of its own calls is refused, or it would take
+        # back at once what it gave the boundary refused next.
+        self._released = False
 
     # ------------------------------------------------------------ calls
 
@@ -162,22 +173,36 @@ class Escrow:
             max(0, size.tokens - max(0, self.free.tokens)),
             max(0, size.calls - max(0, self.free.calls)),
         )
+        if self._released and not short:
+            want = ZERO
         if self.valid_until is None:
-            return Ask(
-                "first" if self.lease_id is None else "lapsed", self.lease_id, self.unreported, want
-            )
+            reason = "first" if self.lease_id is None else "lapsed"
+            return Ask(reason, self.lease_id, self.unreported, want, short=short)
         if now >= self.valid_until:
-            return Ask("lapsed", self.lease_id, self.unreported, want)
+            return Ask("lapsed", self.lease_id, self.unreported, want, short=short)
         if now >= self.valid_until - self.config.lease_seconds / 2:
-            return Ask("renew", self.lease_id, self.unreported, want)
+            return Ask("renew", self.lease_id, self.unreported, want, short=short)
+        if short and self._last_grant_short and not self.free.covers(self.mask(self.short_need)):
+            release = _at_least_zero(self.free)
+            if release != ZERO:
+                return Ask("release", self.lease_id, self.unreported, ZERO, release, short=True)
         if short and not self._below_low_water(size):
-            return Ask("short", self.lease_id, self.unreported, want)
-        if (short or not self._last_grant_short) and self._below_low_water(size):
-            return Ask("low_water", self.lease_id, self.unreported, want)
+            return Ask("short", self.lease_id, self.unreported, want, short=True)
+        quiet = self._last_grant_short or self._released  # no room, or gave it back
+        if (short or not quiet) and self._below_low_water(size):
+            return Ask("low_water", self.lease_id, self.unreported, want, short=short)
         return None
 
     def sent(self, ask: Ask, now: float) -> None:
         self.sending, self._sent_at = ask, now
+        # Released the moment it is sent: nothing may draw it while the budget takes
+        # it back. Should the exchange fail, it stays on the lease unknown here (held,
+        # never spent), as a grant the boundary never heard of does.
+        self.held -= ask.release
+        if ask.release != ZERO:
+            self._released = True
+        elif ask.short:
+            self._released = False
 
     def exchanged(self, ask: Ask, grant: Grant) -> None:
         """The budget took the report and added `grant.granted` to the lease."""

@@ -9,24 +9,40 @@ a database that does not answer in `timeout` seconds is a failed exchange, and
 the slice already held keeps serving until its lease runs out; after that, a call
 the slice cannot cover is refused (fail closed). Every change to the lease and
 every failed exchange is a ledger event (`fleet.lease`, `fleet.store`).
+
+Each exchange names the run's folder and pins its ledger (line count and head
+hash). When an exchange answers that dead runs' lapsed leases wait on this host
+(whoever folded them, this run's first exchange included), the task settles each
+from its ledger (dead.py decides; `settled` or `unsettled`, either way a
+`fleet.lease` event of this run), in a child task, so a renewal never waits on it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from fractions import Fraction
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import trio
 
 from docket.errors import InputError
-from docket.fleet.amounts import Amounts
+from docket.fleet.amounts import ZERO, Amounts
+from docket.fleet.dead import Refuse, decide, read_facts
 from docket.fleet.escrow import Ask, Escrow, EscrowConfig, Grant, Short
-from docket.fleet.store import Exchanged, FleetStore, FleetStoreError, NoSuchBudget
+from docket.fleet.store import (
+    DeadCandidate,
+    Exchanged,
+    FleetStore,
+    FleetStoreError,
+    NoSuchBudget,
+)
 from docket.ledger.limits import EvidenceLost, LedgerFull
-from docket.pricing import format_nusd
+from docket.pricing import PriceTable, default_price_table, format_nusd
 from docket.values import nano_usd
 
 log = logging.getLogger("docket.fleet")
@@ -35,6 +51,15 @@ Record = Callable[..., Awaitable[Any]]
 
 # How long a refused call is told to wait: a slice may be on its way (one exchange).
 RETRY_AFTER_S = 1.0
+
+
+class LedgerHead(Protocol):
+    """The run's ledger as the pin reads it (docket.ledger.writer.Ledger)."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def head(self) -> str: ...
 
 
 class FleetLease:
@@ -60,6 +85,13 @@ class FleetLease:
         self._drawn: dict[int, Amounts] = {}  # caps reservation id -> what it drew
         self._short = False  # a call could not be covered: ask even if the budget is near its end
         self.last_failure: str | None = None
+        # The run's folder (absolute) and its ledger, once the supervisor has opened it:
+        # each exchange names the folder and pins the ledger's position.
+        self.folder: str | None = None
+        self.ledger: LedgerHead | None = None
+        self.prices: PriceTable = default_price_table()  # a dead run's ledger is read with
+        self._settling = False  # a pass over dead runs is under way
+        self._settle_again = False  # dead runs were named since the pass began
         # host, port and dbname of the budget's database (session.start's record of it)
         self.database: dict[str, str | None] = dict.fromkeys(("host", "port", "dbname"))
 
@@ -105,8 +137,16 @@ class FleetLease:
 
     # ------------------------------------------------------------ the budget
 
+    def attach(self, ledger: LedgerHead, folder: Path, prices: PriceTable) -> None:
+        """The run's ledger and folder (the supervisor, once the ledger is open)."""
+        self.ledger, self.folder, self.prices = ledger, str(folder.resolve()), prices
+
     async def run(self) -> None:
         """Go to the budget whenever the escrow asks; first at once."""
+        async with trio.open_nursery() as nursery:
+            await self._run(nursery)
+
+    async def _run(self, nursery: trio.Nursery) -> None:
         while True:
             now = trio.current_time()
             if self.escrow.lapse_if_due(now):
@@ -114,7 +154,11 @@ class FleetLease:
             ask = self.escrow.ask(now, short=self._short)
             self._short = False
             if ask is not None:
-                await self._exchange(ask)
+                if await self._exchange(ask) and self.folder is not None:
+                    self._settle_again = True  # a pass under way looks once more
+                    if not self._settling:
+                        self._settling = True
+                        nursery.start_soon(self._settle_dead)
                 if self.escrow.sending is None and self.last_failure is not None:
                     await trio.sleep(min(RETRY_AFTER_S, self.policy.lease_seconds / 8))
                 continue
@@ -128,8 +172,11 @@ class FleetLease:
             return trio.current_time() + RETRY_AFTER_S
         return until - self.policy.lease_seconds / 2  # renewal time
 
-    async def _exchange(self, ask: Ask) -> None:
+    async def _exchange(self, ask: Ask) -> bool:
+        """One exchange; whether its answer says dead runs wait on this host."""
         self.escrow.sent(ask, trio.current_time())
+        pin = None if self.ledger is None else (self.ledger.count, self.ledger.head)
+        dead_here = False
         try:
             done = await self._in_thread(
                 self.store.exchange,
@@ -140,6 +187,9 @@ class FleetLease:
                 run_id=self.run_id,
                 host=self.host,
                 lease_seconds=self.policy.lease_seconds,
+                folder=self.folder,
+                pin=pin,
+                release=ask.release,
             )
         except (FleetStoreError, NoSuchBudget) as exc:  # the budget itself missing too
             self.last_failure = str(exc)
@@ -148,12 +198,93 @@ class FleetLease:
         else:
             self.last_failure = None
             self.escrow.exchanged(ask, done.grant)
+            dead_here = done.dead_here
             await self._recorded(ask, done)
         finally:
             if self.escrow.sending is ask:  # cancelled (the boundary is stopping)
                 self.escrow.failed(trio.current_time())
             answered, self._answered = self._answered, trio.Event()
             answered.set()
+        return dead_here
+
+    # ------------------------------------------------------------ dead runs
+
+    async def _settle_dead(self) -> None:
+        """Settle the dead runs' lapsed leases on this host from their ledgers, again
+        while exchanges named more since the pass began."""
+        try:
+            while self._settle_again:
+                self._settle_again = False
+                try:
+                    candidates = await self._in_thread(
+                        self.store.lapsed_here, self.budget, self.host
+                    )
+                except (FleetStoreError, NoSuchBudget) as exc:
+                    await self._event("fleet.store", reason=str(exc), asked="lapsed_here")
+                    return
+                for candidate in candidates:
+                    if candidate.run_id != self.run_id:
+                        await self._settle_one(candidate)
+        finally:
+            self._settling = False
+
+    async def _settle_one(self, dead: DeadCandidate) -> None:
+        def unsettled(reason: str) -> Awaitable[None]:
+            return self._event(
+                "fleet.lease", change="unsettled", of_run=dead.run_id, of_host=self.host,
+                reason=reason,
+            )  # fmt: skip
+
+        deadline = time.monotonic() + self.policy.timeout
+        try:
+            facts = await self._in_thread(
+                read_facts,
+                dead.folder,
+                None if dead.pin is None else dead.pin[0],
+                self.prices,
+                deadline=deadline,
+            )
+        except FleetStoreError:
+            await unsettled(f"its ledger was not read within {self.policy.timeout:g} s")
+            return
+        decision = decide(dead.run_id, self.budget, dead.pin, facts)
+        if isinstance(decision, Refuse):
+            await unsettled(decision.reason)
+            return
+        try:
+            done = await self._in_thread(
+                self.store.settle_dead, self.budget, dead.run_id, decision.spent
+            )
+        except InputError as exc:  # the budget refused it (a live run, already settled, ...)
+            await unsettled(str(exc))
+            return
+        except (FleetStoreError, NoSuchBudget) as exc:
+            await self._event("fleet.store", reason=str(exc), asked="settle_dead")
+            return
+        await self._event(
+            "fleet.lease",
+            change="settled",
+            of_run=dead.run_id,
+            of_host=self.host,
+            reason="its ledger is final (no writer holds it): charged what it says was spent",
+            # in the dimensions the budget caps (the others have no room to give back)
+            **_amounts("charged", self.escrow.mask(done.more)),
+            **_amounts("given_back", self.escrow.mask(done.given_back)),
+        )
+
+    async def run_ended(self, receipt: Path | None) -> str | None:
+        """Record the run's end and its receipt file's sha256 at the budget (bounded);
+        why it could not be, as one line, or None."""
+        if receipt is None:
+            return "the run's end was not recorded at the budget: no receipt file"
+        try:
+            digest = hashlib.sha256(receipt.read_bytes()).hexdigest()
+            await self._in_thread(self.store.run_ended, self.budget, self.run_id, digest)
+        except OSError as exc:
+            return f"the receipt {receipt} could not be read for its digest ({exc.strerror})"
+        except (FleetStoreError, NoSuchBudget) as exc:
+            return f"the run's end was not recorded at the budget: {exc}"
+        return None
 
     async def _in_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """fn in a worker thread, abandoned (and said to have failed) past the timeout:
@@ -178,6 +309,20 @@ class FleetLease:
                 **_amounts("held", folded.amount),
             )
         grant: Grant = done.grant
+        if ask.release != ZERO and not grant.lapsed:
+            # unused_: the receipt's `returned` (given back unused) counts it, so a clean
+            # run's granted is still its reported plus its returned
+            await self._event(
+                "fleet.lease",
+                change="released",
+                lease=grant.lease_id,
+                reason="a call was refused and the budget has no room: the free part of the "
+                "slice goes back to it, for the boundary refused next",
+                lease_seconds=self.policy.lease_seconds,
+                **_amounts("reported", ask.report),
+                **_amounts("unused", ask.release),
+            )
+            return
         if grant.lapsed:
             await self._event(
                 "fleet.lease", change="lost", lease=ask.lease_id, reason="it lapsed at the budget"

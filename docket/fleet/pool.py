@@ -63,9 +63,11 @@ class Pool:
         want: Amounts,
         now: float,
         lease_seconds: float | None = None,
+        release: Amounts = ZERO,
     ) -> Grant:
-        """Take `report` as spent from the lease, then add what room allows of `want`
-        and extend it; a lapsed or unknown lease is settled and a new one opened."""
+        """Take `report` as spent from the lease, give `release` of it back to the
+        room, then add what room allows of `want` and extend it; a lapsed or unknown
+        lease is settled and a new one opened."""
         self.reclaim(now)
         lease = self.leases.get(lease_id) if lease_id is not None else None
         lapsed = False
@@ -74,6 +76,9 @@ class Pool:
             self.leased -= taken
             lease.amount -= taken
             self.spent += report
+            freed = least(release, lease.amount)
+            lease.amount -= freed
+            self.leased -= freed
         else:
             lapsed = lease_id is not None
             if lease is not None:

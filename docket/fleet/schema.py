@@ -1,4 +1,4 @@
-"""The fleet budget's schema (version 1): two tables, and the functions a run calls.
+"""The fleet budget's schema (version 2): its migrations, and the functions a run calls.
 
 A boundary's whole conversation with the budget is two functions, fleet_exchange
 and fleet_give_back, each one call (one transaction) that first locks its budget's
@@ -10,13 +10,21 @@ or what was spent (docs/fleet.md). The lease itself is one conditional UPDATE: t
 grant is the room left under every cap, up to what is asked, and the row changes
 only if spent + leased + lapsed + grant stays within every cap. Expiry is the
 server's now(); any caller first folds the budget's expired leases into lapsed.
+
+Versions are migrations applied in order (MIGRATIONS[v - 1] takes a database from
+v - 1 to v), then FUNCTIONS, always the current ones, replace whatever a previous
+docket created. Version 2 records where each run's folder is and how far its ledger
+had got at each exchange (a dead run's lapsed slice is settled from that ledger by a
+live boundary on its host, docs/fleet.md), and one row per run (fleet_runs: host,
+folder, start, end, its receipt's sha256).
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-TABLES = """
+# Version 1, as it shipped: never edited (a database at version 1 holds exactly this).
+V1_TABLES = """
 CREATE TABLE IF NOT EXISTS fleet_schema_version (version integer NOT NULL);
 CREATE TABLE IF NOT EXISTS fleet_budgets (
     name text PRIMARY KEY,
@@ -52,14 +60,54 @@ CREATE INDEX IF NOT EXISTS fleet_leases_active ON fleet_leases (budget, expires_
     WHERE state = 'active';
 """
 
+# Version 1 -> 2. A lease names its run's folder (absolute, on its host) and the
+# ledger's position at its last exchange (pin_seq lines, pin_head the hash of the
+# last: a ledger read back later must carry that prefix), and the lease's length
+# (status marks leases in their last quarter). fleet_runs: one row per run.
+V2_DELTA = """
+ALTER TABLE fleet_leases ADD COLUMN IF NOT EXISTS folder text;
+ALTER TABLE fleet_leases ADD COLUMN IF NOT EXISTS pin_seq bigint;
+ALTER TABLE fleet_leases ADD COLUMN IF NOT EXISTS pin_head text;
+ALTER TABLE fleet_leases ADD COLUMN IF NOT EXISTS lease_s double precision;
+CREATE INDEX IF NOT EXISTS fleet_leases_lapsed ON fleet_leases (budget, host)
+    WHERE state = 'lapsed';
+CREATE TABLE IF NOT EXISTS fleet_runs (
+    budget text NOT NULL REFERENCES fleet_budgets (name) ON DELETE CASCADE,
+    run_id text NOT NULL,
+    host text NOT NULL,
+    folder text,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    ended_at timestamptz,
+    receipt_sha256 text CHECK (receipt_sha256 ~ '^[0-9a-f]{64}$'),
+    settled_at timestamptz,          -- its lapsed leases were settled from its ledger
+    settle_tried_at timestamptz,     -- fleet_lapsed_here offers the least recently tried first
+    PRIMARY KEY (budget, run_id)
+);
+"""
+
+MIGRATIONS = (V1_TABLES, V2_DELTA)
+
+# (name, argument types): what a runs' role is granted, and nothing else.
+EXCHANGE_V1_ARGS = (
+    "text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, text, double precision"
+)
+EXCHANGE_ARGS = EXCHANGE_V1_ARGS + ", text, bigint, text, bigint, bigint, bigint"
+
 # (name, argument types): what a runs' role is granted, and nothing else.
 RUN_FUNCTIONS = (
-    (
-        "fleet_exchange",
-        "text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, text, double precision",
-    ),
+    ("fleet_exchange", EXCHANGE_ARGS),
+    # A boundary of version 1 during a rolling upgrade: the same exchange with no
+    # folder and no pin (its lapsed leases are settled by `docket fleet settle` only).
+    ("fleet_exchange", EXCHANGE_V1_ARGS),
     ("fleet_give_back", "text, bigint, bigint, bigint, bigint"),
+    ("fleet_run_ended", "text, text, text"),
+    ("fleet_settle_dead", "text, text, bigint, bigint, bigint"),
+    ("fleet_lapsed_here", "text, text"),
 )
+
+# A settle refused for a reason the caller can act on (a live run, nothing lapsed,
+# a ledger that says too little): its message is for the user, as is.
+SETTLE_REFUSED = "DKF01"
 
 FUNCTIONS = """
 CREATE OR REPLACE FUNCTION fleet_lock(p_budget text) RETURNS void
@@ -120,21 +168,29 @@ END $$;
 -- Report (rn, rk, rc) used on the lease, add what room allows of (wn, wk, wc) and
 -- extend it by p_lease_s from now(); a lease that lapsed (or none) is settled and a
 -- new one opened.
+-- p_folder: the run's folder (absolute, on p_host); p_seq, p_head: its ledger's line
+-- count and head hash when the exchange was sent (the pin a later settle checks);
+-- (xn, xk, xc): free amount the boundary gives back to the room (a release: it was
+-- refused a call while the budget had no room), never more than the lease holds.
 CREATE OR REPLACE FUNCTION fleet_exchange(
     p_budget text, p_lease bigint, rn bigint, rk bigint, rc bigint,
-    wn bigint, wk bigint, wc bigint, p_run text, p_host text, p_lease_s double precision)
+    wn bigint, wk bigint, wc bigint, p_run text, p_host text, p_lease_s double precision,
+    p_folder text, p_seq bigint, p_head text, xn bigint, xk bigint, xc bigint)
 RETURNS TABLE (lease bigint, gn bigint, gk bigint, gc bigint,
-               cap_n bigint, cap_k bigint, cap_c bigint, lapsed boolean, folded jsonb)
+               cap_n bigint, cap_k bigint, cap_c bigint, lapsed boolean, folded jsonb,
+               dead_here boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE live bigint; tn bigint; tk bigint; tc bigint;
 BEGIN
-    IF least(rn, rk, rc, wn, wk, wc) < 0 OR p_lease_s <= 0 THEN
+    IF least(rn, rk, rc, wn, wk, wc, xn, xk, xc) < 0 OR p_lease_s <= 0 OR p_seq < 0 THEN
         RAISE EXCEPTION 'fleet_exchange: amounts must be >= 0, lease seconds > 0'
             USING ERRCODE = '22023';
     END IF;
     PERFORM fleet_lock(p_budget);
     folded := fleet_reclaim(p_budget);
+    INSERT INTO fleet_runs (budget, run_id, host, folder) VALUES (p_budget, p_run, p_host, p_folder)
+    ON CONFLICT (budget, run_id) DO NOTHING;
     IF p_lease IS NOT NULL THEN
         -- What was used comes off the lease, never below zero: a call that used more
         -- than its reservation is spent in full but cannot take more than was leased.
@@ -153,6 +209,16 @@ BEGIN
                 spent_tokens = spent_tokens + rk, leased_tokens = leased_tokens - tk,
                 spent_calls = spent_calls + rc, leased_calls = leased_calls - tc
             WHERE name = p_budget;
+            IF greatest(xn, xk, xc) > 0 THEN  -- a release: back to the room
+                SELECT least(xn, amount_nusd), least(xk, amount_tokens), least(xc, amount_calls)
+                INTO tn, tk, tc FROM fleet_leases WHERE id = live;
+                UPDATE fleet_leases SET amount_nusd = amount_nusd - tn,
+                    amount_tokens = amount_tokens - tk, amount_calls = amount_calls - tc
+                WHERE id = live;
+                UPDATE fleet_budgets SET leased_nusd = leased_nusd - tn,
+                    leased_tokens = leased_tokens - tk, leased_calls = leased_calls - tc
+                WHERE name = p_budget;
+            END IF;
         ELSE
             PERFORM fleet_settle_closed(p_budget, p_lease, rn, rk, rc);
         END IF;
@@ -162,8 +228,8 @@ BEGIN
         WHERE name = p_budget;
     END IF;
     IF live IS NULL THEN
-        INSERT INTO fleet_leases (budget, run_id, host, state, expires_at)
-        VALUES (p_budget, p_run, p_host, 'active', now()) RETURNING id INTO live;
+        INSERT INTO fleet_leases (budget, run_id, host, state, expires_at, folder)
+        VALUES (p_budget, p_run, p_host, 'active', now(), p_folder) RETURNING id INTO live;
     END IF;
     -- The lease: one conditional statement.
     WITH g AS (
@@ -190,12 +256,25 @@ BEGIN
         gn := 0; gk := 0; gc := 0;
     END IF;
     UPDATE fleet_leases SET amount_nusd = amount_nusd + gn, amount_tokens = amount_tokens + gk,
-        amount_calls = amount_calls + gc, expires_at = now() + p_lease_s * interval '1 second'
+        amount_calls = amount_calls + gc, expires_at = now() + p_lease_s * interval '1 second',
+        lease_s = p_lease_s, pin_seq = coalesce(p_seq, pin_seq), pin_head = coalesce(p_head, pin_head)
     WHERE id = live;
     SELECT cap_nusd, cap_tokens, cap_calls INTO cap_n, cap_k, cap_c
     FROM fleet_budgets WHERE name = p_budget;
     lease := live;
     lapsed := p_lease IS NOT NULL AND live <> p_lease;
+    -- Dead runs wait on the caller's host (a lapsed lease with a folder, no active
+    -- lease, not offered within the last four leases): its boundary settles them
+    -- (fleet_lapsed_here), whoever folded their leases.
+    dead_here := EXISTS (
+        SELECT 1 FROM fleet_leases l
+        LEFT JOIN fleet_runs x ON x.budget = l.budget AND x.run_id = l.run_id
+        WHERE l.budget = p_budget AND l.host = p_host AND l.state = 'lapsed'
+          AND l.folder IS NOT NULL AND l.run_id <> p_run
+          AND (x.settle_tried_at IS NULL
+               OR x.settle_tried_at < now() - 4 * p_lease_s * interval '1 second')
+          AND NOT EXISTS (SELECT 1 FROM fleet_leases a WHERE a.budget = p_budget
+                          AND a.run_id = l.run_id AND a.state = 'active'));
     RETURN NEXT;
 END $$;
 
@@ -226,9 +305,119 @@ BEGIN
     RETURN folded;
 END $$;
 
+-- Version 1's exchange, kept for a boundary of that version during a rolling upgrade.
+CREATE OR REPLACE FUNCTION fleet_exchange(
+    p_budget text, p_lease bigint, rn bigint, rk bigint, rc bigint,
+    wn bigint, wk bigint, wc bigint, p_run text, p_host text, p_lease_s double precision)
+RETURNS TABLE (lease bigint, gn bigint, gk bigint, gc bigint,
+               cap_n bigint, cap_k bigint, cap_c bigint, lapsed boolean, folded jsonb)
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+    SELECT lease, gn, gk, gc, cap_n, cap_k, cap_c, lapsed, folded FROM fleet_exchange(p_budget, p_lease, rn, rk, rc, wn, wk, wc, p_run, p_host,
+                                 p_lease_s, NULL::text, NULL::bigint, NULL::text, 0, 0, 0)
+$$;
+
+-- The run wrote its receipt: its end and the receipt file's sha256, once.
+CREATE OR REPLACE FUNCTION fleet_run_ended(p_budget text, p_run text, p_sha text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    IF p_sha !~ '^[0-9a-f]{64}$' THEN
+        RAISE EXCEPTION 'fleet_run_ended: the receipt digest must be 64 hex digits'
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE fleet_runs SET ended_at = now(), receipt_sha256 = p_sha
+    WHERE budget = p_budget AND run_id = p_run AND ended_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'fleet_run_ended: run % has no open record on budget %',
+            quote_literal(p_run), quote_literal(p_budget) USING ERRCODE = 'DKF02';
+    END IF;
+END $$;
+
+-- A dead run's lapsed leases, settled from what its ledger says it spent (sn, sk, sc:
+-- every call it made, those open at its death at their worst case): the spend beyond
+-- what it reported is charged, the rest of its lapsed leases is room again. Refused
+-- for a run holding an active lease (it is alive), with nothing lapsed, or whose
+-- ledger accounts for less than it reported (not its ledger, or rewritten).
+CREATE OR REPLACE FUNCTION fleet_settle_dead(
+    p_budget text, p_run text, sn bigint, sk bigint, sc bigint) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE rep record; lap record;
+BEGIN
+    IF least(sn, sk, sc) < 0 THEN
+        RAISE EXCEPTION 'fleet_settle_dead: amounts must be >= 0' USING ERRCODE = '22023';
+    END IF;
+    PERFORM fleet_lock(p_budget);
+    PERFORM fleet_reclaim(p_budget);
+    IF EXISTS (SELECT 1 FROM fleet_leases WHERE budget = p_budget AND run_id = p_run
+               AND state = 'active') THEN
+        RAISE EXCEPTION 'fleet settle: run % still holds an active lease on %', p_run, p_budget
+            USING ERRCODE = 'DKF01';
+    END IF;
+    SELECT coalesce(sum(used_nusd), 0) AS n, coalesce(sum(used_tokens), 0) AS k,
+           coalesce(sum(used_calls), 0) AS c INTO rep
+    FROM fleet_leases WHERE budget = p_budget AND run_id = p_run;
+    SELECT count(*) AS leases, coalesce(sum(amount_nusd), 0) AS n,
+           coalesce(sum(amount_tokens), 0) AS k, coalesce(sum(amount_calls), 0) AS c INTO lap
+    FROM fleet_leases WHERE budget = p_budget AND run_id = p_run AND state = 'lapsed';
+    IF lap.leases = 0 THEN
+        RAISE EXCEPTION 'fleet settle: run % has no lapsed lease on %', p_run, p_budget
+            USING ERRCODE = 'DKF01';
+    END IF;
+    IF sn < rep.n OR sk < rep.k OR sc < rep.c THEN
+        RAISE EXCEPTION 'fleet settle: the ledger accounts for less than run % reported '
+            '(% nusd, % tokens, % calls < % nusd, % tokens, % calls): is it that run''s ledger?',
+            p_run, sn, sk, sc, rep.n, rep.k, rep.c USING ERRCODE = 'DKF01';
+    END IF;
+    UPDATE fleet_leases SET state = 'returned'
+    WHERE budget = p_budget AND run_id = p_run AND state = 'lapsed';
+    UPDATE fleet_budgets SET
+        spent_nusd = spent_nusd + (sn - rep.n), spent_tokens = spent_tokens + (sk - rep.k),
+        spent_calls = spent_calls + (sc - rep.c),
+        lapsed_nusd = lapsed_nusd - lap.n, lapsed_tokens = lapsed_tokens - lap.k,
+        lapsed_calls = lapsed_calls - lap.c
+    WHERE name = p_budget;
+    UPDATE fleet_runs SET settled_at = now() WHERE budget = p_budget AND run_id = p_run;
+    RETURN jsonb_build_object(
+        'reported', jsonb_build_array(rep.n, rep.k, rep.c),
+        'lapsed', jsonb_build_array(lap.n, lap.k, lap.c),
+        'more', jsonb_build_array(sn - rep.n, sk - rep.k, sc - rep.c));
+END $$;
+
+-- Dead-run candidates on one host: runs with a lapsed lease, a folder and no active
+-- lease (at most four, the least recently offered first, so a ledger that is refused
+-- every time does not keep the others waiting), each with its latest pin.
+CREATE OR REPLACE FUNCTION fleet_lapsed_here(p_budget text, p_host text)
+RETURNS TABLE (run_id text, folder text, pin_seq bigint, pin_head text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    RETURN QUERY
+    WITH c AS (
+        SELECT DISTINCT ON (l.run_id) l.run_id AS r, l.folder AS f, l.pin_seq AS s,
+               l.pin_head AS h
+        FROM fleet_leases l
+        WHERE l.budget = p_budget AND l.host = p_host AND l.state = 'lapsed'
+          AND l.folder IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM fleet_leases a WHERE a.budget = p_budget
+                          AND a.run_id = l.run_id AND a.state = 'active')
+        ORDER BY l.run_id, l.id DESC
+    ), picked AS (
+        SELECT c.r, c.f, c.s, c.h FROM c
+        LEFT JOIN fleet_runs x ON x.budget = p_budget AND x.run_id = c.r
+        ORDER BY x.settle_tried_at NULLS FIRST, c.r LIMIT 4
+    ), marked AS (
+        UPDATE fleet_runs x SET settle_tried_at = now() FROM picked
+        WHERE x.budget = p_budget AND x.run_id = picked.r RETURNING 1
+    )
+    SELECT picked.r, picked.f, picked.s, picked.h FROM picked;
+END $$;
+
 REVOKE ALL ON FUNCTION fleet_lock(text), fleet_reclaim(text),
     fleet_settle_closed(text, bigint, bigint, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION
     fleet_exchange(text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, text, double precision),
-    fleet_give_back(text, bigint, bigint, bigint, bigint) FROM PUBLIC;
+    fleet_exchange(text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, text,
+                   double precision, text, bigint, text, bigint, bigint, bigint),
+    fleet_give_back(text, bigint, bigint, bigint, bigint),
+    fleet_run_ended(text, text, text),
+    fleet_settle_dead(text, text, bigint, bigint, bigint),
+    fleet_lapsed_here(text, text) FROM PUBLIC;
 """

@@ -23,7 +23,13 @@ from typing import Any
 from docket.errors import DocketError, InputError
 from docket.fleet.amounts import ZERO, Amounts, Caps
 from docket.fleet.escrow import Grant
-from docket.fleet.schema import FUNCTIONS, RUN_FUNCTIONS, SCHEMA_VERSION, TABLES
+from docket.fleet.schema import (
+    FUNCTIONS,
+    MIGRATIONS,
+    RUN_FUNCTIONS,
+    SCHEMA_VERSION,
+    SETTLE_REFUSED,
+)
 
 DIMS = ("nusd", "tokens", "calls")
 
@@ -52,6 +58,32 @@ class Folded:
 class Exchanged:
     grant: Grant
     folded: tuple[Folded, ...]  # leases this call found expired (anyone's)
+    dead_here: bool = False  # dead runs' lapsed leases wait on the caller's host
+
+
+@dataclass(frozen=True)
+class Settled:
+    """fleet_settle_dead's answer: what the ledger says, what the run had reported,
+    what its lapsed leases held and what was charged beyond the report."""
+
+    run_id: str
+    spent: Amounts
+    reported: Amounts
+    lapsed: Amounts
+    more: Amounts
+
+    @property
+    def given_back(self) -> Amounts:
+        return self.lapsed - self.more
+
+
+@dataclass(frozen=True)
+class DeadCandidate:
+    """A run fleet_lapsed_here names: lapsed, nothing active, its folder on this host."""
+
+    run_id: str
+    folder: str
+    pin: tuple[int, str] | None  # its ledger's line count and head at its last exchange
 
 
 class FleetStore:
@@ -82,6 +114,8 @@ class FleetStore:
                 raise NoSuchBudget(
                     f"no fleet budget {budget} (docket fleet budget set ...)"
                 ) from None
+            if exc.sqlstate == SETTLE_REFUSED:
+                raise InputError(_one_line(exc)) from None
             raise FleetStoreError(_one_line(exc)) from None
         finally:
             conn.close()
@@ -89,30 +123,40 @@ class FleetStore:
     # ------------------------------------------------------------ admin
 
     def init(self, runs_role: str | None = None) -> int:
-        """Create the tables and functions (idempotent); the schema version in the
-        database. `runs_role`: the role runs connect as, granted EXECUTE on the run
+        """Create the tables and functions, or migrate an older version's (idempotent);
+        the schema version now in the database. `runs_role`: the role runs connect as, granted EXECUTE on the run
         functions and nothing on the tables (it must exist)."""
         from psycopg import sql
 
         with self._transaction() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(hashtext('docket_fleet_schema'))")
-            cur.execute(TABLES)
-            cur.execute("SELECT max(version) FROM fleet_schema_version")
+            cur.execute("SELECT to_regclass('fleet_schema_version') IS NOT NULL")
             row = cur.fetchone()
-            version = None if row is None else row[0]
-            if version is None:
-                cur.execute("INSERT INTO fleet_schema_version VALUES (%s)", (SCHEMA_VERSION,))
-            elif version != SCHEMA_VERSION:
+            version = 0
+            if row is not None and row[0]:
+                cur.execute("SELECT max(version) FROM fleet_schema_version")
+                row = cur.fetchone()
+                version = 0 if row is None or row[0] is None else int(row[0])
+            if version > SCHEMA_VERSION:
                 raise FleetStoreError(
-                    f"the database holds fleet schema version {version}; this docket knows "
-                    f"{SCHEMA_VERSION}"
+                    f"the database holds fleet schema version {version}, newer than this "
+                    f"docket's {SCHEMA_VERSION}: upgrade docket to use it"
                 )
+            # Each migration in turn, in this one transaction: a failure leaves the
+            # database at the version it had.
+            for migration in MIGRATIONS[version:]:
+                cur.execute(migration)
+            if version == 0:
+                cur.execute("INSERT INTO fleet_schema_version VALUES (%s)", (SCHEMA_VERSION,))
+            elif version < SCHEMA_VERSION:
+                cur.execute("UPDATE fleet_schema_version SET version = %s", (SCHEMA_VERSION,))
             cur.execute(FUNCTIONS)
             if runs_role is not None:
                 role = sql.Identifier(runs_role)
                 cur.execute(
                     sql.SQL(
-                        "REVOKE ALL ON fleet_budgets, fleet_leases, fleet_schema_version FROM {}"
+                        "REVOKE ALL ON fleet_budgets, fleet_leases, fleet_runs, fleet_schema_version "
+                        "FROM {}"
                     ).format(role)
                 )
                 for name, args in RUN_FUNCTIONS:
@@ -141,22 +185,31 @@ class FleetStore:
             cur.execute(
                 """SELECT id, run_id, host, amount_nusd, amount_tokens, amount_calls,
                           used_nusd, used_tokens, used_calls,
-                          extract(epoch FROM expires_at - now())
+                          extract(epoch FROM expires_at - now()), lease_s
                    FROM fleet_leases WHERE budget = %s AND state = 'active' ORDER BY id""",
                 (name,),
             )
-            leases = [
+            leases = [_lease_row(r) for r in cur.fetchall()]
+            cur.execute(
+                """SELECT host, count(*) FILTER (WHERE state = 'active'),
+                          coalesce(sum(amount_nusd) FILTER (WHERE state = 'active'), 0),
+                          coalesce(sum(amount_nusd) FILTER (WHERE state = 'lapsed'), 0),
+                          coalesce(sum(used_nusd), 0), count(DISTINCT run_id)
+                   FROM fleet_leases WHERE budget = %s GROUP BY host ORDER BY host""",
+                (name,),
+            )
+            hosts = [
                 {
-                    "lease": str(r[0]),
-                    "run_id": r[1],
-                    "host": r[2],
-                    "held": dict(zip(DIMS, r[3:6], strict=True)),
-                    "used": dict(zip(DIMS, r[6:9], strict=True)),
-                    "expires_in_s": round(float(r[9]), 3),
+                    "host": r[0],
+                    "active_leases": int(r[1]),
+                    "held_nusd": int(r[2]),
+                    "lapsed_nusd": int(r[3]),
+                    "used_nusd": int(r[4]),
+                    "runs": int(r[5]),
                 }
                 for r in cur.fetchall()
             ]
-        return {"budget": name, **budget, "leases": leases}
+        return {"budget": name, **budget, "leases": leases, "hosts": hosts}
 
     # ------------------------------------------------------------ a boundary's
 
@@ -170,26 +223,34 @@ class FleetStore:
         run_id: str,
         host: str,
         lease_seconds: float,
+        folder: str | None = None,
+        pin: tuple[int, str] | None = None,
+        release: Amounts = ZERO,
     ) -> Exchanged:
         """Report `report` as used on the lease, add what room allows of `want` and
         extend it by lease_seconds from the server's now(); a lease that lapsed (or
-        none) is settled and a new one opened. One call of fleet_exchange."""
+        none) is settled and a new one opened. One call of fleet_exchange. `folder`:
+        the run's folder (absolute); `pin`: its ledger's line count and head hash;
+        `release`: free amount of the lease given back to the room first."""
+        seq, head = (None, None) if pin is None else pin
         with self._transaction() as cur:
             cur.execute(
-                "SELECT * FROM fleet_exchange(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                "SELECT * FROM fleet_exchange(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                "%s, %s, %s, %s, %s, %s)",
                 (
                     budget,
                     None if lease_id is None else int(lease_id),
                     report.nusd, report.tokens, report.calls,
                     want.nusd, want.tokens, want.calls,
-                    run_id, host, lease_seconds,
+                    run_id, host, lease_seconds, folder, seq, head,
+                    release.nusd, release.tokens, release.calls,
                 ),
             )  # fmt: skip
             row = cur.fetchone()
         assert row is not None  # a function returning one row
-        lease, gn, gk, gc, cap_n, cap_k, cap_c, lapsed, folded = row
+        lease, gn, gk, gc, cap_n, cap_k, cap_c, lapsed, folded, dead_here = row
         grant = Grant(str(lease), Amounts(gn, gk, gc), Caps(cap_n, cap_k, cap_c), lapsed=lapsed)
-        return Exchanged(grant, _folded(folded))
+        return Exchanged(grant, _folded(folded), bool(dead_here))
 
     def give_back(self, budget: str, lease_id: str, report: Amounts) -> tuple[Folded, ...]:
         """The run is over: `report` is spent, the rest of the lease is room again."""
@@ -202,65 +263,60 @@ class FleetStore:
         assert row is not None
         return _folded(row[0])
 
-    def settle_lapsed(self, budget: str, run_id: str, spent: Amounts) -> dict[str, Any]:
+    def settle_dead(self, budget: str, run_id: str, spent: Amounts) -> Settled:
         """A dead run's lapsed leases, settled from what its ledger says it spent: the
-        use beyond what it reported is spent, the rest of the leases is room again.
-        An admin's operation (the runs' role cannot call it)."""
+        use beyond what it reported is charged, the rest of the leases is room again.
+        One call of fleet_settle_dead; its refusals (a live run, nothing lapsed, a ledger
+        that says less than the run reported) are InputError."""
         with self._transaction() as cur:
-            cur.execute("SELECT fleet_lock(%s), fleet_reclaim(%s)", (budget, budget))
             cur.execute(
-                """SELECT state, count(*), coalesce(sum(amount_nusd), 0),
-                          coalesce(sum(amount_tokens), 0), coalesce(sum(amount_calls), 0),
-                          coalesce(sum(used_nusd), 0), coalesce(sum(used_tokens), 0),
-                          coalesce(sum(used_calls), 0)
-                   FROM fleet_leases WHERE budget = %s AND run_id = %s GROUP BY state""",
-                (budget, run_id),
+                "SELECT fleet_settle_dead(%s, %s, %s, %s, %s)",
+                (budget, run_id, spent.nusd, spent.tokens, spent.calls),
             )
-            by_state = {r[0]: r[1:] for r in cur.fetchall()}
-            if "active" in by_state:
-                raise InputError(
-                    f"fleet settle: run {run_id} still holds an active lease on {budget}"
-                )
-            if "lapsed" not in by_state:
-                raise InputError(f"fleet settle: run {run_id} has no lapsed lease on {budget}")
-            reported = ZERO
-            for row in by_state.values():
-                reported += Amounts(*(int(v) for v in row[4:7]))
-            more = spent - reported
-            if min(more.nusd, more.tokens, more.calls) < 0:
-                raise InputError(
-                    f"fleet settle: the ledger accounts for less than run {run_id} reported "
-                    f"({spent} < {reported}): is it that run's ledger?"
-                )
-            lapsed = Amounts(*(int(v) for v in by_state["lapsed"][1:4]))
+            row = cur.fetchone()
+        assert row is not None
+        got = row[0]
+        return Settled(
+            run_id, spent, Amounts(*got["reported"]), Amounts(*got["lapsed"]), Amounts(*got["more"])
+        )
+
+    def lapsed_here(self, budget: str, host: str) -> tuple[DeadCandidate, ...]:
+        """Runs on `host` with a lapsed lease and none active (four at most): each one's
+        folder and the pin of its ledger at its last exchange."""
+        with self._transaction() as cur:
+            cur.execute("SELECT * FROM fleet_lapsed_here(%s, %s)", (budget, host))
+            rows = cur.fetchall()
+        return tuple(
+            DeadCandidate(r[0], r[1], None if r[2] is None else (int(r[2]), r[3])) for r in rows
+        )
+
+    def run_ended(self, budget: str, run_id: str, receipt_sha256: str) -> None:
+        """The run wrote its receipt: its end, and the receipt file's digest."""
+        with self._transaction() as cur:
+            cur.execute("SELECT fleet_run_ended(%s, %s, %s)", (budget, run_id, receipt_sha256))
+
+    def runs(self, name: str, limit: int) -> list[dict[str, Any]]:
+        """The budget's runs, newest first: where, when, what they spent and hold."""
+        with self._transaction() as cur:
+            cur.execute("SELECT fleet_lock(%s), fleet_reclaim(%s)", (name, name))
             cur.execute(
-                """UPDATE fleet_leases SET state = 'returned'
-                   WHERE budget = %s AND run_id = %s AND state = 'lapsed'""",
-                (budget, run_id),
+                """SELECT r.run_id, r.host, r.folder, r.started_at, r.ended_at,
+                          r.receipt_sha256, r.settled_at,
+                          coalesce(sum(l.used_nusd), 0), coalesce(sum(l.used_tokens), 0),
+                          coalesce(sum(l.used_calls), 0),
+                          coalesce(sum(l.amount_nusd) FILTER (WHERE l.state = 'active'), 0),
+                          coalesce(sum(l.amount_nusd) FILTER (WHERE l.state = 'lapsed'), 0),
+                          count(*) FILTER (WHERE l.state = 'active'),
+                          count(*) FILTER (WHERE l.state = 'lapsed')
+                   FROM fleet_runs r LEFT JOIN fleet_leases l
+                     ON l.budget = r.budget AND l.run_id = r.run_id
+                   WHERE r.budget = %s
+                   GROUP BY r.budget, r.run_id
+                   ORDER BY r.started_at DESC, r.run_id LIMIT %s""",
+                (name, limit),
             )
-            cur.execute(
-                """UPDATE fleet_budgets SET
-                     spent_nusd = spent_nusd + %s, spent_tokens = spent_tokens + %s,
-                     spent_calls = spent_calls + %s, lapsed_nusd = lapsed_nusd - %s,
-                     lapsed_tokens = lapsed_tokens - %s, lapsed_calls = lapsed_calls - %s
-                   WHERE name = %s""",
-                (
-                    more.nusd,
-                    more.tokens,
-                    more.calls,
-                    lapsed.nusd,
-                    lapsed.tokens,
-                    lapsed.calls,
-                    budget,
-                ),
-            )
-        return {
-            "run_id": run_id,
-            "spent": spent,
-            "reported": reported,
-            "lapsed": lapsed,
-            "more": more,
-        }
+            rows = cur.fetchall()
+        return [_run_row(r) for r in rows]
 
     # ------------------------------------------------------------ inside
 
@@ -278,6 +334,57 @@ class FleetStore:
         for i, part in enumerate(("cap", "spent", "leased", "lapsed")):
             out[part] = dict(zip(DIMS, row[3 * i : 3 * i + 3], strict=True))
         return out
+
+
+def _lease_row(r: tuple[Any, ...]) -> dict[str, Any]:
+    expires_in = round(float(r[9]), 3)
+    lease_s = None if r[10] is None else float(r[10])
+    return {
+        "lease": str(r[0]),
+        "run_id": r[1],
+        "host": r[2],
+        "held": dict(zip(DIMS, r[3:6], strict=True)),
+        "used": dict(zip(DIMS, r[6:9], strict=True)),
+        "expires_in_s": expires_in,
+        "lease_seconds": lease_s,
+        # in the last quarter of its lease: a live boundary renews at half, so one
+        # this close to expiry is late (cut off from the database, or dead)
+        "expiring": lease_s is not None and expires_in < lease_s / 4,
+    }
+
+
+def _run_row(r: tuple[Any, ...]) -> dict[str, Any]:
+    run_id, host, folder, started, ended, sha, settled = r[:7]
+    active, lapsed = int(r[12]), int(r[13])
+    if active:
+        state = "active"
+    elif lapsed:
+        state = "lapsed"
+    elif settled is not None:
+        state = "settled"
+    else:
+        state = "ended"
+    if sha is not None:
+        receipt = sha
+    elif state == "active":
+        receipt = "none: still running"
+    elif state in ("lapsed", "settled"):
+        receipt = "none: died"
+    else:
+        receipt = "none: not recorded"
+    return {
+        "run_id": run_id,
+        "host": host,
+        "folder": folder,
+        "started": started.isoformat(timespec="seconds"),
+        "ended": None if ended is None else ended.isoformat(timespec="seconds"),
+        "spent": dict(zip(DIMS, (int(v) for v in r[7:10]), strict=True)),
+        "held_nusd": int(r[10]),
+        "lapsed_nusd": int(r[11]),
+        "receipt_sha256": sha,
+        "receipt": receipt,
+        "state": state,
+    }
 
 
 def _folded(rows: list[list[Any]]) -> tuple[Folded, ...]:

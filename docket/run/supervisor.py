@@ -289,6 +289,8 @@ class Supervisor:
             self._ledger = ledger
             self._recorder = Recorder(ledger, self._redactor, self.request_stop)
             self._opened_mono = self.clock.mono()
+            if self.fleet is not None:  # each exchange names the folder and pins the ledger
+                self.fleet.attach(ledger, self.folder, self.prices)
             self.control.started = trio.current_time()
             start = self.session_facts(policy)
             await self._record_control("session.start", start, unwritten)
@@ -346,6 +348,11 @@ class Supervisor:
             "end": unwritten.get("session.end"),
         }
         receipt_path, receipt_error = self._deliver_receipt(tally, facts, reserve)
+        if self.fleet is not None:
+            # The ledger is closed: a failure here can only be said, on stderr.
+            problem = await self.fleet.run_ended(receipt_path)
+            if problem is not None:
+                print(f"docket: warning: fleet: {problem}", file=sys.stderr, flush=True)
         notes = (
             ()
             if ledger.reserve_kept is None
