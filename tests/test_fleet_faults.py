@@ -2,10 +2,13 @@
 Toxiproxy): a black hole, latency past the timeout, connections reset. The slice held
 keeps serving, then calls are refused 503 in bounded time (never a hang past the
 exchange's timeout), nothing is spent past the cap, and the run recovers once the
-database answers again."""
+database answers again. Then the same faults, latency under the timeout and a restart
+of the server against `docket run` boundaries (chaos.fleet): every outage on the
+record in the ledgers, every receipt verifies, the database and the receipts agree."""
 
 from __future__ import annotations
 
+import json
 import time
 from functools import partial
 
@@ -14,6 +17,10 @@ import toxiproxy
 import trio
 from test_fleet_boundary import BODY, CHAT, lease_for
 
+from chaos.faults.grammar import parse_fault
+from chaos.fleet.judge import between, judge, of_type
+from chaos.fleet.runner import run_fleet
+from chaos.fleet.scenario import FleetScenario, Window
 from chaos.toxiproxy import serve_toxiproxy
 from docket.fleet.amounts import Caps
 from docket.fleet.store import FleetStore
@@ -105,3 +112,98 @@ async def test_a_slow_or_resetting_database_fails_closed_in_bounded_time(
 ):
     with trio.fail_after(DEADLINE):
         await db_faults(fault, postgres_cluster, fleet_dsn, stub_server, boundary_rig)
+
+
+# ------------------------------------------------ `docket run` boundaries (chaos.fleet)
+#
+# The same database faults against real boundaries: `docket run` processes whose
+# reference agents spend the budget while the harness (chaos.fleet.runner) strikes the
+# database behind the embedded fault proxy, judged from the ledgers, the receipts
+# (`docket verify`) and the database (chaos.fleet.judge). A [fleet] timeout of 3 s: an
+# exchange is five round trips, so 500 ms of latency makes it 2.5 s, still in time.
+
+
+def fleet_scenario(*windows: Window, boundaries: int = 1, duration: float = 7.0):
+    return FleetScenario(
+        boundaries=boundaries, callers=3, cap_usd=0.01, slice_usd=0.0003, lease_seconds=10,
+        timeout=3.0, call_deadline=9.0, stub_latency=0.05, duration=duration,
+        timeline=windows, source="tests/test_fleet_faults.py",
+    )  # fmt: skip
+
+
+def window(name: str, at: float, length: float, fault: str, expect: str) -> Window:
+    return Window(name, at, length, None if fault == "restart" else parse_fault(fault), expect)
+
+
+async def judged_run(tmp_path, postgres_cluster, scenario, bound_s: float):
+    with trio.fail_after(bound_s):
+        evidence = await run_fleet(scenario, tmp_path / "run", postgres_cluster)
+    verdict = judge(evidence)
+    assert verdict.held, "\n".join(verdict.lines())
+    # Read back from disk, not from the harness: each receipt against its own ledger.
+    spent = 0
+    for i in range(scenario.boundaries):
+        folder = tmp_path / "run" / f"boundary-{i}"
+        receipt = json.loads((folder / "receipt.json").read_text())
+        events = [json.loads(x) for x in (folder / "ledger.jsonl").read_text().splitlines()]
+        stored = [e for e in events if e["type"] == "fleet.store"]
+        assert receipt["fleet"]["store_failures"] == len(stored)
+        assert receipt["fleet"]["ended"] == "returned"
+        spent += receipt["totals"]["cost_nusd"]
+    assert spent == evidence.status["spent"]["nusd"] <= round(scenario.cap_usd * 10**9)
+    return evidence, verdict
+
+
+async def test_a_database_slow_by_500ms_keeps_serving_in_time(tmp_path, postgres_cluster):
+    scenario = fleet_scenario(window("slow", 0.5, 3.0, "net:latency(500ms)", "served"))
+    evidence, verdict = await judged_run(tmp_path, postgres_cluster, scenario, 40)
+    (slow,) = evidence.windows
+    events = evidence.boundaries[0].events
+    # no exchange failed and no call was refused: the slow database answered in time,
+    # and a slice was drawn while it was slow
+    assert not [e for e in events if e["type"] in ("fleet.store", "policy.denied")]
+    drawn = between(of_type(events, "fleet.lease"), slow.started, slow.ended + 3.0)
+    assert drawn and verdict.figures["windows"]["slow"]["served"] > 0
+
+
+async def test_a_black_hole_that_lifts_is_on_the_record_and_the_run_recovers(
+    tmp_path, postgres_cluster
+):
+    scenario = fleet_scenario(window("hole", 0.5, 1.5, "net:timeout(0)", "outage"))
+    evidence, verdict = await judged_run(tmp_path, postgres_cluster, scenario, 40)
+    assert verdict.figures["windows"]["hole"]["store_failures"] >= 1
+    (hole,) = evidence.windows
+    events = evidence.boundaries[0].events
+    served_after = between(of_type(events, "model.response"), hole.ended, hole.ended + 60)
+    assert served_after  # recovered: calls served again once the database answered
+
+
+async def test_a_database_restart_mid_run_is_an_outage_on_the_record(tmp_path, postgres_cluster):
+    scenario = fleet_scenario(window("restart", 1.0, 1.0, "restart", "outage"))
+    evidence, verdict = await judged_run(tmp_path, postgres_cluster, scenario, 60)
+    assert verdict.figures["windows"]["restart"]["store_failures"] >= 1
+
+
+@pytest.mark.slow
+async def test_a_ten_second_black_hole_outlasting_the_lease(tmp_path, postgres_cluster):
+    scenario = fleet_scenario(
+        window("hole", 1.0, 10.0, "net:timeout(0)", "outage"), boundaries=2, duration=18.0
+    )
+    evidence, verdict = await judged_run(tmp_path, postgres_cluster, scenario, 120)
+    lost = [
+        e
+        for b in evidence.boundaries
+        for e in of_type(b.events, "fleet.lease")
+        if e.get("change") == "lost"
+    ]
+    assert lost  # the 10 s lease ran out during the 10 s black hole, and was settled after
+    print(f"ten-second black hole: {json.dumps(verdict.figures)}")
+
+
+@pytest.mark.slow
+async def test_a_database_restart_under_four_boundaries(tmp_path, postgres_cluster):
+    scenario = fleet_scenario(
+        window("restart", 2.0, 1.0, "restart", "outage"), boundaries=4, duration=10.0
+    )
+    _, verdict = await judged_run(tmp_path, postgres_cluster, scenario, 120)
+    print(f"restart under four boundaries: {json.dumps(verdict.figures)}")
