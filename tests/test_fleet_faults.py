@@ -155,7 +155,9 @@ async def judged_run(tmp_path, postgres_cluster, scenario, bound_s: float):
 
 
 async def test_a_database_slow_by_500ms_keeps_serving_in_time(tmp_path, postgres_cluster):
-    scenario = fleet_scenario(window("slow", 0.5, 3.0, "net:latency(500ms)", "served"))
+    scenario = fleet_scenario(
+        window("slow", 0.5, 3.0, "net:latency(500ms)", "served"), duration=5.0
+    )
     evidence, verdict = await judged_run(tmp_path, postgres_cluster, scenario, 40)
     (slow,) = evidence.windows
     events = evidence.boundaries[0].events
@@ -169,7 +171,8 @@ async def test_a_database_slow_by_500ms_keeps_serving_in_time(tmp_path, postgres
 async def test_a_black_hole_that_lifts_is_on_the_record_and_the_run_recovers(
     tmp_path, postgres_cluster
 ):
-    scenario = fleet_scenario(window("hole", 0.5, 1.5, "net:timeout(0)", "outage"))
+    # an exchange the black hole meets fails at most timeout + 0.5 s later: by 5.5 s
+    scenario = fleet_scenario(window("hole", 0.5, 1.5, "net:timeout(0)", "outage"), duration=6.0)
     evidence, verdict = await judged_run(tmp_path, postgres_cluster, scenario, 40)
     assert verdict.figures["windows"]["hole"]["store_failures"] >= 1
     (hole,) = evidence.windows
@@ -179,7 +182,7 @@ async def test_a_black_hole_that_lifts_is_on_the_record_and_the_run_recovers(
 
 
 async def test_a_database_restart_mid_run_is_an_outage_on_the_record(tmp_path, postgres_cluster):
-    scenario = fleet_scenario(window("restart", 1.0, 1.0, "restart", "outage"))
+    scenario = fleet_scenario(window("restart", 1.0, 1.0, "restart", "outage"), duration=5.0)
     evidence, verdict = await judged_run(tmp_path, postgres_cluster, scenario, 60)
     assert verdict.figures["windows"]["restart"]["store_failures"] >= 1
 

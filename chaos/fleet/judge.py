@@ -10,6 +10,7 @@ database.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -140,6 +141,7 @@ def judge(ev: Evidence) -> Verdict:
         "spent_share": round(spent / cap, 4),
         "database_spent_nusd": db["spent"]["nusd"],
         "refused": len(refused),
+        "refused_by_code": dict(sorted(Counter(str(e.get("code")) for e in refused).items())),
         "served": len(of_type(every, "model.response")),
         "store_failures": len(failures),
         "longest_served_call_ms": longest_ms,
