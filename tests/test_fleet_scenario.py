@@ -12,12 +12,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
 from chaos.faults.grammar import parse_fault
 from chaos.fleet.judge import BoundarySeen, Evidence, WindowSeen, judge
 from chaos.fleet.postgres import postgres_bin
+from chaos.fleet.runner import HarnessError, run_fleet
 from chaos.fleet.scenario import FleetScenario, Window, load_fleet_scenario
 from docket.errors import InputError
 
@@ -222,7 +224,21 @@ def test_the_cap_check_holds_exactly_when_the_receipts_stay_within_the_cap(costs
     assert cap_check.name == "cap" and cap_check.held == (spent <= 1_000_000)
 
 
-# ---------------------------------------------------------------- a short run
+# ---------------------------------------------------------------- runs
+
+
+async def test_a_boundary_that_cannot_start_is_a_harness_error_naming_it(
+    tmp_path, postgres_cluster
+):
+    # the file's reader refuses this timeout (under half the lease); built directly, it
+    # reaches `docket run`, which refuses the policy: exit 2 before any call
+    scenario = FleetScenario(boundaries=1, callers=1, lease_seconds=10, timeout=6.0)
+    with (
+        trio.fail_after(60),
+        pytest.raises(HarnessError, match=r"boundary-0 exited \(2\) before it served a call"),
+    ):
+        await run_fleet(scenario, tmp_path / "run", postgres_cluster)
+    assert "timeout" in (tmp_path / "run" / "boundary-0.err").read_text()
 
 
 @pytest.mark.skipif(postgres_bin() is None, reason="PostgreSQL is not installed (no initdb)")

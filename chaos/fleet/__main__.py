@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -70,7 +71,8 @@ def main(argv: list[str]) -> int:
     try:
         with running_cluster(bindir) as cluster:
             evidence = trio.run(run_fleet, scenario, folder, cluster)
-    except HarnessError as exc:
+    except (HarnessError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        # a set-up step failed (initdb, pg_ctl, a boundary that never served): not a verdict
         print(f"chaos.fleet: the harness could not run the scenario: {exc}", file=sys.stderr)
         return 1
     verdict = judge(evidence)

@@ -66,6 +66,29 @@ async def run_fleet(scenario: FleetScenario, folder: Path, cluster: Cluster) -> 
     cap = round(scenario.cap_usd * 10**9)
     await trio.to_thread.run_sync(store.set_budget, BUDGET, Caps(nusd=cap))
     started = time.monotonic()
+    try:
+        windows, codes = await _run(scenario, folder, cluster, dsn)
+    except BaseExceptionGroup as group:
+        # the nursery wraps what its body raised: a set-up failure is said as itself
+        refused, other = group.split(HarnessError)
+        if refused is None or other is not None:
+            raise
+        raise _first_leaf(refused) from None
+    wall = time.monotonic() - started
+    boundaries = [await _seen(folder, i, code, scenario.callers) for i, code in enumerate(codes)]
+    status = await trio.to_thread.run_sync(store.status, BUDGET)
+    return Evidence(scenario, windows, boundaries, status, wall)
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+async def _run(
+    scenario: FleetScenario, folder: Path, cluster: Cluster, dsn: str
+) -> tuple[list[WindowSeen], list[int | None]]:
+    """The proxy, the stub, the boundaries and the timeline; each run's exit status."""
     async with trio.open_nursery() as nursery:
         toxiproxy: ToxiproxyServer = await nursery.start(partial(serve_toxiproxy, port=0))
         proxy = await toxiproxy.create_proxy(
@@ -87,10 +110,7 @@ async def run_fleet(scenario: FleetScenario, folder: Path, cluster: Cluster) -> 
         finally:
             codes = [await _stop(p) for p in runs]
         nursery.cancel_scope.cancel()
-    wall = time.monotonic() - started
-    boundaries = [await _seen(folder, i, codes[i], scenario.callers) for i in range(len(runs))]
-    status = await trio.to_thread.run_sync(store.status, BUDGET)
-    return Evidence(scenario, windows, boundaries, status, wall)
+    return windows, codes
 
 
 def _policy(folder: Path, s: FleetScenario, stub_url: str, dsn: str) -> Path:
@@ -207,15 +227,16 @@ async def _perform(
     """Strike, hold for `for`, lift. A fault the harness could not perform or lift is the
     window's error (its check fails), never a silent gap."""
     errors: list[str] = []
-    started = time.time()
+    started = time.time()  # a restart's outage begins as the server begins to stop
     try:
         if w.fault is None:
             await trio.to_thread.run_sync(cluster.stop)
         elif w.fault.kind == "down":
             await toxiproxy.update_proxy(proxy, {"enabled": False})
+            started = time.time()
         else:
             proxy.add_toxic(parse_toxic(toxic_request(w.fault, TOXIC).to_json()))
-        started = time.time() if w.fault is not None else started
+            started = time.time()  # a toxic acts from when it is in place
     except (RuntimeError, subprocess.TimeoutExpired, ApiError, ToxicError, OSError) as exc:
         errors.append(f"strike: {exc}")
     try:
