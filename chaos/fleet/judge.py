@@ -22,6 +22,7 @@ NANO = 10**9
 # margin (docket/fleet/lease.py) and some scheduling after the window closed.
 RECORD_MARGIN_S = 1.5
 TS_SLACK_S = 0.01  # ledger stamps are whole milliseconds
+COUNTED_ONCE = "counted once"
 
 
 @dataclass(frozen=True)
@@ -119,11 +120,24 @@ def judge(ev: Evidence) -> Verdict:
     v.checks.append(
         Check(
             "database",
-            db["spent"]["nusd"] == spent
+            db["spent"]["nusd"] >= spent
             and db["leased"]["nusd"] == 0
             and db["lapsed"]["nusd"] == 0,
-            f"the database counts {db['spent']['nusd']:,} nusd spent against the receipts' "
-            f"{spent:,}; {db['leased']['nusd']:,} still leased, {db['lapsed']['nusd']:,} lapsed",
+            f"the database counts {db['spent']['nusd']:,} nusd spent, the receipts "
+            f"{spent:,} (never less: what the cap rests on); {db['leased']['nusd']:,} still "
+            f"leased, {db['lapsed']['nusd']:,} lapsed",
+        )
+    )
+    over = db["spent"]["nusd"] - spent
+    v.checks.append(
+        Check(
+            COUNTED_ONCE,
+            over == 0,
+            "the database counts each charge once"
+            if over == 0
+            else f"the database counts {over:,} nusd more than the receipts charged: a "
+            "report counted twice (an exchange whose COMMIT landed but whose answer was "
+            "lost, sent again)",
         )
     )
     v.checks.append(_receipts(ev.boundaries))

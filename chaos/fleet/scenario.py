@@ -11,8 +11,8 @@ fault that does not parse, windows that overlap or outlast the run are refused a
     cap_usd: 0.015          # the budget all of them share
     slice_usd: 0.0003
     lease_seconds: 10
-    timeout: 3s             # [fleet] timeout: the longest one exchange with the database may take
-    call_deadline: 9s       # each agent's per-call timeout: no call may take longer
+    timeout: 4s             # [fleet] timeout: the longest one exchange with the database may take
+    call_deadline: 12s      # each agent's per-call timeout: no call may take longer
     stub_latency: 150ms     # the stub provider's delay before it answers
     duration: 40s           # from when every boundary has served a call; then the runs are stopped
     timeline:               # counted from the same moment; windows in order, not overlapping
@@ -75,8 +75,8 @@ class FleetScenario:
     cap_usd: float = 0.02
     slice_usd: float = 0.0005
     lease_seconds: float = 10.0
-    timeout: float = 3.0
-    call_deadline: float = 9.0
+    timeout: float = 4.0
+    call_deadline: float = 12.0
     stub_latency: float = 0.15
     duration: float = 40.0
     timeline: tuple[Window, ...] = ()
@@ -109,7 +109,7 @@ def fleet_scenario_from(data: object, where: Where) -> FleetScenario:
     fields = Fields(data, lambda key, reason: where.error((key,), reason))
     fields.known(_TOP)
     lease = fields.duration("lease_seconds", 10.0)
-    timeout = fields.duration("timeout", 3.0)
+    timeout = fields.duration("timeout", 4.0)
     if timeout >= lease / 2:
         # the [fleet] policy's own rule: a renewal must fit before expiry
         raise where.error(("timeout",), f"must be under half of lease_seconds ({lease:g} s)")
@@ -126,7 +126,7 @@ def fleet_scenario_from(data: object, where: Where) -> FleetScenario:
         slice_usd=float(slice_),
         lease_seconds=lease,
         timeout=timeout,
-        call_deadline=fields.duration("call_deadline", 9.0),
+        call_deadline=fields.duration("call_deadline", 12.0),
         stub_latency=fields.duration("stub_latency", 0.15, positive=False),
         duration=fields.duration("duration", 40.0),
         source=where.file,
