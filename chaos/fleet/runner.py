@@ -46,6 +46,7 @@ STUB_KEY = "sk-fleet-scenario-stub-key"
 READY_TIMEOUT_S = 60.0  # for every boundary's first call served
 STOP_TIMEOUT_S = 30.0  # SIGTERM to exit: the supervisor's grace, the receipt, the give-back
 VERIFY_TIMEOUT_S = 60.0
+LIFT_TIMEOUT_S = 60.0  # a restart's start (pg_ctl waits up to its own 60 s), a toxic's removal
 TOXIC = "fleet_fault"
 
 
@@ -242,7 +243,7 @@ async def _perform(
     try:
         await trio.sleep_until(t0 + w.end)
     finally:
-        with trio.CancelScope(shield=True), trio.move_on_after(60):
+        with trio.CancelScope(shield=True), trio.move_on_after(LIFT_TIMEOUT_S) as lifting:
             try:
                 if w.fault is None:
                     await trio.to_thread.run_sync(cluster.start)
@@ -252,6 +253,8 @@ async def _perform(
                     proxy.remove_toxic(TOXIC)
             except (RuntimeError, subprocess.TimeoutExpired, ApiError, OSError) as exc:
                 errors.append(f"lift: {exc}")
+        if lifting.cancelled_caught:
+            errors.append(f"lift: not done in {LIFT_TIMEOUT_S:g} s")
     return WindowSeen(w, started, time.time(), "; ".join(errors) or None)
 
 
