@@ -6,7 +6,8 @@ day and a chaos scenario against the real Toxiproxy server), `verifiers` (the Py
 JavaScript and Go verifiers over the vectors and 1,000 mutations), `peers` (Docket's
 boundary beside LiteLLM's proxy, from PyPI), `soak` (the boundary's memory over run length),
 `otel` (a chaos run exported to a real Arize Phoenix, from PyPI, and read back).
-`fleet` (the fleet budget's long tests, against a PostgreSQL they start).
+`fleet` (the fleet partition scenario and the fleet budget's long tests, against a
+PostgreSQL they start).
 
 Each session makes its own virtualenv and installs what it needs, so a fresh
 machine with only Python and pip runs any of them after `pip install nox`.
@@ -119,16 +120,23 @@ def slow(session: nox.Session) -> None:
 
 @nox.session
 def fleet(session: nox.Session) -> None:
-    """The fleet budget's long tests (tests/test_fleet_runs.py, slow: four `docket run`
-    boundaries with eight callers each against one cap, one SIGKILLed mid-run, two
-    budgets in one database) and every fleet test beside them, against a PostgreSQL
-    the tests start themselves (tests/postgres_server.py; skipped without initdb)."""
+    """The fleet budget from one command: the partition scenario (four `docket run`
+    boundaries under one cap while the database is slowed, reset, black-holed for 10 s
+    and restarted: `python -m chaos.fleet scenarios/fleet-partition.yaml`, exit 1 when a
+    check fails), then the fleet's long tests (tests/test_fleet_runs.py and
+    tests/test_fleet_faults.py, slow: eight callers per boundary, one boundary
+    SIGKILLed, two budgets in one database, a 10 s black hole, a restart under four
+    boundaries) and every fleet test beside them, against PostgreSQL clusters they start
+    themselves (chaos/fleet/postgres.py; the tests skip without initdb)."""
     session.install("-e", ".[test]")
+    run = os.path.join(session.create_tmp(), time.strftime("fleet-partition-%Y%m%dT%H%M%S"))
+    session.run("python", "-m", "chaos.fleet", "scenarios/fleet-partition.yaml", "--dir", run)
     session.run(
         "pytest", "-q", "-s", "tests/test_fleet_runs.py", "tests/test_fleet_store.py",
         "tests/test_fleet_escrow.py", "tests/test_fleet_boundary.py",
         "tests/test_fleet_command.py", "tests/test_fleet_policy.py", "tests/test_fleet_faults.py",
         "tests/test_fleet_settle.py", "tests/test_fleet_store_model.py",
+        "tests/test_fleet_scenario.py",
         *session.posargs,
     )  # fmt: skip
 
