@@ -1,9 +1,10 @@
 """Slices drawn per second: N clients each doing a boundary's exchange with the budget.
 
 A client does what a boundary's lease task does when it draws a slice
-(docket/fleet/lease.py): one `FleetStore.exchange`, which opens its own connection
-and makes one `fleet_exchange` call, reporting what the last slice paid for and
-asking for as much again. It opens its lease before the clock starts and gives it
+(docket/fleet/lease.py): one `FleetStore.exchange`, one `fleet_exchange` call in
+autocommit on the connection the store keeps (`kept`, as a boundary's does), or on a
+new connection each time (as `docket fleet` does, and boundaries did before they
+kept one), reporting the lease's whole use and asking for a slice's half again. It opens its lease before the clock starts and gives it
 back after, so the measured window holds only steady-state exchanges. The clients
 start together on a signal and stop starting exchanges at the window's end; an
 exchange counts when it ended inside the window.
@@ -25,10 +26,8 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 HUGE_CAP = 10**18  # nano-USD: a billion dollars; a run reports ~1e12 at most
 SLICE_NUSD = 1_000_000_000  # what a client asks for each time ($1; the size costs nothing)
@@ -44,38 +43,6 @@ class Shape:
     budgets: int  # 1: every client on one budget (its row lock); clients: one each
 
 
-def kept_connection_store(dsn: str) -> Any:
-    """A FleetStore whose every operation runs on one connection it keeps: the same
-    fleet_exchange call, without a connection's setup and a fresh backend's first
-    call (what the row lock alone allows; not what a boundary does)."""
-    import psycopg
-
-    from docket.fleet.store import FleetStore, FleetStoreError
-
-    class Kept(FleetStore):
-        conn: Any = None
-
-        @contextmanager
-        def _transaction(self) -> Iterator[Any]:
-            ms = int(self.timeout_s * 1000)
-            try:
-                if self.conn is None:
-                    self.conn = psycopg.connect(
-                        self.dsn, connect_timeout=2, application_name="docket-fleet-bench",
-                        options=f"-c statement_timeout={ms} -c lock_timeout={ms}",
-                    )  # fmt: skip
-                with self.conn.transaction(), self.conn.cursor() as cur:
-                    yield cur
-            except psycopg.Error as exc:
-                raise FleetStoreError(" ".join(str(exc).split())[:300]) from None
-
-        def close(self) -> None:
-            if self.conn is not None:
-                self.conn.close()
-
-    return Kept(dsn, timeout_s=TIMEOUT_S)
-
-
 def client(
     dsn: str,
     budget: str,
@@ -87,12 +54,13 @@ def client(
 ) -> None:
     """One client: open a lease, say ready, exchange from the start time until the
     window ends, give the lease back; its figures go to `ready`'s second call.
-    `kept`: on one connection it keeps, rather than one per exchange as a boundary."""
+    `kept`: on the connection its store keeps (a boundary's path), else a new one each time."""
     from docket.fleet.amounts import Amounts
     from docket.fleet.store import FleetStore, FleetStoreError
 
-    store = kept_connection_store(dsn) if kept else FleetStore(dsn, timeout_s=TIMEOUT_S)
+    store = FleetStore(dsn, timeout_s=TIMEOUT_S, keep=kept)
     used = Amounts(nusd=SLICE_NUSD // 2)  # the half of a slice a low-water exchange refills
+    whole = Amounts()  # what is sent: the lease's whole use (a repeat adds nothing)
     who = {"run_id": f"bench-{budget}-{index}", "host": "bench", "lease_seconds": LEASE_S}
     try:
         first = store.exchange(budget, None, Amounts(), Amounts(nusd=SLICE_NUSD), **who)
@@ -112,7 +80,7 @@ def client(
         if began >= end:
             break
         try:
-            done = store.exchange(budget, lease, used, used, **who)
+            done = store.exchange(budget, lease, whole + used, used, **who)
         except FleetStoreError as exc:
             failures.append(str(exc))
             continue
@@ -122,10 +90,10 @@ def client(
         done_all += 1  # with the last one, which may end past the window
         if done.grant.granted.nusd != used.nusd:
             short += 1  # a grant less than asked: the cap was not large enough after all
+        whole = whole + used if done.grant.lease_id == lease else Amounts()
         lease = done.grant.lease_id
-    store.give_back(budget, lease, Amounts())
-    if kept:
-        store.close()
+    store.give_back(budget, lease, whole)
+    store.close()
     ready(
         {"index": index, "latencies": latencies, "failures": failures[:3],
          "failed": len(failures), "short_grants": short, "done": done_all}

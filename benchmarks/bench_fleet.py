@@ -15,10 +15,11 @@ PostgreSQL or psycopg is missing):
   exchange covered.
 - Slices drawn per second (benchmarks/_fleet_rate.py): 1 client, 16 clients on one
   budget (its row lock makes them take turns), 16 clients on 16 budgets, each
-  client doing a boundary's exchange (FleetStore.exchange: report what the last
-  slice paid for, ask for as much again; a new connection each time) for a fixed
-  window, in rounds that rotate the order. The same shapes again on a connection
-  each client keeps: what the row lock alone allows, without a connection's setup.
+  client doing a boundary's exchange (FleetStore.exchange: report the lease's whole
+  use, ask for half a slice again; one call in autocommit on the connection the
+  store keeps, as a boundary's does) for a fixed window, in rounds that rotate the
+  order. The same shapes again with a new connection per exchange (as `docket fleet`
+  does, and boundaries did before they kept one): what a connection's setup costs.
   Clients are processes, as boundaries are; 16 threads of one process (a boundary
   runs its exchange in a worker thread) are measured beside them on one budget, on
   both paths, so the choice is checked in every run (KEPT_WHY says what it showed).
@@ -55,8 +56,8 @@ SHAPES = {
 CLIENTS_AS, OTHER = "processes", "threads"
 COMPARED = "16_clients_one_budget"  # measured with threads too, beside the processes
 KEPT_WHY = (
-    "processes: 16 boundaries are 16 processes, and on the path a boundary takes (a new "
-    "connection per exchange) 16 threads of one process drew fewer exchanges on one budget "
+    "processes: 16 boundaries are 16 processes, and with a new connection per exchange "
+    "(boundaries' path until they kept one) 16 threads of one process drew fewer exchanges on one budget "
     "in four runs of five on 2026-12-02 (threads over processes x0.67, x0.76, x0.81, "
     "x0.82; x1.27 once): psycopg's connect runs Python in the client, under one GIL. On a "
     "kept connection neither led (x0.70 to x2.97 over six runs), 16 busy interpreters "
@@ -127,12 +128,13 @@ def _exchanges(dsn: str, window_s: float, rounds: int) -> dict:
         shapes["ratios"] = _ratios(shapes)
         out[path] = shapes
     out["per_exchange"]["what"] = (
-        "FleetStore.exchange as a boundary calls it: a new connection, one fleet_exchange call"
+        "the same fleet_exchange call on a new connection each time (as `docket fleet` does, "
+        "and boundaries did before they kept one): a connection's setup and a new backend's "
+        "first call besides"
     )
     out["kept"]["what"] = (
-        "the same fleet_exchange call on a connection each client keeps (not what a boundary "
-        "does): the row lock's own cost, without a connection's setup and a new backend's "
-        "first call"
+        "FleetStore.exchange as a boundary calls it: one fleet_exchange call in autocommit "
+        "on the connection its store keeps"
     )
     return out
 
@@ -167,7 +169,7 @@ def _calls_per_slice(ledger: dict, exchanges: dict) -> dict:
 
     low_water = FleetPolicy().low_water
     refill = 1 - low_water  # what a steady-state exchange tops up, as a share of a slice
-    shared_rate = exchanges["per_exchange"][COMPARED]["exchanges_per_s"]
+    shared_rate = exchanges["kept"][COMPARED]["exchanges_per_s"]  # a boundary's path
     slice_nusd = ledger["cap_nusd"] // DEFAULT_SLICES
     charge = ledger["charged_nusd"] / ledger["calls"]
     measured = {
@@ -233,15 +235,15 @@ def _summary(latency: dict, exchanges: dict, per_slice: dict) -> dict:
         f"x{ratio['p99']:.3f})",
         "exchanges over the latency run": f"{measured['exchanges']} for {measured['calls']} "
         f"calls ({measured['calls_per_exchange']:.1f} calls each)",
-        "slices/s, 1 client": line(p, "1_client"),
-        "slices/s, 16 clients, one budget": line(p, "16_clients_one_budget"),
-        "slices/s, 16 clients, 16 budgets": line(p, "16_clients_16_budgets"),
-        f"slices/s, 16 {OTHER}, one budget": line(p, f"{OTHER}_{COMPARED}"),
-        "kept connection, 1 client": line(k, "1_client"),
-        "kept connection, 16 clients, one budget": line(k, "16_clients_one_budget"),
-        "kept connection, 16 clients, 16 budgets": line(k, "16_clients_16_budgets"),
-        "one budget / 16 budgets": f"x{p['ratios']['16_clients_one_budget_over_16_budgets']} "
-        f"(kept connection x{k['ratios']['16_clients_one_budget_over_16_budgets']})",
+        "slices/s, 1 client": line(k, "1_client"),
+        "slices/s, 16 clients, one budget": line(k, "16_clients_one_budget"),
+        "slices/s, 16 clients, 16 budgets": line(k, "16_clients_16_budgets"),
+        f"slices/s, 16 {OTHER}, one budget": line(k, f"{OTHER}_{COMPARED}"),
+        "new connection each, 1 client": line(p, "1_client"),
+        "new connection each, 16 clients, one budget": line(p, "16_clients_one_budget"),
+        "new connection each, 16 clients, 16 budgets": line(p, "16_clients_16_budgets"),
+        "one budget / 16 budgets": f"x{k['ratios']['16_clients_one_budget_over_16_budgets']} "
+        f"(new connection each x{p['ratios']['16_clients_one_budget_over_16_budgets']})",
         "gpt-4o call (2000 in, 500 out) at a $50 cap": f"{typical['calls_per_slice']:.0f} "
         f"calls a slice, {typical['calls_per_exchange']:.0f} an exchange: "
         f"{typical['fleet_calls_per_s_at_16_clients_one_budget']} calls/s at 16 clients",

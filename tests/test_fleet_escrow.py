@@ -27,7 +27,7 @@ def exchange(escrow: Escrow, pool: Pool, now: float, *, short: bool = False):
     ask = escrow.ask(now, short=short)
     assert ask is not None
     escrow.sent(ask, now)
-    grant = pool.exchange(ask.lease_id, ask.report, ask.want, now, release=ask.release)
+    grant = pool.exchange(ask.lease_id, ask.used, ask.want, now, release=ask.release)
     escrow.exchanged(ask, grant)
     return ask, grant
 
@@ -244,9 +244,7 @@ class FleetMachine(RuleBasedStateMachine):
             self.advance(min(HORIZON_S, 1.0))
             if not self.alive[i]:
                 return
-        grant = self.pool.exchange(
-            ask.lease_id, ask.report, ask.want, self.now, release=ask.release
-        )
+        grant = self.pool.exchange(ask.lease_id, ask.used, ask.want, self.now, release=ask.release)
         e.exchanged(ask, grant)
         # Slice sizing: never more than one slice free (or the one call larger than a
         # slice that was refused), but for what calls settled below their worst case
@@ -288,7 +286,7 @@ class FleetMachine(RuleBasedStateMachine):
             self._settle(i, 0, self.in_flight[i][0][0])
         ask = e.closing()
         if ask is not None:
-            self.pool.give_back(ask.lease_id, ask.report, self.now)
+            self.pool.give_back(ask.lease_id, ask.used, self.now)
         self.alive[i] = False
 
     @invariant()

@@ -47,10 +47,52 @@ def test_lease_report_and_give_back(fleet_dsn):
     s = store.status("b")
     assert s["spent"]["nusd"] == N // 2 and s["leased"]["nusd"] == 2 * N
     assert s["leases"][0]["held"] == {"nusd": 2 * N, "tokens": 0, "calls": 10}
-    store.give_back("b", lease, Amounts(nusd=N // 4, calls=1))
+    # a report is the lease's whole use: N // 2 and 3 calls were taken already
+    store.give_back("b", lease, Amounts(nusd=3 * N // 4, calls=4))
     s = store.status("b")
     assert s["spent"] == {"nusd": 3 * N // 4, "tokens": 0, "calls": 4}
     assert s["leased"] == {"nusd": 0, "tokens": 0, "calls": 0} and s["leases"] == []
+
+
+def test_an_exchange_sent_again_after_its_answer_was_lost_counts_nothing_twice(fleet_dsn):
+    # The boundary sends an exchange again when it heard no answer, though the first
+    # may have committed: the same whole use, and perhaps more since.
+    store = FleetStore(fleet_dsn)
+    store.set_budget("b", Caps(nusd=5 * N))
+    lease = exchange(store, None, Amounts(), Amounts(nusd=2 * N)).grant.lease_id
+    for _ in range(3):  # the first committed, its answer lost; sent twice more
+        exchange(store, lease, Amounts(nusd=N // 4), Amounts())
+    s = store.status("b")
+    assert s["spent"]["nusd"] == N // 4 and s["leased"]["nusd"] == 2 * N - N // 4
+    exchange(store, lease, Amounts(nusd=N // 2), Amounts())  # a quarter more since
+    exchange(store, lease, Amounts(nusd=N // 3), Amounts())  # an old one, arriving late
+    s = store.status("b")
+    assert s["spent"]["nusd"] == N // 2 and s["leased"]["nusd"] == 2 * N - N // 2
+    store.give_back("b", lease, Amounts(nusd=N // 2))
+    store.give_back("b", lease, Amounts(nusd=N // 2))  # its answer lost too
+    s = store.status("b")
+    assert s["spent"]["nusd"] == N // 2 and s["leased"]["nusd"] == 0 and s["lapsed"]["nusd"] == 0
+
+
+def test_a_boundary_of_version_1_still_reports_use_since_its_last_report(fleet_dsn):
+    # A rolling upgrade: version 1's exchange and give-back keep their meaning.
+    store = FleetStore(fleet_dsn)
+    store.set_budget("b", Caps(nusd=5 * N))
+    with psycopg.connect(fleet_dsn, autocommit=True) as conn:
+        (lease, granted) = conn.execute(
+            "SELECT lease, gn FROM fleet_exchange('b', NULL, 0, 0, 0, %s, 0, 0, 'v1', 'h', 30)",
+            (2 * N,),
+        ).fetchone()
+        assert granted == 2 * N
+        for _ in range(2):
+            conn.execute(
+                "SELECT * FROM fleet_exchange('b', %s, %s, 0, 1, 0, 0, 0, 'v1', 'h', 30)",
+                (lease, N // 4),
+            )
+        conn.execute("SELECT fleet_give_back('b', %s, %s, 0, 1)", (lease, N // 4))
+    s = store.status("b")
+    assert s["spent"] == {"nusd": 3 * N // 4, "tokens": 0, "calls": 3}
+    assert s["leased"]["nusd"] == 0 and s["leases"] == []
 
 
 def test_the_grant_is_what_room_is_left_then_nothing(fleet_dsn):

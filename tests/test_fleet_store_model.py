@@ -18,7 +18,7 @@ from docket.fleet.store import FleetStore
 NAMES = itertools.count()
 SMALL = st.integers(0, 40)
 AMOUNTS = st.builds(Amounts, SMALL, SMALL, st.integers(0, 4))
-# (which lease: None new, else an index into those opened; report; want; expires at
+# (which lease: None new, else an index into those opened; its whole use; want; expires at
 # once; release: free amount given back to the room first)
 EXCHANGE = st.tuples(st.none() | st.integers(0, 5), AMOUNTS, AMOUNTS, st.booleans(), AMOUNTS)
 GIVE_BACK = st.tuples(st.integers(0, 5), AMOUNTS)

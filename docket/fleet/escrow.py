@@ -67,14 +67,21 @@ class Short:
 
 @dataclass(frozen=True)
 class Ask:
-    """Go to the budget: report `report` used, ask for `want` more (either may be zero)."""
+    """Go to the budget: report `report` used, ask for `want` more (either may be zero).
+
+    The budget is sent `used`, the lease's whole use (what earlier exchanges it
+    answered took, plus `report`), never `report` alone: an exchange that committed
+    but whose answer was lost is sent again with the same use, and the budget counts
+    only what it has not yet recorded (schema.fleet_report), so nothing is spent twice.
+    """
 
     reason: str  # "first" | "low_water" | "renew" | "lapsed" | "short" | "release" | "return"
     lease_id: str | None  # the lease to report on and extend; None: a new lease
-    report: Amounts
+    report: Amounts  # used since the last exchange the budget answered
     want: Amounts
     release: Amounts = ZERO  # free amount given back to the budget's room (taken at sent)
     short: bool = False  # asked because a call was refused
+    used: Amounts = ZERO  # the lease's whole use: what is sent
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class Escrow:
         self.held = ZERO  # the lease's amount at the budget, as this escrow knows it
         self.drawn = ZERO  # worst cases in flight + used and not yet reported
         self.unreported = ZERO  # used by settled calls, not yet reported
+        self.lease_used = ZERO  # reported on the lease and answered (the budget has it)
         self.valid_until: float | None = None  # monotonic: draws must end by then
         self.sending: Ask | None = None  # the exchange in flight
         self._sent_at = 0.0
@@ -177,20 +185,28 @@ class Escrow:
             want = ZERO
         if self.valid_until is None:
             reason = "first" if self.lease_id is None else "lapsed"
-            return Ask(reason, self.lease_id, self.unreported, want, short=short)
+            return Ask(reason, self.lease_id, self.unreported, want, short=short, used=self._used())
         if now >= self.valid_until:
-            return Ask("lapsed", self.lease_id, self.unreported, want, short=short)
+            return Ask(
+                "lapsed", self.lease_id, self.unreported, want, short=short, used=self._used()
+            )
         if now >= self.valid_until - self.config.lease_seconds / 2:
-            return Ask("renew", self.lease_id, self.unreported, want, short=short)
+            return Ask(
+                "renew", self.lease_id, self.unreported, want, short=short, used=self._used()
+            )
         if short and self._last_grant_short and not self.free.covers(self.mask(self.short_need)):
             release = _at_least_zero(self.free)
             if release != ZERO:
-                return Ask("release", self.lease_id, self.unreported, ZERO, release, short=True)
+                return Ask(
+                    "release", self.lease_id, self.unreported, ZERO, release, True, self._used()
+                )
         if short and not self._below_low_water(size):
-            return Ask("short", self.lease_id, self.unreported, want, short=True)
+            return Ask("short", self.lease_id, self.unreported, want, short=True, used=self._used())
         quiet = self._last_grant_short or self._released  # no room, or gave it back
         if (short or not quiet) and self._below_low_water(size):
-            return Ask("low_water", self.lease_id, self.unreported, want, short=short)
+            return Ask(
+                "low_water", self.lease_id, self.unreported, want, short=short, used=self._used()
+            )
         return None
 
     def sent(self, ask: Ask, now: float) -> None:
@@ -217,8 +233,10 @@ class Escrow:
             # The old lease lapsed and this report settled it at the budget: what is
             # still drawn (calls in flight, should any outlive it) is held against the new one.
             self.held = grant.granted
+            self.lease_used = ZERO
         else:
             self.held = _at_least_zero(self.held - ask.report) + grant.granted
+            self.lease_used += ask.report
         self.lease_id = grant.lease_id
         self.valid_until = self._sent_at + self.config.lease_seconds
         self._last_grant_short = not grant.granted.covers(self.mask(ask.want))
@@ -241,7 +259,11 @@ class Escrow:
         """The run is over: report what was used, give back the rest (None: no lease)."""
         if self.lease_id is None:
             return None
-        return Ask("return", self.lease_id, self.unreported, ZERO)
+        return Ask("return", self.lease_id, self.unreported, ZERO, used=self._used())
+
+    def _used(self) -> Amounts:
+        """The lease's whole use as this escrow knows it (Ask.used)."""
+        return self.lease_used + self.unreported
 
     def _below_low_water(self, size: Amounts) -> bool:
         lw, free = self.config.low_water, self.free

@@ -182,7 +182,7 @@ class FleetLease:
                 self.store.exchange,
                 self.budget,
                 ask.lease_id,
-                ask.report,
+                ask.used,  # the lease's whole use: a repeat is not counted twice
                 ask.want,
                 run_id=self.run_id,
                 host=self.host,
@@ -284,6 +284,8 @@ class FleetLease:
             return f"the receipt {receipt} could not be read for its digest ({exc.strerror})"
         except (FleetStoreError, NoSuchBudget) as exc:
             return f"the run's end was not recorded at the budget: {exc}"
+        finally:
+            self.store.close()
         return None
 
     async def _in_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -346,12 +348,19 @@ class FleetLease:
         )
 
     async def close(self) -> None:
-        """Report what was used and give the rest of the lease back (bounded)."""
+        """Report what was used and give the rest of the lease back (bounded); the
+        store's kept connection is closed after it."""
+        try:
+            await self._give_back()
+        finally:
+            self.store.close()
+
+    async def _give_back(self) -> None:
         ask = self.escrow.closing()
         if ask is None or ask.lease_id is None:
             return
         try:
-            await self._in_thread(self.store.give_back, self.budget, ask.lease_id, ask.report)
+            await self._in_thread(self.store.give_back, self.budget, ask.lease_id, ask.used)
         except (FleetStoreError, NoSuchBudget) as exc:
             await self._event("fleet.store", reason=str(exc), asked="return")
             await self._event(
@@ -417,7 +426,7 @@ def fleet_lease(policy: Any, env: Mapping[str, str], run_id: str) -> FleetLease 
         raise InputError(
             "[fleet] needs psycopg, which is not installed: pip install 'docket[fleet]'"
         ) from None
-    store = FleetStore(dsn, timeout_s=fleet.timeout)
+    store = FleetStore(dsn, timeout_s=fleet.timeout, keep=True)
     lease = FleetLease(
         fleet,
         store,

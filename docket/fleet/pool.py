@@ -14,6 +14,10 @@ boundary may have spent any of it before it died, and no one else may spend that
 again (docs/fleet.md, "why overshoot stays zero"). A late report from a boundary
 that lived (it was cut off from the budget) settles it: the lapsed amount goes,
 what it used is spent, and the rest is room again.
+
+A report is a lease's whole use so far, never use since the last report: the
+budget counts only what the lease does not yet record, so an exchange sent again
+after its answer was lost (it had committed) adds nothing (schema.fleet_report).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class PoolLease:
     amount: Amounts
     expires_at: float
     state: str = ACTIVE
+    used: Amounts = ZERO  # the whole use reported on it
 
 
 @dataclass
@@ -59,32 +64,26 @@ class Pool:
     def exchange(
         self,
         lease_id: str | None,
-        report: Amounts,
+        used: Amounts,
         want: Amounts,
         now: float,
         lease_seconds: float | None = None,
         release: Amounts = ZERO,
     ) -> Grant:
-        """Take `report` as spent from the lease, give `release` of it back to the
-        room, then add what room allows of `want` and extend it; a lapsed or unknown
-        lease is settled and a new one opened."""
+        """Take `used` (the lease's whole use) as spent, give `release` of the lease
+        back to the room, then add what room allows of `want` and extend it; a lapsed
+        or unknown lease is settled and a new one opened."""
         self.reclaim(now)
         lease = self.leases.get(lease_id) if lease_id is not None else None
-        lapsed = False
-        if lease is not None and lease.state == ACTIVE:
-            taken = least(report, lease.amount)  # never below zero (use over a reservation)
-            self.leased -= taken
-            lease.amount -= taken
-            self.spent += report
+        if lease is not None and self._report(lease, used) == ACTIVE:
             freed = least(release, lease.amount)
             lease.amount -= freed
             self.leased -= freed
+            lapsed = False
         else:
             lapsed = lease_id is not None
-            if lease is not None:
-                self._settle_closed(lease, report)
-            else:
-                self.spent += report
+            if lease is None:
+                self.spent += used  # no lease the budget knows: charged whole
             lease = PoolLease(f"L{next(self._ids)}", ZERO, now)
             self.leases[lease.id] = lease
         held = self.spent + self.leased + self.lapsed
@@ -96,22 +95,29 @@ class Pool:
         lease.expires_at = now + (self.lease_seconds if lease_seconds is None else lease_seconds)
         return Grant(lease.id, grant, self.caps, lapsed=lapsed)
 
-    def give_back(self, lease_id: str, report: Amounts, now: float) -> None:
-        """The run is over: `report` is spent, the rest of the lease is room again."""
+    def give_back(self, lease_id: str, used: Amounts, now: float) -> None:
+        """The run is over: `used` (the lease's whole use) is spent, the rest of the
+        lease is room again."""
         self.reclaim(now)
         lease = self.leases[lease_id]
-        if lease.state == ACTIVE:
+        if self._report(lease, used) == ACTIVE:
             self.leased -= lease.amount
-            self.spent += report
             lease.state = RETURNED
-        else:
-            self._settle_closed(lease, report)
 
-    def _settle_closed(self, lease: PoolLease, report: Amounts) -> None:
-        if lease.state == LAPSED:
+    def _report(self, lease: PoolLease, used: Amounts) -> str:
+        """Count what `used` adds to the lease's recorded use; its state before."""
+        more = _above(used, lease.used)
+        lease.used += more
+        self.spent += more
+        state = lease.state
+        if state == ACTIVE:
+            taken = least(more, lease.amount)  # never below zero (use over a reservation)
+            lease.amount -= taken
+            self.leased -= taken
+        elif state == LAPSED:
             self.lapsed -= lease.amount
             lease.state = RETURNED
-        self.spent += report
+        return state
 
     def _within(self, a: Amounts) -> bool:
         room = self.caps.room(a)
@@ -124,3 +130,8 @@ class Pool:
             a.tokens if c.tokens is not None else 0,
             a.calls if c.calls is not None else 0,
         )
+
+
+def _above(a: Amounts, b: Amounts) -> Amounts:
+    """What `a` has beyond `b`, in each dimension (never negative)."""
+    return Amounts(max(0, a.nusd - b.nusd), max(0, a.tokens - b.tokens), max(0, a.calls - b.calls))

@@ -99,7 +99,8 @@ RUN_FUNCTIONS = (
     # A boundary of version 1 during a rolling upgrade: the same exchange with no
     # folder and no pin (its lapsed leases are settled by `docket fleet settle` only).
     ("fleet_exchange", EXCHANGE_V1_ARGS),
-    ("fleet_give_back", "text, bigint, bigint, bigint, bigint"),
+    ("fleet_return_lease", "text, bigint, bigint, bigint, bigint"),
+    ("fleet_give_back", "text, bigint, bigint, bigint, bigint"),  # version 1's
     ("fleet_run_ended", "text, text, text"),
     ("fleet_settle_dead", "text, text, bigint, bigint, bigint"),
     ("fleet_lapsed_here", "text, text"),
@@ -145,27 +146,70 @@ BEGIN
     RETURN folded;
 END $$;
 
--- A report on a lease no longer active: a lapsed lease's amount leaves lapsed (the
--- run's use is now known), the use is spent.
-CREATE OR REPLACE FUNCTION fleet_settle_closed(
-    p_budget text, p_lease bigint, rn bigint, rk bigint, rc bigint) RETURNS void
+-- A report: (un, uk, uc) is the lease's whole use so far as its run knows it, never
+-- use since the last report. An exchange whose COMMIT reached the server but whose
+-- answer was lost (a reset, a late answer abandoned) is sent again by its boundary
+-- with the same use plus any since: counted as a difference from what the lease
+-- already records, a repeat adds nothing, so nothing is ever spent twice. Active: the
+-- use comes off the lease's amount (never below zero: a call that used more than its
+-- reservation is spent in full but takes no more than was leased). Lapsed: its
+-- boundary lived after all; the lapsed amount goes, the use is spent. Returned: use
+-- reported late (or again) is spent beyond what the lease records. A lease the budget
+-- does not know is charged the whole. Returns the lease's state before (NULL: none).
+CREATE OR REPLACE FUNCTION fleet_report(
+    p_budget text, p_lease bigint, un bigint, uk bigint, uc bigint) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
-DECLARE a record;
+DECLARE l record; dn bigint; dk bigint; dc bigint;
 BEGIN
-    UPDATE fleet_leases SET state = 'returned',
-        used_nusd = used_nusd + rn, used_tokens = used_tokens + rk, used_calls = used_calls + rc
-    WHERE id = p_lease AND budget = p_budget AND state = 'lapsed'
-    RETURNING amount_nusd AS n, amount_tokens AS k, amount_calls AS c INTO a;
-    UPDATE fleet_budgets SET
-        spent_nusd = spent_nusd + rn, spent_tokens = spent_tokens + rk,
-        spent_calls = spent_calls + rc,
-        lapsed_nusd = lapsed_nusd - coalesce(a.n, 0),
-        lapsed_tokens = lapsed_tokens - coalesce(a.k, 0),
-        lapsed_calls = lapsed_calls - coalesce(a.c, 0)
+    SELECT state, amount_nusd, amount_tokens, amount_calls, used_nusd, used_tokens, used_calls
+    INTO l FROM fleet_leases WHERE id = p_lease AND budget = p_budget FOR UPDATE;
+    IF NOT FOUND THEN
+        UPDATE fleet_budgets SET spent_nusd = spent_nusd + un,
+            spent_tokens = spent_tokens + uk, spent_calls = spent_calls + uc
+        WHERE name = p_budget;
+        RETURN NULL;
+    END IF;
+    dn := greatest(0, un - l.used_nusd);
+    dk := greatest(0, uk - l.used_tokens);
+    dc := greatest(0, uc - l.used_calls);
+    UPDATE fleet_leases SET used_nusd = used_nusd + dn, used_tokens = used_tokens + dk,
+        used_calls = used_calls + dc
+    WHERE id = p_lease;
+    UPDATE fleet_budgets SET spent_nusd = spent_nusd + dn, spent_tokens = spent_tokens + dk,
+        spent_calls = spent_calls + dc
     WHERE name = p_budget;
+    IF l.state = 'active' THEN
+        UPDATE fleet_leases SET amount_nusd = amount_nusd - least(dn, l.amount_nusd),
+            amount_tokens = amount_tokens - least(dk, l.amount_tokens),
+            amount_calls = amount_calls - least(dc, l.amount_calls)
+        WHERE id = p_lease;
+        UPDATE fleet_budgets SET leased_nusd = leased_nusd - least(dn, l.amount_nusd),
+            leased_tokens = leased_tokens - least(dk, l.amount_tokens),
+            leased_calls = leased_calls - least(dc, l.amount_calls)
+        WHERE name = p_budget;
+    ELSIF l.state = 'lapsed' THEN
+        UPDATE fleet_leases SET state = 'returned' WHERE id = p_lease;
+        UPDATE fleet_budgets SET lapsed_nusd = lapsed_nusd - l.amount_nusd,
+            lapsed_tokens = lapsed_tokens - l.amount_tokens,
+            lapsed_calls = lapsed_calls - l.amount_calls
+        WHERE name = p_budget;
+    END IF;
+    RETURN l.state;
 END $$;
 
--- Report (rn, rk, rc) used on the lease, add what room allows of (wn, wk, wc) and
+-- What a boundary of version 1 sends (use since its last report) as a lease's whole
+-- use: its boundary has one exchange in flight at a time, so the lease's use read
+-- here is the one its report adds to.
+CREATE OR REPLACE FUNCTION fleet_whole_use(
+    p_budget text, p_lease bigint, rn bigint, rk bigint, rc bigint,
+    OUT un bigint, OUT uk bigint, OUT uc bigint)
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+    SELECT rn + coalesce(max(used_nusd), 0), rk + coalesce(max(used_tokens), 0),
+           rc + coalesce(max(used_calls), 0)
+    FROM fleet_leases WHERE id = p_lease AND budget = p_budget
+$$;
+
+-- Report (rn, rk, rc), the lease's whole use (fleet_report), add what room allows of (wn, wk, wc) and
 -- extend it by p_lease_s from now(); a lease that lapsed (or none) is settled and a
 -- new one opened.
 -- p_folder: the run's folder (absolute, on p_host); p_seq, p_head: its ledger's line
@@ -192,23 +236,8 @@ BEGIN
     INSERT INTO fleet_runs (budget, run_id, host, folder) VALUES (p_budget, p_run, p_host, p_folder)
     ON CONFLICT (budget, run_id) DO NOTHING;
     IF p_lease IS NOT NULL THEN
-        -- What was used comes off the lease, never below zero: a call that used more
-        -- than its reservation is spent in full but cannot take more than was leased.
-        SELECT id, least(rn, amount_nusd), least(rk, amount_tokens), least(rc, amount_calls)
-        INTO live, tn, tk, tc
-        FROM fleet_leases WHERE id = p_lease AND budget = p_budget AND state = 'active'
-        FOR UPDATE;
-        IF live IS NOT NULL THEN
-            UPDATE fleet_leases SET
-                amount_nusd = amount_nusd - tn, used_nusd = used_nusd + rn,
-                amount_tokens = amount_tokens - tk, used_tokens = used_tokens + rk,
-                amount_calls = amount_calls - tc, used_calls = used_calls + rc
-            WHERE id = live;
-            UPDATE fleet_budgets SET
-                spent_nusd = spent_nusd + rn, leased_nusd = leased_nusd - tn,
-                spent_tokens = spent_tokens + rk, leased_tokens = leased_tokens - tk,
-                spent_calls = spent_calls + rc, leased_calls = leased_calls - tc
-            WHERE name = p_budget;
+        IF fleet_report(p_budget, p_lease, rn, rk, rc) = 'active' THEN
+            live := p_lease;
             IF greatest(xn, xk, xc) > 0 THEN  -- a release: back to the room
                 SELECT least(xn, amount_nusd), least(xk, amount_tokens), least(xc, amount_calls)
                 INTO tn, tk, tc FROM fleet_leases WHERE id = live;
@@ -219,10 +248,9 @@ BEGIN
                     leased_tokens = leased_tokens - tk, leased_calls = leased_calls - tc
                 WHERE name = p_budget;
             END IF;
-        ELSE
-            PERFORM fleet_settle_closed(p_budget, p_lease, rn, rk, rc);
         END IF;
     ELSE
+        -- no lease: nothing drawn yet, so nothing to be counted against
         UPDATE fleet_budgets SET spent_nusd = spent_nusd + rn,
             spent_tokens = spent_tokens + rk, spent_calls = spent_calls + rc
         WHERE name = p_budget;
@@ -278,43 +306,63 @@ BEGIN
     RETURN NEXT;
 END $$;
 
--- The run is over: (rn, rk, rc) is spent, the rest of the lease is room again.
+-- The run is over: (un, uk, uc), the lease's whole use, is spent (fleet_report), the
+-- rest of the lease is room again.
+CREATE OR REPLACE FUNCTION fleet_return_lease(
+    p_budget text, p_lease bigint, un bigint, uk bigint, uc bigint) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE folded jsonb; a record;
+BEGIN
+    IF least(un, uk, uc) < 0 THEN
+        RAISE EXCEPTION 'fleet_return_lease: amounts must be >= 0' USING ERRCODE = '22023';
+    END IF;
+    PERFORM fleet_lock(p_budget);
+    folded := fleet_reclaim(p_budget);
+    IF fleet_report(p_budget, p_lease, un, uk, uc) = 'active' THEN
+        UPDATE fleet_leases SET state = 'returned' WHERE id = p_lease
+        RETURNING amount_nusd AS n, amount_tokens AS k, amount_calls AS c INTO a;
+        UPDATE fleet_budgets SET leased_nusd = leased_nusd - a.n,
+            leased_tokens = leased_tokens - a.k, leased_calls = leased_calls - a.c
+        WHERE name = p_budget;
+    END IF;
+    RETURN folded;
+END $$;
+
+-- Version 1's give-back (use since the last report), for a boundary of that version.
 CREATE OR REPLACE FUNCTION fleet_give_back(
     p_budget text, p_lease bigint, rn bigint, rk bigint, rc bigint) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
-DECLARE folded jsonb; a record;
+DECLARE w record;
 BEGIN
     IF least(rn, rk, rc) < 0 THEN
         RAISE EXCEPTION 'fleet_give_back: amounts must be >= 0' USING ERRCODE = '22023';
     END IF;
     PERFORM fleet_lock(p_budget);
-    folded := fleet_reclaim(p_budget);
-    UPDATE fleet_leases SET state = 'returned',
-        used_nusd = used_nusd + rn, used_tokens = used_tokens + rk, used_calls = used_calls + rc
-    WHERE id = p_lease AND budget = p_budget AND state = 'active'
-    RETURNING amount_nusd AS n, amount_tokens AS k, amount_calls AS c INTO a;
-    IF FOUND THEN
-        UPDATE fleet_budgets SET
-            spent_nusd = spent_nusd + rn, leased_nusd = leased_nusd - a.n,
-            spent_tokens = spent_tokens + rk, leased_tokens = leased_tokens - a.k,
-            spent_calls = spent_calls + rc, leased_calls = leased_calls - a.c
-        WHERE name = p_budget;
-    ELSE
-        PERFORM fleet_settle_closed(p_budget, p_lease, rn, rk, rc);
-    END IF;
-    RETURN folded;
+    SELECT * INTO w FROM fleet_whole_use(p_budget, p_lease, rn, rk, rc);
+    RETURN fleet_return_lease(p_budget, p_lease, w.un, w.uk, w.uc);
 END $$;
 
--- Version 1's exchange, kept for a boundary of that version during a rolling upgrade.
+-- Version 1's exchange, kept for a boundary of that version during a rolling upgrade:
+-- its report is use since its last one, made the lease's whole use here. (Its repeat
+-- after a lost answer is counted again, as version 1 did; version 2 boundaries are not.)
 CREATE OR REPLACE FUNCTION fleet_exchange(
     p_budget text, p_lease bigint, rn bigint, rk bigint, rc bigint,
     wn bigint, wk bigint, wc bigint, p_run text, p_host text, p_lease_s double precision)
 RETURNS TABLE (lease bigint, gn bigint, gk bigint, gc bigint,
                cap_n bigint, cap_k bigint, cap_c bigint, lapsed boolean, folded jsonb)
-LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT lease, gn, gk, gc, cap_n, cap_k, cap_c, lapsed, folded FROM fleet_exchange(p_budget, p_lease, rn, rk, rc, wn, wk, wc, p_run, p_host,
-                                 p_lease_s, NULL::text, NULL::bigint, NULL::text, 0, 0, 0)
-$$;
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE w record;
+BEGIN
+    IF least(rn, rk, rc) < 0 THEN
+        RAISE EXCEPTION 'fleet_exchange: amounts must be >= 0, lease seconds > 0'
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM fleet_lock(p_budget);
+    SELECT * INTO w FROM fleet_whole_use(p_budget, p_lease, rn, rk, rc);
+    RETURN QUERY SELECT e.lease, e.gn, e.gk, e.gc, e.cap_n, e.cap_k, e.cap_c, e.lapsed, e.folded
+    FROM fleet_exchange(p_budget, p_lease, w.un, w.uk, w.uc, wn, wk, wc, p_run, p_host,
+                        p_lease_s, NULL::text, NULL::bigint, NULL::text, 0, 0, 0) e;
+END $$;
 
 -- The run wrote its receipt: its end and the receipt file's sha256, once.
 CREATE OR REPLACE FUNCTION fleet_run_ended(p_budget text, p_run text, p_sha text) RETURNS void
@@ -410,13 +458,17 @@ BEGIN
     SELECT picked.r, picked.f, picked.s, picked.h FROM picked;
 END $$;
 
+-- fleet_settle_closed was version 1's report on a closed lease (fleet_report now).
+DROP FUNCTION IF EXISTS fleet_settle_closed(text, bigint, bigint, bigint, bigint);
 REVOKE ALL ON FUNCTION fleet_lock(text), fleet_reclaim(text),
-    fleet_settle_closed(text, bigint, bigint, bigint, bigint) FROM PUBLIC;
+    fleet_report(text, bigint, bigint, bigint, bigint),
+    fleet_whole_use(text, bigint, bigint, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION
     fleet_exchange(text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, text, double precision),
     fleet_exchange(text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, text,
                    double precision, text, bigint, text, bigint, bigint, bigint),
     fleet_give_back(text, bigint, bigint, bigint, bigint),
+    fleet_return_lease(text, bigint, bigint, bigint, bigint),
     fleet_run_ended(text, text, text),
     fleet_settle_dead(text, text, bigint, bigint, bigint),
     fleet_lapsed_here(text, text) FROM PUBLIC;
