@@ -43,6 +43,28 @@ def test_a_call_waits_for_a_lease_then_draws_from_the_slice():
     assert pool.leased == Amounts(nusd=100) and pool.spent == ZERO
 
 
+def test_an_exchange_whose_answer_was_lost_is_sent_again_and_counted_once():
+    pool, escrow = Pool(Caps(nusd=1000), LEASE_S), Escrow(config())
+    exchange(escrow, pool, 0.0)
+    assert escrow.draw(Amounts(nusd=80), 1.0) is None
+    escrow.settle(Amounts(nusd=80), Amounts(nusd=60))
+    lost = escrow.ask(1.0)
+    escrow.sent(lost, 1.0)
+    pool.exchange(lost.lease_id, lost.used, lost.want, 1.0)  # committed, answer lost
+    escrow.failed(1.5)
+    assert pool.spent == Amounts(nusd=60)
+    assert escrow.draw(Amounts(nusd=10), 2.0) is None
+    escrow.settle(Amounts(nusd=10), Amounts(nusd=10))
+    ask, _ = exchange(escrow, pool, 2.0)  # the same report again, and 10 more
+    assert ask.report == Amounts(nusd=70) and ask.used == Amounts(nusd=70)
+    assert pool.spent == Amounts(nusd=70)  # not 130
+    escrow.draw(Amounts(nusd=5), 3.0)
+    escrow.settle(Amounts(nusd=5), Amounts(nusd=5))
+    ask, _ = exchange(escrow, pool, 30.0)  # the renewal: whole use 75, 5 of it new
+    assert ask.report == Amounts(nusd=5) and ask.used == Amounts(nusd=75)
+    assert pool.spent == Amounts(nusd=75)
+
+
 def test_settling_reports_at_the_next_exchange_and_tops_up_to_one_slice():
     pool, escrow = Pool(Caps(nusd=1000), LEASE_S), Escrow(config())
     exchange(escrow, pool, 0.0)
@@ -214,7 +236,7 @@ class FleetMachine(RuleBasedStateMachine):
     @rule(
         i=st.integers(0, BOUNDARIES - 1),
         short=st.booleans(),
-        answer=st.sampled_from(["now", "late", "never"]),
+        answer=st.sampled_from(["now", "late", "never", "lost"]),
     )
     def go_to_budget(self, i, short, answer):
         e = self.escrows[i]
@@ -238,6 +260,10 @@ class FleetMachine(RuleBasedStateMachine):
         e.sent(ask, self.now)
         self.released[i] = ZERO
         if answer == "never":
+            e.failed(self.now)
+            return
+        if answer == "lost":  # the budget took it; its answer never came back
+            self.pool.exchange(ask.lease_id, ask.used, ask.want, self.now, release=ask.release)
             e.failed(self.now)
             return
         if answer == "late":  # the server reads its clock after the client sent
@@ -298,6 +324,14 @@ class FleetMachine(RuleBasedStateMachine):
         held = self.pool.spent + self.pool.leased + self.pool.lapsed
         assert held.nusd <= caps.nusd and held.tokens <= caps.tokens and held.calls <= caps.calls
         assert self.pool.spent.covers(ZERO) and self.pool.leased.covers(ZERO)
+
+    @invariant()
+    def nothing_is_counted_twice(self):
+        # What the budget counts as spent was reported, and a report covers only use
+        # that happened: an exchange sent again after its answer was lost adds nothing.
+        spent, actual = self.pool.spent, self.actual
+        assert spent.nusd <= actual.nusd and spent.tokens <= actual.tokens
+        assert spent.calls <= actual.calls
 
     @invariant()
     def the_pool_counts_every_lease(self):
