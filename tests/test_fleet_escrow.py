@@ -263,14 +263,18 @@ class FleetMachine(RuleBasedStateMachine):
             e.failed(self.now)
             return
         if answer == "lost":  # the budget took it; its answer never came back
-            self.pool.exchange(ask.lease_id, ask.used, ask.want, self.now, release=ask.release)
+            self.pool.exchange(
+                ask.lease_id, ask.used, ask.want, self.now, release=ask.release, run=f"b{i}"
+            )
             e.failed(self.now)
             return
         if answer == "late":  # the server reads its clock after the client sent
             self.advance(min(HORIZON_S, 1.0))
             if not self.alive[i]:
                 return
-        grant = self.pool.exchange(ask.lease_id, ask.used, ask.want, self.now, release=ask.release)
+        grant = self.pool.exchange(
+            ask.lease_id, ask.used, ask.want, self.now, release=ask.release, run=f"b{i}"
+        )
         e.exchanged(ask, grant)
         # Slice sizing: never more than one slice free (or the one call larger than a
         # slice that was refused), but for what calls settled below their worst case
@@ -313,6 +317,9 @@ class FleetMachine(RuleBasedStateMachine):
         ask = e.closing()
         if ask is not None:
             self.pool.give_back(ask.lease_id, ask.used, self.now)
+            # a lease a lost answer opened is closed with the run: nothing of it is held
+            run = [lease for lease in self.pool.leases.values() if lease.run == f"b{i}"]
+            assert all(lease.state == "returned" for lease in run)
         self.alive[i] = False
 
     @invariant()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import asynccontextmanager
 from functools import partial
 
 import pytest
@@ -42,20 +43,27 @@ async def call(fn, *args, **kwargs):
     return await trio.to_thread.run_sync(partial(fn, *args, **kwargs), abandon_on_cancel=True)
 
 
-async def db_faults(fault, postgres_cluster, fleet_dsn, stub_server, boundary_rig):
-    cap = 2_000_000
-    store = FleetStore(fleet_dsn)
-    store.set_budget("b", Caps(nusd=cap))
+@asynccontextmanager
+async def database_behind_proxy(postgres_cluster, fleet_dsn):
+    """The test cluster behind the embedded fault proxy: its proxy, and a DSN through it."""
     dbname = fleet_dsn.rsplit("dbname=", 1)[1]
     client = toxiproxy.Toxiproxy()
-    timings, answers = [], []
     async with trio.open_nursery() as nursery:
         server = await nursery.start(partial(serve_toxiproxy, port=0))
         client.update_api_consumer("127.0.0.1", server.listening.port)
         upstream = f"127.0.0.1:{postgres_cluster.port}"
         proxy = await call(client.create, upstream=upstream, name="pg", listen="127.0.0.1:0")
         port = int(proxy.listen.rpartition(":")[2])
-        dsn = f"host=127.0.0.1 port={port} user=docket dbname={dbname}"
+        yield proxy, f"host=127.0.0.1 port={port} user=docket dbname={dbname}"
+        nursery.cancel_scope.cancel()
+
+
+async def db_faults(fault, postgres_cluster, fleet_dsn, stub_server, boundary_rig):
+    cap = 2_000_000
+    store = FleetStore(fleet_dsn)
+    store.set_budget("b", Caps(nusd=cap))
+    timings, answers = [], []
+    async with database_behind_proxy(postgres_cluster, fleet_dsn) as (proxy, dsn):
         policy = {
             "fleet": {
                 "budget": "b", "dsn": dsn, "timeout": TIMEOUT_S, "lease_seconds": 4,
@@ -81,7 +89,6 @@ async def db_faults(fault, postgres_cluster, fleet_dsn, stub_server, boundary_ri
             while (await http.post(CHAT, json=BODY)).status_code != 200:
                 assert trio.current_time() < recovered, "never recovered"
                 await trio.sleep(0.2)
-        nursery.cancel_scope.cancel()
     served_under_fault = sum(r.status_code == 200 for r in answers)
     refused = answers[-1]
     assert refused.status_code == 503, [r.status_code for r in answers]
@@ -224,8 +231,6 @@ async def test_a_report_committed_but_unanswered_is_counted_once(
 
     store = FleetStore(fleet_dsn)
     store.set_budget("b", Caps(nusd=2_000_000))
-    dbname = fleet_dsn.rsplit("dbname=", 1)[1]
-    client = toxiproxy.Toxiproxy()
 
     def committed_unanswered() -> bool:
         # An exchange is one function call in autocommit: its backend idle after it,
@@ -241,13 +246,7 @@ async def test_a_report_committed_but_unanswered_is_counted_once(
         return bool(rows)
 
     with trio.fail_after(DEADLINE):
-        async with trio.open_nursery() as nursery:
-            server = await nursery.start(partial(serve_toxiproxy, port=0))
-            client.update_api_consumer("127.0.0.1", server.listening.port)
-            upstream = f"127.0.0.1:{postgres_cluster.port}"
-            proxy = await call(client.create, upstream=upstream, name="pg", listen="127.0.0.1:0")
-            port = int(proxy.listen.rpartition(":")[2])
-            dsn = f"host=127.0.0.1 port={port} user=docket dbname={dbname}"
+        async with database_behind_proxy(postgres_cluster, fleet_dsn) as (proxy, dsn):
             policy = {
                 "fleet": {"budget": "b", "dsn": dsn, "timeout": 3, "lease_seconds": 10,
                           "slice_usd": 0.0001}
@@ -287,7 +286,6 @@ async def test_a_report_committed_but_unanswered_is_counted_once(
                     ]:  # fmt: skip
                         await trio.sleep(0.05)
                     callers.cancel_scope.cancel()
-            nursery.cancel_scope.cancel()
     charged = sum(e["cost_nusd"] for e in rig.events("model.response"))
     status = store.status("b")
     assert status["leased"]["nusd"] == 0

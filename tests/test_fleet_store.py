@@ -74,6 +74,23 @@ def test_an_exchange_sent_again_after_its_answer_was_lost_counts_nothing_twice(f
     assert s["spent"]["nusd"] == N // 2 and s["leased"]["nusd"] == 0 and s["lapsed"]["nusd"] == 0
 
 
+def test_a_lease_a_lost_answer_opened_is_given_back_with_the_run(fleet_dsn):
+    # The first exchange committed (a lease, a grant) but its answer was lost: the run
+    # asks again and gets another lease. At its end both are given back.
+    store = FleetStore(fleet_dsn)
+    store.set_budget("b", Caps(nusd=5 * N))
+    exchange(store, None, Amounts(), Amounts(nusd=N))  # never heard of
+    other = exchange(store, None, Amounts(), Amounts(nusd=N), run="r2")  # another run's
+    lease = exchange(store, None, Amounts(), Amounts(nusd=N)).grant.lease_id
+    assert store.status("b")["leased"]["nusd"] == 3 * N
+    done = store.give_back("b", lease, Amounts(nusd=N // 10))
+    assert (done.other_leases, done.others) == (1, Amounts(nusd=N))
+    s = store.status("b")
+    assert s["spent"]["nusd"] == N // 10 and s["leased"]["nusd"] == N  # r2's stays
+    assert [x["run_id"] for x in s["leases"]] == ["r2"]
+    assert store.give_back("b", other.grant.lease_id, Amounts()).other_leases == 0
+
+
 def test_a_boundary_of_version_1_still_reports_use_since_its_last_report(fleet_dsn):
     # A rolling upgrade: version 1's exchange and give-back keep their meaning.
     store = FleetStore(fleet_dsn)

@@ -50,7 +50,13 @@ def test_the_database_keeps_the_pools_arithmetic(fleet_dsn, caps, ops):
                 run_id="r", host="h", lease_seconds=lease_s, release=release,
             ).grant  # fmt: skip
             expected = pool.exchange(
-                pool_ids[which] if known else None, report, want, now, lease_s, release=release
+                pool_ids[which] if known else None,
+                report,
+                want,
+                now,
+                lease_s,
+                release=release,
+                run="r",
             )
             assert (got.granted, got.lapsed) == (expected.granted, expected.lapsed), op
             if not known or got.lease_id != db_ids[which]:

@@ -11,7 +11,7 @@ fault that does not parse, windows that overlap or outlast the run are refused a
     cap_usd: 0.015          # the budget all of them share
     slice_usd: 0.0003
     lease_seconds: 10
-    timeout: 4s             # [fleet] timeout: the longest one exchange with the database may take
+    timeout: 2s             # [fleet] timeout: the longest one exchange with the database may take
     call_deadline: 12s      # each agent's per-call timeout: no call may take longer
     stub_latency: 150ms     # the stub provider's delay before it answers
     duration: 40s           # from when every boundary has served a call; then the runs are stopped
@@ -75,7 +75,7 @@ class FleetScenario:
     cap_usd: float = 0.02
     slice_usd: float = 0.0005
     lease_seconds: float = 10.0
-    timeout: float = 4.0
+    timeout: float = 2.0
     call_deadline: float = 12.0
     stub_latency: float = 0.15
     duration: float = 40.0

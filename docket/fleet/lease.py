@@ -360,7 +360,7 @@ class FleetLease:
         if ask is None or ask.lease_id is None:
             return
         try:
-            await self._in_thread(self.store.give_back, self.budget, ask.lease_id, ask.used)
+            done = await self._in_thread(self.store.give_back, self.budget, ask.lease_id, ask.used)
         except (FleetStoreError, NoSuchBudget) as exc:
             await self._event("fleet.store", reason=str(exc), asked="return")
             await self._event(
@@ -377,6 +377,12 @@ class FleetLease:
             reason="the run ended",
             **_amounts("reported", ask.report),
             **_amounts("unused", self.escrow.free),
+            # leases an exchange whose answer was lost opened: never drawn, closed too
+            **(
+                {"unheard_leases": done.other_leases, **_amounts("unheard", done.others)}
+                if done.other_leases
+                else {}
+            ),
         )
 
     def session_facts(self) -> dict:

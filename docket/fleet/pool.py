@@ -38,6 +38,7 @@ class PoolLease:
     expires_at: float
     state: str = ACTIVE
     used: Amounts = ZERO  # the whole use reported on it
+    run: str = ""
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Pool:
         now: float,
         lease_seconds: float | None = None,
         release: Amounts = ZERO,
+        run: str = "",
     ) -> Grant:
         """Take `used` (the lease's whole use) as spent, give `release` of the lease
         back to the room, then add what room allows of `want` and extend it; a lapsed
@@ -84,7 +86,7 @@ class Pool:
             lapsed = lease_id is not None
             if lease is None:
                 self.spent += used  # no lease the budget knows: charged whole
-            lease = PoolLease(f"L{next(self._ids)}", ZERO, now)
+            lease = PoolLease(f"L{next(self._ids)}", ZERO, now, run=run)
             self.leases[lease.id] = lease
         held = self.spent + self.leased + self.lapsed
         grant = self._capped(least(want, self.caps.room(held)))
@@ -97,12 +99,20 @@ class Pool:
 
     def give_back(self, lease_id: str, used: Amounts, now: float) -> None:
         """The run is over: `used` (the lease's whole use) is spent, the rest of the
-        lease is room again."""
+        lease is room again; so are its run's other leases still active or lapsed (ones
+        an exchange whose answer was lost opened: the run never drew on them)."""
         self.reclaim(now)
         lease = self.leases[lease_id]
         if self._report(lease, used) == ACTIVE:
             self.leased -= lease.amount
             lease.state = RETURNED
+        for other in self.leases.values():
+            if other.run == lease.run and other is not lease:
+                if other.state == ACTIVE:
+                    self.leased -= other.amount
+                elif other.state == LAPSED:
+                    self.lapsed -= other.amount
+                other.state = RETURNED
 
     def _report(self, lease: PoolLease, used: Amounts) -> str:
         """Count what `used` adds to the lease's recorded use; its state before."""

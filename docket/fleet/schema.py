@@ -307,11 +307,15 @@ BEGIN
 END $$;
 
 -- The run is over: (un, uk, uc), the lease's whole use, is spent (fleet_report), the
--- rest of the lease is room again.
+-- rest of the lease is room again. So are the run's other leases still active or
+-- lapsed: an exchange whose answer was lost may have opened one its run never heard of,
+-- and every use the run made was reported on the lease it knew, so they hold nothing
+-- used. Returns the expired leases folded ("folded") and those other leases ("others":
+-- id, state, amounts).
 CREATE OR REPLACE FUNCTION fleet_return_lease(
     p_budget text, p_lease bigint, un bigint, uk bigint, uc bigint) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
-DECLARE folded jsonb; a record;
+DECLARE folded jsonb; others jsonb; a record; v_run text;
 BEGIN
     IF least(un, uk, uc) < 0 THEN
         RAISE EXCEPTION 'fleet_return_lease: amounts must be >= 0' USING ERRCODE = '22023';
@@ -325,7 +329,35 @@ BEGIN
             leased_tokens = leased_tokens - a.k, leased_calls = leased_calls - a.c
         WHERE name = p_budget;
     END IF;
-    RETURN folded;
+    SELECT run_id INTO v_run FROM fleet_leases WHERE id = p_lease AND budget = p_budget;
+    WITH o AS (
+        SELECT id, state, amount_nusd, amount_tokens, amount_calls FROM fleet_leases
+        WHERE budget = p_budget AND run_id = v_run AND id <> p_lease
+          AND state IN ('active', 'lapsed')
+        FOR UPDATE
+    ), closed AS (
+        UPDATE fleet_leases l SET state = 'returned' FROM o WHERE l.id = o.id RETURNING 1
+    ), t AS (
+        SELECT
+            coalesce(sum(amount_nusd) FILTER (WHERE state = 'active'), 0) AS an,
+            coalesce(sum(amount_tokens) FILTER (WHERE state = 'active'), 0) AS ak,
+            coalesce(sum(amount_calls) FILTER (WHERE state = 'active'), 0) AS ac,
+            coalesce(sum(amount_nusd) FILTER (WHERE state = 'lapsed'), 0) AS ln,
+            coalesce(sum(amount_tokens) FILTER (WHERE state = 'lapsed'), 0) AS lk,
+            coalesce(sum(amount_calls) FILTER (WHERE state = 'lapsed'), 0) AS lc,
+            coalesce(jsonb_agg(jsonb_build_array(id, state, amount_nusd, amount_tokens,
+                                                 amount_calls)), '[]') AS j
+        FROM o
+    ), moved AS (
+        UPDATE fleet_budgets SET
+            leased_nusd = leased_nusd - t.an, leased_tokens = leased_tokens - t.ak,
+            leased_calls = leased_calls - t.ac,
+            lapsed_nusd = lapsed_nusd - t.ln, lapsed_tokens = lapsed_tokens - t.lk,
+            lapsed_calls = lapsed_calls - t.lc
+        FROM t WHERE name = p_budget RETURNING 1
+    )
+    SELECT t.j INTO others FROM t;
+    RETURN jsonb_build_object('folded', folded, 'others', others);
 END $$;
 
 -- Version 1's give-back (use since the last report), for a boundary of that version.
@@ -339,7 +371,7 @@ BEGIN
     END IF;
     PERFORM fleet_lock(p_budget);
     SELECT * INTO w FROM fleet_whole_use(p_budget, p_lease, rn, rk, rc);
-    RETURN fleet_return_lease(p_budget, p_lease, w.un, w.uk, w.uc);
+    RETURN fleet_return_lease(p_budget, p_lease, w.un, w.uk, w.uc) -> 'folded';
 END $$;
 
 -- Version 1's exchange, kept for a boundary of that version during a rolling upgrade:

@@ -66,6 +66,17 @@ class Folded:
 
 
 @dataclass(frozen=True)
+class GivenBack:
+    """fleet_return_lease's answer: the expired leases it folded (anyone's), and the run's
+    other leases it closed: ones whose grant the run never heard of (an exchange whose
+    answer was lost opened them), held, never used."""
+
+    folded: tuple[Folded, ...]
+    others: Amounts  # what they held, given back to the room
+    other_leases: int
+
+
+@dataclass(frozen=True)
 class Exchanged:
     grant: Grant
     folded: tuple[Folded, ...]  # leases this call found expired (anyone's)
@@ -299,7 +310,7 @@ class FleetStore:
         grant = Grant(str(lease), Amounts(gn, gk, gc), Caps(cap_n, cap_k, cap_c), lapsed=lapsed)
         return Exchanged(grant, _folded(folded), bool(dead_here))
 
-    def give_back(self, budget: str, lease_id: str, used: Amounts) -> tuple[Folded, ...]:
+    def give_back(self, budget: str, lease_id: str, used: Amounts) -> GivenBack:
         """The run is over: `used`, the lease's whole use, is spent (what the budget
         has not recorded of it), the rest of the lease is room again."""
         with self._call() as cur:
@@ -309,7 +320,11 @@ class FleetStore:
             )
             row = cur.fetchone()
         assert row is not None
-        return _folded(row[0])
+        others = row[0]["others"]
+        held = ZERO
+        for _id, _state, n, k, c in others:
+            held += Amounts(n, k, c)
+        return GivenBack(_folded(row[0]["folded"]), held, len(others))
 
     def settle_dead(self, budget: str, run_id: str, spent: Amounts) -> Settled:
         """A dead run's lapsed leases, settled from what its ledger says it spent: the
