@@ -266,6 +266,12 @@ def _hosts(top: _Check) -> Hosts:
 def load_scenario(path: str | Path) -> Scenario:
     """Read and check a scenario file; InputError (exit 2) names file:line:reason."""
     data, where = load(path)
+    if isinstance(data, dict) and "boundaries" in data and "timeline" in data:
+        # scenarios/fleet-*.yaml sit beside the chaos scenarios: say which command runs one
+        raise where.error(
+            ("boundaries",),
+            f"a fleet scenario, not a chaos one: run it with python -m chaos.fleet {path}",
+        )
     return scenario_from_data(data, where)
 
 

@@ -273,3 +273,12 @@ def test_a_short_run_of_the_partition_scenario_holds(tmp_path):
     assert sum(r["fleet"]["store_failures"] for r in receipts) >= 3  # three outages
     verdict = json.loads((run / "fleet-verdict.json").read_text())
     assert verdict["figures"]["spent_nusd"] <= verdict["figures"]["database_spent_nusd"] <= cap
+
+
+def test_docket_chaos_given_a_fleet_scenario_names_the_command_that_runs_it(capsys):
+    from docket.cli import main as cli_main
+
+    assert cli_main(["chaos", "--scenario", str(SHIPPED)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a fleet scenario, not a chaos one" in err[0]
+    assert f"python -m chaos.fleet {SHIPPED}" in err[0]
