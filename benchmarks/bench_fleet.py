@@ -1,7 +1,7 @@
 """What a fleet budget costs: added latency per call, and slices drawn per second.
 
 Two parts in one run, against one PostgreSQL cluster of the benchmark's own (started
-the way tests/postgres_server.py starts it; the run says so and stops when
+as chaos/fleet/postgres.py starts it for the tests and the fleet scenario; the run says so and stops when
 PostgreSQL or psycopg is missing):
 
 - Added latency. Two boundaries in this process, side by side: one holds a local
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,7 +41,7 @@ import httpx
 import trio
 
 from benchmarks import _fleet_rate as rate
-from benchmarks._harness import ROOT
+from chaos.fleet.postgres import fresh_database, postgres_bin, running_cluster
 
 CHAT = "/openai/v1/chat/completions"
 TOKEN = "docket-bench-run-token"
@@ -72,9 +71,6 @@ EXAMPLE_CAP_USD = 50
 
 
 def run(quick: bool) -> dict:
-    sys.path.insert(0, str(ROOT / "tests"))
-    from postgres_server import fresh_database, postgres_bin, running_cluster
-
     bindir = postgres_bin()
     if bindir is None:
         raise SystemExit("bench fleet: PostgreSQL is not installed (no initdb)")

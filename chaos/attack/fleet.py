@@ -1,8 +1,8 @@
 """Family `fleet`: what an agent of the run's own user can do to a fleet budget.
 
 A `docket run` under a [fleet] budget in a real PostgreSQL (DOCKET_ATTACK_FLEET_DSN,
-or a cluster of the family's own from tests/postgres_server.py in a source checkout;
-skipped, with the reason, when neither is here), with an agent that goes looking:
+or a cluster of the family's own, started by chaos/fleet/postgres.py where PostgreSQL's
+binaries are installed; skipped, with the reason, when neither is here), with an agent that goes looking:
 
   env      the DSN given through dsn_env, with a password in it: the agent's
            environment must not carry it, and no byte of the run's folder (ledger,
@@ -45,6 +45,7 @@ from pathlib import Path
 
 from chaos.attack import Figures
 from chaos.attack.rig import DOCKET, policy_text, run_env, stub
+from chaos.fleet.postgres import fresh_database, postgres_bin, running_cluster
 
 RUN_TIMEOUT = 120.0
 PG_SECRET = "attack-pg-password-7c41e0b9"
@@ -95,13 +96,6 @@ def run(folder: Path, quick: bool, dsn: str | None = None) -> Figures:
 
 
 def _own_cluster(stack: ExitStack, figures: Figures) -> str | None:
-    tests = Path(__file__).resolve().parents[2] / "tests"
-    if not (tests / "postgres_server.py").exists():
-        figures.skipped = "no DOCKET_ATTACK_FLEET_DSN and no tests/postgres_server.py here"
-        return None
-    sys.path.insert(0, str(tests))
-    from postgres_server import fresh_database, postgres_bin, running_cluster
-
     bindir = postgres_bin()
     if bindir is None:
         figures.skipped = "PostgreSQL is not installed (no initdb) and no DOCKET_ATTACK_FLEET_DSN"
