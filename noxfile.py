@@ -75,7 +75,8 @@ def tests(session: nox.Session) -> None:
     """The suite, including short versions of the long loops, in pytest-xdist workers
     (work stealing): one per core, and one more per two cores other work keeps busy
     (test_workers; docs/testing.md has the figures for 2, 3 and 4 workers).
-    Under five minutes on an idle 2-core machine (docs/testing.md has the figures).
+    Under five minutes on the idle 2-core machine at its faster speed, 6.5 minutes at its
+    slower one (docs/testing.md has the figures and the "ref" that tells them apart).
     With no arguments it also measures branch coverage and holds COVERAGE_FLOORS.
     `nox -s tests -- tests/test_x.py` runs a part, in one process unless given `-n 2`."""
     session.install("-e", ".[test]", "pytest-cov>=5")
