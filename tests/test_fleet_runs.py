@@ -89,7 +89,7 @@ async def test_four_boundaries_never_pass_one_cap(tmp_path, stub_server, fleet_d
 async def test_four_boundaries_many_callers_never_pass_one_cap(tmp_path, stub_server, fleet_dsn):
     with trio.fail_after(600):
         await four_boundaries(
-            tmp_path, stub_server, fleet_dsn, calls=300, concurrency=8, cap_usd=0.006
+            tmp_path, stub_server, fleet_dsn, calls=300, concurrency=32, cap_usd=0.006
         )
 
 
