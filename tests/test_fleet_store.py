@@ -333,3 +333,20 @@ def test_lapsed_here_offers_a_hosts_dead_runs_a_few_at_a_time_least_recently_tri
     with pytest.raises(InputError, match="still holds an active lease"):
         store.settle_dead("b", "alive", Amounts())
     assert alive.grant.granted == Amounts(nusd=10)
+
+
+def test_a_boundarys_store_keeps_one_connection_until_it_is_closed(fleet_dsn):
+    store = FleetStore(fleet_dsn, keep=True)
+    store.set_budget("b", Caps(nusd=5 * N))
+    lease = exchange(store, None, Amounts(), Amounts(nusd=N)).grant.lease_id
+    kept = store._idle
+    assert kept is not None and not kept.closed
+    exchange(store, lease, Amounts(nusd=1), Amounts())
+    assert store._idle is kept  # the same connection, one call after another
+    store.close()
+    assert kept.closed and store._idle is None
+    # a call after the close (the run's end recorded, or one abandoned finishing late)
+    # closes its own connection: nothing is left open
+    exchange(store, lease, Amounts(nusd=2), Amounts())
+    assert store._idle is None
+    assert store.status("b")["spent"]["nusd"] == 2

@@ -171,8 +171,10 @@ class FleetStore:
                 conn.close()
 
     def close(self) -> None:
-        """Close the kept connection (a call still running closes its own)."""
+        """Close the kept connection; a call still running (abandoned past its timeout)
+        closes its own when it ends, since nothing is kept from now on."""
         with self._idle_lock:
+            self.keep = False
             conn, self._idle = self._idle, None
         if conn is not None:
             conn.close()
