@@ -248,7 +248,11 @@ def _ledger_probe(folder: Path, url: str, dsn: str, store, figures: Figures, Cap
     finally:
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait(30)
+    lapse_by = time.monotonic() + RUN_TIMEOUT
     while store.status("ledger")["lapsed"]["nusd"] == 0:  # its lease lapses (server time)
+        if time.monotonic() > lapse_by:
+            figures.add(False, "ledger: the killed run's lease never lapsed at the budget")
+            return
         time.sleep(0.1)
     prices = default_price_table()
     host = socket.gethostname()
