@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -282,3 +283,20 @@ def test_docket_chaos_given_a_fleet_scenario_names_the_command_that_runs_it(caps
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a fleet scenario, not a chaos one" in err[0]
     assert f"python -m chaos.fleet {SHIPPED}" in err[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root the cluster is started with runuser")
+def test_a_machine_missing_a_tool_the_harness_needs_is_one_line_not_a_traceback(tmp_path):
+    # An empty PATH: runuser (which starts the cluster as nobody when root) is missing, and
+    # initdb too unless Debian's versioned folder has it. Either is one line, exit 1.
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "chaos.fleet", str(SHIPPED), "--dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={**os.environ, "PATH": str(empty)},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chaos.fleet: "), done.stderr

@@ -71,8 +71,9 @@ def main(argv: list[str]) -> int:
     try:
         with running_cluster(bindir) as cluster:
             evidence = trio.run(run_fleet, scenario, folder, cluster)
-    except (HarnessError, RuntimeError, subprocess.TimeoutExpired) as exc:
-        # a set-up step failed (initdb, pg_ctl, a boundary that never served): not a verdict
+    except (HarnessError, RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+        # a set-up step failed (initdb, pg_ctl or runuser missing or failing, a boundary
+        # that never served): not a verdict
         print(f"chaos.fleet: the harness could not run the scenario: {exc}", file=sys.stderr)
         return 1
     verdict = judge(evidence)
