@@ -288,6 +288,13 @@ def test_orphans_finds_a_marked_process_even_stopped_and_ends_it():
     sleeper = subprocess.Popen(["sleep", "30"], env=env)
     try:
         os.kill(sleeper.pid, signal.SIGSTOP)
+        # Wait for the stop itself: Popen returns once the exec has closed its pipe,
+        # before the kernel has laid out the new environment, and a read of
+        # /proc/PID/environ in that gap misses the mark (173 of 2,000 tries idle,
+        # 1,822 of 2,000 beside two busy loops; failed CI once). The stop is
+        # delivered on the return to user space, after all of the exec.
+        _, status = os.waitpid(sleeper.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status)
         assert orphans.marked(mark) == [sleeper.pid]
         assert orphans.marked(mark + "-other") == []
         assert orphans.stop_all(mark) == []
