@@ -109,7 +109,7 @@ def tests(session: nox.Session) -> None:
 def slow(session: nox.Session) -> None:
     """The long loops in full (tests/test_slow_loops.py: the supervisor killed at 200
     points; the nine phases under two CPU hogs, DOCKET_LOAD_RUNS times, default 3), then
-    every hypothesis property again under the `thorough` profile (ten times the suite's
+    every hypothesis property again under the `thorough` profile (twenty times the suite's
     examples: tests/conftest.py)."""
     session.install("-e", ".[test]")
     session.run("pytest", "-q", "-m", "slow", *session.posargs)

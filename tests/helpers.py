@@ -44,7 +44,7 @@ class LazyModule:
 def io_examples() -> int:
     """How many examples a property runs when each example does real I/O (a server, a
     process, a file written and synced): a quarter of the loaded hypothesis profile's
-    (tests/conftest.py: `ci` 25, `thorough` 250). Called where the test's @settings is
+    (tests/conftest.py: `ci` 12, `thorough` 250). Called where the test's @settings is
     built, at collection, once the profile is loaded."""
     return max(10, settings.default.max_examples // 4)
 

@@ -343,15 +343,16 @@ def test_user_agent_inputs_are_checked_without_a_process():
 
 def test_an_agent_that_cannot_start_is_a_finding_naming_its_error_not_an_unknown(tmp_path):
     # An agent whose SDK is not installed: the reference agents still drive the phase,
-    # so Docket's checks are judged, and the agent's own error is the finding.
+    # so Docket's checks are judged, and the agent's own error is the finding. Any phase
+    # shows it: the quickest (upstream-failure, ~0.6 s; upstream-latency took ~7 s).
     agent = f'{sys.executable} -c "import anthropic_sdk_not_installed"'
-    done, data, _ = game_day(tmp_path, "--phase", "upstream-latency", "--agent-command", agent)
+    done, data, _ = game_day(tmp_path, "--phase", "upstream-failure", "--agent-command", agent)
     assert done.returncode == 0, done.stdout + done.stderr  # warn: the boundary held
     (phase,) = data["phases"]
     assert phase["verdict"] == "pass" and {c["verdict"] for c in phase["checks"]} == {"pass"}
     run = phase["runs"][0]
     assert run["error"] is None and run["your_agent"]["exit"] == {"yours": 1}
-    found = findings(data)["upstream-latency"]["runs_to_the_end"]
+    found = findings(data)["upstream-failure"]["runs_to_the_end"]
     assert found["verdict"] == "finding", found
     assert found["summary"].startswith("your agent made no call and exited 1: ModuleNotFoundError")
     assert "anthropic_sdk_not_installed" in found["summary"]
