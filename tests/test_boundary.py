@@ -1125,7 +1125,11 @@ async def test_without_a_bulkhead_a_call_waiting_for_a_connection_is_bounded_and
         async with (
             upstream_server(held_upstream, "openai") as up,
             boundary_rig({"openai": up}, policy) as rig,
-            rig.client() as http,
+            # The 32 held calls wait until all have reached the upstream, each after its
+            # model.request is fsynced: the client's own timeout (10 s by default) ran
+            # out first once in a suite run (2026-12-03, the machine slow); the test's
+            # deadline is the bound.
+            rig.client(timeout=DEADLINE) as http,
             trio.open_nursery() as nursery,
         ):
             for n in range(33):

@@ -16,7 +16,7 @@ from functools import partial
 import pytest
 import toxiproxy
 import trio
-from test_fleet_boundary import BODY, CHAT, lease_for
+from test_fleet_boundary import BODY, CHAT, charged, lease_for
 
 from chaos.faults.grammar import parse_fault
 from chaos.fleet.judge import between, judge, of_type
@@ -95,7 +95,7 @@ async def db_faults(fault, postgres_cluster, fleet_dsn, stub_server, boundary_ri
     assert refused.json()["error"]["type"] == "docket_fleet_unavailable"
     assert "the database:" in refused.json()["error"]["message"]
     assert max(timings) < CALL_BOUND_S, timings
-    spent = sum(e["cost_nusd"] for e in rig.events("model.response"))
+    spent = charged(rig)
     status = store.status("b")
     assert spent <= cap and status["spent"]["nusd"] + status["lapsed"]["nusd"] >= spent
     assert rig.events("fleet.store")
@@ -286,7 +286,6 @@ async def test_a_report_committed_but_unanswered_is_counted_once(
                     ]:  # fmt: skip
                         await trio.sleep(0.05)
                     callers.cancel_scope.cancel()
-    charged = sum(e["cost_nusd"] for e in rig.events("model.response"))
     status = store.status("b")
     assert status["leased"]["nusd"] == 0
-    assert status["spent"]["nusd"] == charged
+    assert status["spent"]["nusd"] == charged(rig)
