@@ -1,4 +1,5 @@
-"""Sessions: `nox -s gameday` (the main job), `tests` (the suite), `lint`, `bench`,
+"""Sessions: `nox -s gameday` (the main job), `tests` (the suite), `coverage` (the
+suite's traced tests, held to the coverage floors), `lint`, `bench`,
 `report-check` (the game-day report in a headless browser), `demo`, `slow`, `attack`,
 `mutants` (a regression planted per game-day claim, each failing its phase),
 `gameday-load` (the nine phases N times under CPU load), `gameday-toxiproxy` (a game
@@ -23,8 +24,8 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-# Branch-coverage floors, in percent, of the rooms whose every line is evidence: the
-# suite fails below them. Measured on the whole suite at d0da5b2 (2026-12-01): ledger 92.6,
+# Branch-coverage floors, in percent, of the rooms whose every line is evidence: `nox -s
+# coverage` fails below them. Measured on the whole suite at d0da5b2 (2026-12-01): ledger 92.6,
 # guards 98.5, receipts 95.5; each floor sits half a point under, since a few branches
 # (a short write, a lock held by another process) are taken only under some timings.
 COVERAGE_FLOORS = {"docket/ledger": 92.0, "docket/guards": 98.0, "docket/receipts": 95.0}
@@ -74,27 +75,38 @@ def test_workers() -> int:
 def tests(session: nox.Session) -> None:
     """The suite, including short versions of the long loops, in pytest-xdist workers
     (work stealing): one per core, and one more per two cores other work keeps busy
-    (test_workers; docs/testing.md has the figures for 2, 3 and 4 workers).
-    Under five minutes on the idle 2-core machine at its faster speed, 6.5 minutes at its
-    slower one (docs/testing.md has the figures and the "ref" that tells them apart).
-    With no arguments it also measures branch coverage and holds COVERAGE_FLOORS.
+    (test_workers; docs/testing.md has the figures for 2, 3 and 4 workers). Untraced:
+    `nox -s coverage` holds the floors (CI runs both), since branch tracing made the
+    traced tests ~26% slower (154.6 s without, 194.8 s with, 2026-12-03).
     `nox -s tests -- tests/test_x.py` runs a part, in one process unless given `-n 2`."""
-    session.install("-e", ".[test]", "pytest-cov>=5")
+    session.install("-e", ".[test]")
     # The suite starts hundreds of Python processes (docket run, its launcher, agents):
     # with PYTHONDONTWRITEBYTECODE set (some shells and CI images set it), each compiled
     # docket from source, 0.15 s of CPU a `docket run`, and each worker re-rewrote every
     # test module's asserts. Bytecode goes to __pycache__ (git-ignored) once instead.
     session.env["PYTHONDONTWRITEBYTECODE"] = ""
-    if session.posargs:  # a part of the suite: the floors are for the whole
+    if session.posargs:
         session.run("pytest", "-q", "-m", "not slow", *session.posargs)
         return
-    rooms = [f"--cov={folder.replace('/', '.')}" for folder in COVERAGE_FLOORS]
     workers = test_workers()
     session.log(
         f"{workers} workers (test_workers: the cores, plus one per two other work keeps busy)"
     )
+    session.run("pytest", "-q", "-m", "not slow", "-n", str(workers), "--dist", "worksteal")
+
+
+@nox.session
+def coverage(session: nox.Session) -> None:
+    """Branch coverage of the rooms whose every line is evidence, held to COVERAGE_FLOORS:
+    the suite's tests that trace them (DOCKET_COVERAGE_RUN leaves out the files
+    tests/conftest.py UNTRACED lists, which would run untraced anyway), under pytest-cov.
+    CI runs it beside `tests`."""
+    session.install("-e", ".[test]", "pytest-cov>=5")
+    session.env["PYTHONDONTWRITEBYTECODE"] = ""
+    session.env["DOCKET_COVERAGE_RUN"] = "1"
+    rooms = [f"--cov={folder.replace('/', '.')}" for folder in COVERAGE_FLOORS]
     session.run(
-        "pytest", "-q", "-m", "not slow", "-n", str(workers), "--dist", "worksteal",
+        "pytest", "-q", "-m", "not slow", "-n", str(test_workers()), "--dist", "worksteal",
         *rooms, "--cov-branch", "--cov-report=",
     )  # fmt: skip
     for folder, floor in COVERAGE_FLOORS.items():

@@ -377,6 +377,11 @@ def pytest_collection_modifyitems(config, items) -> None:
     worker (gw0, or the only process) starts it; the fixture waits on the same lock."""
     # Its readers go last (a stable sort, the same in every worker, as xdist requires), so
     # by the time one asks, the day has had the whole rest of the suite to finish.
+    if os.environ.get("DOCKET_COVERAGE_RUN"):  # nox -s coverage: only what it counts
+        left_out = [item for item in items if item.path.name in UNTRACED]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if item.path.name not in UNTRACED]
     items.sort(key=lambda item: "gameday_run" in getattr(item, "fixturenames", ()))
     for item in items:
         if item.path.name in UNTRACED:
