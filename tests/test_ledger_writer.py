@@ -189,6 +189,46 @@ async def test_a_cancelled_append_is_still_written(tmp_path):
     assert [e["call_id"] for e in read_chain(path)] == ["cancelled"]
 
 
+def test_a_cancellation_round_the_ledger_and_its_callers_still_writes_every_closing(tmp_path):
+    """A deadline round both the ledger and the tasks that close their calls (a rig's, a
+    run's): those append their closing events shielded, so the flusher must outlive the
+    cancellation until the block ends; when it was cancelled with them, 32 closing events
+    waited for it for ever and the block never ended. Run in a thread of its own, so a
+    hang (which no cancellation can end) fails this test instead of holding the suite."""
+    path = tmp_path / "ledger.jsonl"
+    ended: list[bool] = []
+
+    async def scenario() -> None:
+        with trio.CancelScope() as round_all:
+            async with open_ledger(path) as ledger:
+
+                async def held_then_closed(n: int, slot) -> None:
+                    try:
+                        await trio.sleep_forever()  # held upstream until the cancellation
+                    finally:
+                        await ledger.append_closing(
+                            slot, "model.error", shield=True, call_id=f"c{n}", reason="cut"
+                        )
+
+                async with trio.open_nursery() as nursery:
+                    for n in range(32):
+                        _, slot = await ledger.append_opening(
+                            "model.request", closing_bytes=200, call_id=f"c{n}"
+                        )
+                        nursery.start_soon(held_then_closed, n, slot)
+                    await trio.sleep(0.05)
+                    round_all.cancel()
+        ended.append(round_all.cancelled_caught)
+
+    runner = threading.Thread(target=trio.run, args=(scenario,), daemon=True)
+    runner.start()
+    runner.join(timeout=30)
+    assert not runner.is_alive(), "the ledger's block did not end after the cancellation"
+    assert ended == [True]
+    closed = [e["call_id"] for e in read_chain(path) if e["type"] == "model.error"]
+    assert sorted(closed) == sorted(f"c{n}" for n in range(32))
+
+
 async def test_closing_leaves_no_thread_and_refuses_later_appends(tmp_path):
     before = {t.ident for t in threading.enumerate()}
     with trio.fail_after(10):

@@ -422,6 +422,16 @@ class Ledger:
         self._flush_bell.ring()
 
     async def _flush_loop(self) -> None:
+        # Shielded, and ended by the ledger's closing (open_ledger sets it once its block
+        # is over), never by a cancellation: appenders of closing events wait for the
+        # flusher shielded, so a cancellation that reached both the ledger and its
+        # boundary (a deadline round a whole rig) left thirty-two closing events waiting
+        # on a flusher that had gone, and the block never ended (found in the suite,
+        # 2026-12-03; tests/test_ledger_writer.py holds it).
+        with trio.CancelScope(shield=True):
+            await self._flush_until_closed()
+
+    async def _flush_until_closed(self) -> None:
         try:
             while self._crashed is None:
                 if self._in_flight is None:
