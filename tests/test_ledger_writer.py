@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from helpers import append_from_tasks, io_examples, read_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -216,7 +217,7 @@ def test_a_cancellation_round_the_ledger_and_its_callers_still_writes_every_clos
                             "model.request", closing_bytes=200, call_id=f"c{n}"
                         )
                         nursery.start_soon(held_then_closed, n, slot)
-                    await trio.sleep(0.05)
+                    await trio.testing.wait_all_tasks_blocked()  # all 32 held
                     round_all.cancel()
         ended.append(round_all.cancelled_caught)
 

@@ -382,6 +382,8 @@ class Ledger:
             await self._verdict()
         finally:
             self._leader_done.unpark_all()
+            if self._closing:  # a closing flusher waits for no batch in flight to end
+                self._flush_bell.ring()
         self._awaited += 1  # this task is due back too
         if (self._book.queue or self._book.low_disk is not None) and not self._nudged:
             # Events queued meanwhile: if the appenders just woken do not come
@@ -427,7 +429,9 @@ class Ledger:
         # flusher shielded, so a cancellation that reached both the ledger and its
         # boundary (a deadline round a whole rig) left thirty-two closing events waiting
         # on a flusher that had gone, and the block never ended (found in the suite,
-        # 2026-12-03; tests/test_ledger_writer.py holds it).
+        # 2026-12-03; tests/test_ledger_writer.py holds it). Once closing, it ends when no
+        # batch is in flight: a batch an appender leads rings it as it settles (_lead),
+        # or it would wait on for that ring (the selftest's egress check hung so).
         with trio.CancelScope(shield=True):
             await self._flush_until_closed()
 
