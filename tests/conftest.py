@@ -277,7 +277,9 @@ def _run_gameday_once(base: Path) -> None:
             with os.fdopen(fd, "wb") as f:
                 f.write(private_pem(signer))
             Path(f"{key}.pub").write_bytes(public_pem(signer.public_key()))
-        argv = [sys.executable, "-m", "docket", "game-day", "--report", str(root / "report"),
+        # Under tests/reaper.py: what a phase orphans is reaped there, not by this worker.
+        reaper = [sys.executable, str(Path(__file__).with_name("reaper.py")), "--"]
+        argv = [*reaper, sys.executable, "-m", "docket", "game-day", "--report", str(root / "report"),
                 "--keep", str(root / "keep"), "--attest", str(key),
                 "--journal", str(root / "journal")]  # fmt: skip
         try:
