@@ -17,8 +17,9 @@ import os
 import signal
 import sys
 
+from docket.run.hardening import set_subreaper
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-PR_SET_CHILD_SUBREAPER = 36
 
 
 def main(argv: list[str]) -> int:
@@ -26,9 +27,11 @@ def main(argv: list[str]) -> int:
         print("usage: reaper.py -- ARGV...", file=sys.stderr)
         return 2
     command = argv[1:]
+    why = set_subreaper()
+    if why is not None:
+        print(f"reaper.py: cannot become a subreaper: {why}", file=sys.stderr)
+        return 1
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
     child = os.fork()
     if child == 0:
         # Killed with this process (a timeout that kills the reaper ends the command too).

@@ -128,6 +128,7 @@ async def test_the_orphan_check_reads_the_agent_pids_and_finds_a_survivor(tmp_pa
     # What the game day's supervisor-killed phase relies on: the agents' pids on file,
     # and a process among them that did not die is named.
     (tmp_path / "agents").mkdir()
+    # lives until this test kills it (the test takes ~0.2 s)
     survivor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (tmp_path / "agents" / "stray.pid").write_text(f"{survivor.pid}\n")

@@ -12,6 +12,7 @@ import random
 import re
 import tempfile
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -228,6 +229,43 @@ def test_a_cancellation_round_the_ledger_and_its_callers_still_writes_every_clos
     assert ended == [True]
     closed = [e["call_id"] for e in read_chain(path) if e["type"] == "model.error"]
     assert sorted(closed) == sorted(f"c{n}" for n in range(32))
+
+
+def test_a_ledger_closing_while_an_appender_leads_a_batch_ends_when_it_settles(
+    tmp_path, monkeypatch
+):
+    """The block ends while a batch an appender leads is still being written (the
+    appender lives outside the block, as a boundary's handler in a rig does): the
+    flusher, told to close, sees the batch in flight and waits for it; the leader must
+    ring it as the batch settles, or the block never ends (the selftest's egress check
+    hung so). The write is held in the writer thread until the block is on its way out."""
+    from docket.ledger import sync
+
+    entered, real = threading.Event(), sync.write_durably
+
+    def held_write(*args, **kwargs):
+        entered.set()
+        time.sleep(0.2)  # the block's exit is under way meanwhile
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sync, "write_durably", held_write)
+    path = tmp_path / "ledger.jsonl"
+    seqs: list[int | None] = []
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as outside, open_ledger(path) as ledger:
+
+            async def lead() -> None:
+                seqs.append(await ledger.append("model.request", call_id="led"))
+
+            outside.start_soon(lead)
+            await trio.to_thread.run_sync(entered.wait, 10)
+
+    runner = threading.Thread(target=trio.run, args=(scenario,), daemon=True)
+    runner.start()
+    runner.join(timeout=30)
+    assert not runner.is_alive(), "the ledger's block did not end after the led batch settled"
+    assert seqs == [0] and [e["call_id"] for e in read_chain(path)] == ["led"]
 
 
 async def test_closing_leaves_no_thread_and_refuses_later_appends(tmp_path):

@@ -426,7 +426,7 @@ DETACH_AND_WAIT = textwrap.dedent(
     daemon = subprocess.Popen(["sleep", "300"], start_new_session=True)  # out of the group
     (out / "daemon.tmp").write_text(str(daemon.pid))
     os.rename(out / "daemon.tmp", out / "daemon")
-    time.sleep(60)
+    time.sleep(60)  # the agent waits to be killed with its run (the test takes ~0.5 s)
     """
 )
 
